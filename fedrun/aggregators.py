@@ -1,0 +1,137 @@
+"""Aggregators: one object picks a method's client side and its server side.
+
+An :class:`Aggregator` is a client-weighting rule (``examples``: ``n_k / n``; ``uniform``: ``1/m``,
+what FedNNNN uses in its unbalanced runs, sec. 5.1), a chain of server transforms
+(:mod:`fedrun.transforms`), an optional client regularizer (:mod:`fedrun.regularizers`) and which
+model is evaluated.  The factories below are the methods of the FedNNNN paper; each YAML file in
+``conf/aggregator/`` names one of them as its ``_target_``.
+
+FedNNNN keeps two models (sec. 4.1): the *average-aggregated* model ``w_t + sum_k p_k dw_k``,
+"capable of performing highly-accurate inference", and the *normalized* model ``w_t + d_{t+1}``
+that is sent to clients, whose own accuracy "remains extremely poor".  ``evaluate`` picks which
+one the ``test_acc`` column reports (``average``, the paper's choice, or ``sent``); the other
+model's accuracy is recorded as ``sent_test_acc`` whenever the two differ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun import transforms as T
+from fedrun.errors import ConfigError, check
+from fedrun.models import Layer
+from fedrun.norms import NormStats, Params, layer_norms, nwda, weighted_mean
+from fedrun.regularizers import Proximal, Regularizer
+
+WEIGHTINGS = ("examples", "uniform")
+EVALUATE = ("average", "sent")
+
+
+@dataclass(frozen=True)
+class Aggregator:
+    name: str
+    server: T.ServerTransform
+    weighting: str = "examples"
+    regularizer: Regularizer | None = None
+    evaluate: str = "average"
+
+    def __post_init__(self):
+        if self.weighting not in WEIGHTINGS:
+            raise ConfigError("aggregator.weighting", self.weighting, f"choose one of: {', '.join(WEIGHTINGS)}")
+        if self.evaluate not in EVALUATE:
+            raise ConfigError("aggregator.evaluate", self.evaluate, f"choose one of: {', '.join(EVALUATE)}")
+
+
+# ----------------------------------------------------------------------------- the methods
+
+def fedavg(weighting: str = "examples") -> Aggregator:
+    """FedAvg (McMahan et al.; Nagura et al. eq. 1): ``w_{t+1} = sum_k (n_k/n) w_k``."""
+    return Aggregator("fedavg", T.identity(), weighting)
+
+
+def fedprox(mu: float = 0.01, weighting: str = "examples") -> Aggregator:
+    """FedProx (Li et al.; Nagura et al. eq. 7): FedAvg with ``mu/2 ||w - w_t||^2`` on clients."""
+    return Aggregator("fedprox", T.identity(), weighting, Proximal(mu))
+
+
+def normnorm(beta: float = 1.0, weighting: str = "examples", evaluate: str = "average",
+             eps: float = 1e-6) -> Aggregator:
+    """Norm-Norm (Nagura et al. eq. 8): the mean update rescaled to norm ``beta * E``."""
+    return Aggregator("normnorm", T.normalize_norm(beta, eps), weighting, None, evaluate)
+
+
+def momentum(gamma: float = 0.9, weighting: str = "examples", evaluate: str = "average") -> Aggregator:
+    """Server momentum (Nagura et al. eq. 10-11): ``d = gamma d + mean update``, ``w += d``."""
+    return Aggregator("momentum", T.momentum(gamma), weighting, None, evaluate)
+
+
+def fednnnn(beta: float = 0.7, gamma: float = 0.8, weighting: str = "examples",
+            evaluate: str = "average", eps: float = 1e-6) -> Aggregator:
+    """FedNNNN (Nagura et al. eq. 12-13): normalization then momentum,
+    ``d_{t+1} = gamma d_t + beta (E/N) sum_k p_k dw_k``, ``w_{t+1} = w_t + d_{t+1}``."""
+    chain = T.chain(T.normalize_norm(beta, eps), T.momentum(gamma))
+    return Aggregator("fednnnn", chain, weighting, None, evaluate)
+
+
+# ----------------------------------------------------------------------------- one server round
+
+def client_weights(weighting: str, num_examples: torch.Tensor) -> torch.Tensor:
+    """``[m]`` float64 weights summing to one: ``n_k / n`` or ``1 / m``."""
+    n = num_examples.to(torch.float64)
+    if weighting == "uniform":
+        return torch.full_like(n, 1.0 / len(n))
+    return n / n.sum()
+
+
+@dataclass
+class RoundOutcome:
+    sent: Params  # w_{t+1}: the model sent to clients next round (the server state)
+    average: Params  # w_t + sum_k p_k dw_k: the average-aggregated model
+    buffers: Params  # averaged non-trainable state (BatchNorm running statistics)
+    server_state: object
+    weights: torch.Tensor  # [m]
+    stats: NormStats  # N and E (eq. 4-5)
+    step_layer_norms: torch.Tensor  # [L] ||w_{t+1} - w_t|| per layer (eq. 24)
+    skipped: bool  # the server kept w_t (N ~ 0 under norm normalization)
+
+    @property
+    def server_step(self) -> float:
+        return float(self.step_layer_norms.pow(2).sum().sqrt())
+
+
+def server_round(aggregator: Aggregator, params: Params, server_state, deltas: Params,
+                 buffers: Params, num_examples: torch.Tensor, layers: list[Layer]) -> RoundOutcome:
+    """Aggregate one round's stacked client updates into the next global model.
+
+    Args:
+      params: the global model ``w_t`` (trainable parameters).
+      server_state: the transforms' state from the previous round.
+      deltas: ``w_k - w_t`` stacked ``[m, *shape]`` per parameter.
+      buffers: the clients' final buffers stacked ``[m, *shape]`` (BatchNorm running statistics);
+        averaged with the same client weights, and kept out of N, E and the server step.
+      num_examples: ``[m]`` the clients' training-set sizes ``n_k``.
+    """
+    check(len(num_examples) > 0, "round", 0, "needs at least one client update")
+    weights = client_weights(aggregator.weighting, num_examples)
+    mean = weighted_mean(deltas, weights)
+    stats = nwda(deltas, weights, layers, mean)
+    step, new_state = aggregator.server.update(mean, server_state, stats)
+    skipped = step is None
+    if skipped:
+        step, new_state = {k: torch.zeros_like(v) for k, v in mean.items()}, server_state
+    sent = {k: params[k] + step[k] for k in params}
+    average = {k: params[k] + mean[k] for k in params}
+    return RoundOutcome(sent, average, average_buffers(buffers, weights), new_state, weights, stats,
+                        layer_norms(step, layers).to(torch.float64), skipped)
+
+
+def average_buffers(buffers: Params, weights: torch.Tensor) -> Params:
+    """Weighted mean of float buffers; integer counters (``num_batches_tracked``) take the max."""
+    out = {}
+    for name, stacked in buffers.items():
+        if stacked.is_floating_point():
+            out[name] = torch.tensordot(weights.to(stacked.dtype), stacked, dims=1)
+        else:
+            out[name] = stacked.max(0).values
+    return out

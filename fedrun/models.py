@@ -1,0 +1,129 @@
+"""Models, and the grouping of their parameters into the layers the papers analyse.
+
+Every model takes ``in_channels``, ``image_size`` and ``num_classes`` (filled from the dataset
+config), so any model runs on any image dataset.  PyTorch's default initialization is used, as in
+the FedNNNN paper ("implemented using the PyTorch framework").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+class MnistCNN(nn.Module):
+    """The FedNNNN MNIST CNN (Nagura et al., Table 3): 431,080 parameters on 28x28x1.
+
+    Conv1 5x5 1->20, ReLU, maxpool 2 | Conv2 5x5 20->50, ReLU, maxpool 2 | Fc1 800->500, ReLU |
+    Fc2 500->10.  All layers have biases (sec. 5.1).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 20, 5)
+        self.conv2 = nn.Conv2d(20, 50, 5)
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(50 * side * side, 500)
+        self.fc2 = nn.Linear(500, num_classes)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class Cifar10CNN(nn.Module):
+    """The FedNNNN CIFAR-10 CNN (Nagura et al., Table 4): 6 conv 3x3 with BatchNorm, 3 FC.
+
+    [Conv 3x3 (pad 1) + BN + ReLU] x 2 then maxpool 2, for 32, 64 and 128 channels (layers named
+    ``conv11 .. conv32`` and ``bn11 .. bn32`` as in the table); Fc1 128*4*4 -> 382, ReLU,
+    Fc2 382 -> 192, ReLU, Fc3 192 -> 10.  1,146,088 parameters on 32x32x3 (1,145,192 without BN).
+    ``batch_norm=False`` drops the BN layers (Table 1's "BN" column).
+    """
+
+    def __init__(self, in_channels: int = 3, image_size: int = 32, num_classes: int = 10,
+                 batch_norm: bool = True):
+        super().__init__()
+        self.blocks = []  # (conv name, bn name or None) in forward order
+        c_in = in_channels
+        for group, width in enumerate((32, 64, 128), start=1):
+            for j in (1, 2):
+                self.add_module(f"conv{group}{j}", nn.Conv2d(c_in, width, 3, padding=1))
+                if batch_norm:
+                    self.add_module(f"bn{group}{j}", nn.BatchNorm2d(width))
+                self.blocks.append((f"conv{group}{j}", f"bn{group}{j}" if batch_norm else None))
+                c_in = width
+        side = image_size // 8
+        self.fc1 = nn.Linear(128 * side * side, 382)
+        self.fc2 = nn.Linear(382, 192)
+        self.fc3 = nn.Linear(192, num_classes)
+
+    def forward(self, x):
+        for i, (conv, bn) in enumerate(self.blocks):
+            x = getattr(self, conv)(x)
+            if bn is not None:
+                x = getattr(self, bn)(x)
+            x = torch.relu(x)
+            if i % 2 == 1:
+                x = torch.max_pool2d(x, 2)
+        x = torch.relu(self.fc1(x.flatten(1)))
+        return self.fc3(torch.relu(self.fc2(x)))
+
+
+class MLP(nn.Module):
+    """A multilayer perceptron on flattened images; ``hidden=[200]`` is FedLap's 2-layer MLP."""
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
+                 hidden: list[int] = (200,)):
+        super().__init__()
+        sizes = [in_channels * image_size * image_size, *hidden, num_classes]
+        self.depth = len(sizes) - 1
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+            self.add_module(f"fc{i}", nn.Linear(a, b))
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for i in range(1, self.depth + 1):
+            x = getattr(self, f"fc{i}")(x)
+            if i < self.depth:
+                x = torch.relu(x)
+        return x
+
+
+# ----------------------------------------------------------------------------- layers
+
+_TYPES = (
+    (nn.modules.conv._ConvNd, "conv"),
+    (nn.Linear, "fc"),
+    ((nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm), "norm"),
+)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A module that owns parameters: its name (``conv1``, ``features.0``), type and parameters."""
+
+    name: str
+    type: str  # conv | fc | norm | other
+    params: tuple[str, ...]  # full parameter names, e.g. ("conv1.weight", "conv1.bias")
+
+
+def layers(model: nn.Module) -> list[Layer]:
+    """The model's layers in definition order, each with its type and parameter names.
+
+    The FedNNNN figures plot N and E "of fully connected layer" and "of convolutional layer"
+    separately; the per-layer norms of :mod:`fedrun.norms` are summed by these types.
+    """
+    out = []
+    for name, module in model.named_modules():
+        own = [f"{name}.{p}" if name else p for p, _ in module.named_parameters(recurse=False)]
+        if not own:
+            continue
+        kind = next((t for cls, t in _TYPES if isinstance(module, cls)), "other")
+        out.append(Layer(name or "model", kind, tuple(own)))
+    return out
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

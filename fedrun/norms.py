@@ -1,0 +1,78 @@
+"""Norm-based weight divergence analysis (NWDA, Nagura et al. sec. 3.1), per layer and per model.
+
+With client updates ``dw_k = w_k - w_t`` stacked as ``[m, *shape]`` tensors and client weights
+``p_k`` (``n_k / n``, or whatever the aggregator uses):
+
+* ``N = || sum_k p_k dw_k ||``       eq. (4): how far the averaged model moves;
+* ``E = sum_k p_k || dw_k ||``       eq. (5): how far the clients moved on average;
+* ``N <= E``                          Proposition 1 (triangle inequality), equality for m = 1;
+* the server step ``|| w_{t+1} - w_t ||`` eq. (24), which differs from N once the server rescales
+  or adds momentum.
+
+Everything derives from one ``[m, L]`` table of per-client per-layer squared norms, so the same
+numbers are available per layer, per layer type (the FC and conv curves of Figs. 8-9) and for the
+whole model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.models import Layer
+
+Params = dict[str, torch.Tensor]
+
+
+def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
+    """``sum_k p_k x_k`` for every stacked tensor ``x`` of shape ``[m, *shape]``."""
+    return {name: torch.tensordot(weights.to(x.dtype), x, dims=1) for name, x in stacked.items()}
+
+
+def client_layer_sq_norms(stacked: Params, layers: list[Layer]) -> torch.Tensor:
+    """``[m, L]``: ``||dw_{k,l}||^2``, client k's update restricted to layer l's parameters."""
+    cols = [sum(stacked[p].flatten(1).pow(2).sum(1) for p in layer.params) for layer in layers]
+    return torch.stack(cols, dim=1)
+
+
+def layer_norms(params: Params, layers: list[Layer]) -> torch.Tensor:
+    """``[L]``: the norm of one (unstacked) parameter dict restricted to each layer."""
+    return torch.stack([sum(params[p].pow(2).sum() for p in layer.params) for layer in layers]).sqrt()
+
+
+@dataclass
+class NormStats:
+    """N and E (eq. 4-5) for the whole model, per layer, and the client update norms."""
+
+    N: float
+    E: float
+    layer_N: torch.Tensor  # [L]
+    layer_E: torch.Tensor  # [L]
+    client_norms: torch.Tensor  # [m], ||dw_k|| over the whole model
+    client_sq: torch.Tensor  # [m, L] squared norms, for any grouping of layers
+
+    def group(self, mask: torch.Tensor, weights: torch.Tensor) -> tuple[float, float]:
+        """N and E over the layers selected by a boolean ``mask`` ``[L]`` (e.g. all FC layers)."""
+        n = float(self.layer_N[mask].pow(2).sum().sqrt())
+        e = float((weights * self.client_sq[:, mask].sum(1).sqrt()).sum())
+        return n, e
+
+
+def nwda(deltas: Params, weights: torch.Tensor, layers: list[Layer],
+         mean: Params | None = None) -> NormStats:
+    """Compute N (eq. 4) and E (eq. 5) per layer and for the whole model.
+
+    Args:
+      deltas: client updates ``w_k - w_t``, stacked ``[m, *shape]`` per parameter name.
+      weights: ``[m]`` aggregation weights ``p_k`` summing to one.
+      layers: the model's layers (:func:`fedrun.models.layers`).
+      mean: ``sum_k p_k dw_k`` if already computed.
+    """
+    weights = weights.to(torch.float64)
+    mean = weighted_mean(deltas, weights) if mean is None else mean
+    sq = client_layer_sq_norms(deltas, layers).to(torch.float64)  # [m, L]
+    layer_N = layer_norms(mean, layers).to(torch.float64)
+    layer_E = weights @ sq.sqrt()
+    client_norms = sq.sum(1).sqrt()
+    return NormStats(N=float(layer_N.pow(2).sum().sqrt()), E=float(weights @ client_norms),
+                     layer_N=layer_N, layer_E=layer_E, client_norms=client_norms, client_sq=sq)

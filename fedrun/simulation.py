@@ -1,0 +1,198 @@
+"""The federated round loop: sample, train locally, aggregate, evaluate, record, checkpoint."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from fedrun.aggregators import Aggregator, RoundOutcome, server_round
+from fedrun.data import FederatedData
+from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
+from fedrun.errors import ConfigError, DivergenceError, check
+from fedrun.models import layers as model_layers
+from fedrun.partition import class_counts, fingerprint
+from fedrun.recorder import CsvLog, atomic_save, summarize, write_json
+from fedrun.seeding import clients_per_round, sample_clients
+
+log = logging.getLogger(__name__)
+
+ROUND_COLUMNS = [
+    "round", "clients", "test_acc", "test_loss", "sent_test_acc", "sent_test_loss", "val_acc",
+    "val_loss", "train_loss", "N", "E", "N_over_E", "server_step", "server_step_sum",
+    "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "skipped", "wall_s",
+]
+LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step"]
+CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "loss", "steps"]
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Who trains when (Nagura et al. Table 1: total rounds, C, K)."""
+
+    rounds: int = 10
+    num_clients: int = 100  # K
+    client_fraction: float = 0.1  # C; m = max(C K, 1) clients a round
+    eval_every: int = 1
+
+    def __post_init__(self):
+        check(self.rounds >= 1, "hyperparams.rounds", self.rounds, "must be >= 1")
+        check(self.num_clients >= 1, "hyperparams.num_clients", self.num_clients, "must be >= 1")
+        check(0 < self.client_fraction <= 1, "hyperparams.client_fraction", self.client_fraction,
+              "must be in (0, 1]")
+        check(self.eval_every >= 1, "hyperparams.eval_every", self.eval_every, "must be >= 1")
+
+    @property
+    def per_round(self) -> int:
+        return clients_per_round(self.num_clients, self.client_fraction)
+
+
+def _ratio(n: float, e: float) -> float:
+    return n / e if e > 0 else float("nan")
+
+
+def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], nn.Module],
+             partition: Callable[..., list[np.ndarray]], aggregator: Aggregator,
+             local: LocalTraining, federation: Federation, seed: int = 0,
+             device: str | torch.device = "cpu", resume: bool = False,
+             targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), progress: bool = True) -> dict:
+    """Run (or resume) one federated simulation and write its run directory.
+
+    Args:
+      run_dir: where ``rounds.csv``, ``layers.csv``, ``clients.csv``, ``partition.csv``,
+        ``checkpoint.pt`` and ``summary.json`` go.
+      data: normalized tensors on ``device``.
+      make_model: builds the architecture (called once, after seeding with ``seed``).
+      partition: ``partition(labels, num_clients, num_classes, seed) -> [indices per client]``.
+      aggregator, local, federation: the method, the client optimizer, the schedule.
+      resume: continue from ``checkpoint.pt`` if there is one.
+      targets: accuracies whose first round the summary reports.
+
+    Returns:
+      The summary dict written to ``summary.json``.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = run_dir / CHECKPOINT
+    if not resume and (ckpt_path.exists() or (run_dir / "rounds.csv").exists()):
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          "already holds a run; pass resume=true to continue it, or choose another directory")
+
+    torch.manual_seed(seed)
+    model = make_model().to(device)
+    layers = model_layers(model)
+    labels = data.train_y.cpu().numpy()
+    parts = partition(labels=labels, num_clients=federation.num_clients,
+                      num_classes=data.num_classes, seed=seed)
+    print_ = fingerprint(parts)
+    counts = class_counts(parts, labels, data.num_classes)
+    client_indices = [torch.as_tensor(p, dtype=torch.long, device=device) for p in parts]
+    engine = SequentialEngine(model, data.train_x, data.train_y, client_indices, local,
+                              aggregator.regularizer, seed)
+
+    params, buffers = split_state(model)
+    server_state = aggregator.server.init(params)
+    step_sum, first_round, offsets = 0.0, 1, None
+    if resume and ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        if ckpt["partition"] != print_:
+            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt['partition']}) differs "
+                              f"from this config's ({print_}); use the run's original settings")
+        params, buffers, server_state = ckpt["params"], ckpt["buffers"], ckpt["server_state"]
+        step_sum, first_round, offsets = ckpt["step_sum"], ckpt["round"] + 1, ckpt["offsets"]
+        log.info("resuming %s after round %d", run_dir, ckpt["round"])
+
+    _write_partition(run_dir / "partition.csv", counts)
+    logs = {
+        "rounds": CsvLog(run_dir / "rounds.csv", ROUND_COLUMNS, offsets and offsets["rounds"]),
+        "layers": CsvLog(run_dir / "layers.csv", LAYER_COLUMNS, offsets and offsets["layers"]),
+        "clients": CsvLog(run_dir / "clients.csv", CLIENT_COLUMNS, offsets and offsets["clients"]),
+    }
+    m = federation.per_round
+    log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters",
+             aggregator.name, federation.num_clients, m, federation.rounds, print_,
+             sum(p.numel() for p in params.values()))
+    types = np.array([layer.type for layer in layers])
+    sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
+
+    bar = tqdm(range(first_round, federation.rounds + 1), initial=first_round - 1,
+               total=federation.rounds, desc=aggregator.name, unit="round", disable=not progress,
+               dynamic_ncols=True)
+    last_acc = float("nan")
+    for t in bar:
+        t0 = time.perf_counter()
+        clients = sample_clients(seed, t, federation.num_clients, m)
+        results = engine.train(params, buffers, clients, t)
+        out = server_round(aggregator, params, server_state, results.deltas, results.buffers,
+                           results.num_examples, layers)
+        _check_finite(out, results.loss, t, aggregator.name)
+        step_sum += out.server_step
+
+        row = {"round": t, "clients": m, "skipped": int(out.skipped),
+               "train_loss": float(out.weights @ results.loss), "N": out.stats.N, "E": out.stats.E,
+               "N_over_E": _ratio(out.stats.N, out.stats.E), "server_step": out.server_step,
+               "server_step_sum": step_sum}
+        for kind in ("conv", "fc"):
+            mask = torch.as_tensor(types == kind)
+            if mask.any():
+                n, e = out.stats.group(mask, out.weights)
+                row.update({f"N_{kind}": n, f"E_{kind}": e,
+                            f"server_step_{kind}": float(out.step_layer_norms[mask].pow(2).sum().sqrt())})
+        if t % federation.eval_every == 0 or t == federation.rounds:
+            evaluated = out.average if aggregator.evaluate == "average" else out.sent
+            state = {**evaluated, **out.buffers}
+            row["test_acc"], row["test_loss"] = evaluate(model, state, data.test_x, data.test_y)
+            if data.val_x is not None:
+                row["val_acc"], row["val_loss"] = evaluate(model, state, data.val_x, data.val_y)
+            if any(not torch.equal(out.sent[k], out.average[k]) for k in params):
+                other = out.sent if aggregator.evaluate == "average" else out.average
+                row["sent_test_acc"], row["sent_test_loss"] = evaluate(
+                    model, {**other, **out.buffers}, data.test_x, data.test_y)
+            last_acc = row["test_acc"]
+        row["wall_s"] = time.perf_counter() - t0
+
+        logs["rounds"].append([row])
+        logs["layers"].append([
+            {"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i],
+             "N": float(out.stats.layer_N[i]), "E": float(out.stats.layer_E[i]),
+             "N_over_E": _ratio(float(out.stats.layer_N[i]), float(out.stats.layer_E[i])),
+             "server_step": float(out.step_layer_norms[i])}
+            for i, layer in enumerate(layers)])
+        logs["clients"].append([
+            {"round": t, "client": k, "examples": int(results.num_examples[j]),
+             "weight": float(out.weights[j]), "update_norm": float(out.stats.client_norms[j]),
+             "loss": float(results.loss[j]), "steps": int(results.steps[j])}
+            for j, k in enumerate(results.clients)])
+
+        params, buffers, server_state = out.sent, out.buffers, out.server_state
+        atomic_save({"round": t, "params": params, "buffers": buffers, "server_state": server_state,
+                     "step_sum": step_sum, "partition": print_,
+                     "offsets": {name: lg.size() for name, lg in logs.items()}}, ckpt_path)
+        bar.set_postfix(acc=f"{last_acc:.4f}", N_E=f"{row['N_over_E']:.3f}")
+    bar.close()
+
+    summary = {"aggregator": aggregator.name, "partition_fingerprint": print_,
+               **summarize(run_dir / "rounds.csv", list(targets))}
+    write_json(summary, run_dir / "summary.json")
+    return summary
+
+
+def _check_finite(out: RoundOutcome, losses: torch.Tensor, t: int, name: str) -> None:
+    bad = [k for k, v in {**out.sent, **out.average}.items() if not torch.isfinite(v).all()]
+    if bad or not torch.isfinite(losses).all():
+        what = f"parameter {bad[0]}" if bad else "the local training loss"
+        raise DivergenceError(f"round {t}: {what} is NaN or Inf after aggregation with {name}; the "
+                              f"CSVs hold rounds before {t}. Try a smaller hyperparams.lr (or beta/gamma)")
+
+
+def _write_partition(path: Path, counts: np.ndarray) -> None:
+    header = "client,examples," + ",".join(f"class_{c}" for c in range(counts.shape[1]))
+    lines = [header] + [f"{k},{row.sum()}," + ",".join(map(str, row)) for k, row in enumerate(counts)]
+    path.write_text("\n".join(lines) + "\n")
