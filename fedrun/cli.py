@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedrun.data import prepare
 from fedrun.engine import LocalTraining
 from fedrun.errors import ConfigError, DataError, DivergenceError, check
-from fedrun.simulation import CHECKPOINT, Federation, simulate
+from fedrun.simulation import Federation, refuse_existing_run, simulate
 
 log = logging.getLogger("fedrun")
 
@@ -107,6 +107,8 @@ def _instantiate(node: DictConfig, group: str):
 def run(cfg: DictConfig) -> dict:
     objects = build(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not cfg.resume:
+        refuse_existing_run(run_dir)  # before anything is written into it
     _write_config(cfg, run_dir)
     log.info("run directory %s", run_dir.resolve())
     raw = _instantiate_data(cfg)
@@ -188,9 +190,8 @@ def precheck(overrides: list[str]) -> None:
         raise ConfigError("overrides", " ".join(overrides), message) from None
     build(cfg)
     run_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
-    if run_dir and not cfg.resume and (Path(run_dir) / CHECKPOINT).exists():
-        raise ConfigError("hydra.run.dir", run_dir, "already holds a run; pass resume=true to continue it, "
-                          "or choose another directory")
+    if run_dir and not cfg.resume:
+        refuse_existing_run(Path(run_dir))
 
 
 def main() -> None:

@@ -31,13 +31,14 @@ def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
 
 def client_layer_sq_norms(stacked: Params, layers: list[Layer]) -> torch.Tensor:
     """``[m, L]``: ``||dw_{k,l}||^2``, client k's update restricted to layer l's parameters."""
-    cols = [sum(stacked[p].flatten(1).pow(2).sum(1) for p in layer.params) for layer in layers]
+    # float64 before squaring: float32 updates above ~1e19 would overflow to inf.
+    cols = [sum(stacked[p].flatten(1).double().pow(2).sum(1) for p in layer.params) for layer in layers]
     return torch.stack(cols, dim=1)
 
 
 def layer_norms(params: Params, layers: list[Layer]) -> torch.Tensor:
     """``[L]``: the norm of one (unstacked) parameter dict restricted to each layer."""
-    return torch.stack([sum(params[p].pow(2).sum() for p in layer.params) for layer in layers]).sqrt()
+    return torch.stack([sum(params[p].double().pow(2).sum() for p in layer.params) for layer in layers]).sqrt()
 
 
 @dataclass
@@ -70,8 +71,8 @@ def nwda(deltas: Params, weights: torch.Tensor, layers: list[Layer],
     """
     weights = weights.to(torch.float64)
     mean = weighted_mean(deltas, weights) if mean is None else mean
-    sq = client_layer_sq_norms(deltas, layers).to(torch.float64)  # [m, L]
-    layer_N = layer_norms(mean, layers).to(torch.float64)
+    sq = client_layer_sq_norms(deltas, layers)  # [m, L]
+    layer_N = layer_norms(mean, layers)
     layer_E = weights @ sq.sqrt()
     client_norms = sq.sum(1).sqrt()
     return NormStats(N=float(layer_N.pow(2).sum().sqrt()), E=float(weights @ client_norms),

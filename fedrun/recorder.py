@@ -61,9 +61,20 @@ def atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _finite(obj):
+    """NaN/Inf -> None recursively, so the file is valid JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def write_json(obj, path: Path) -> None:
     tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n")
     os.replace(tmp, path)
 
 
@@ -87,8 +98,10 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         "best_round": int(best["round"]),
         "rounds_to_accuracy": reached,
     }
-    if "sent_test_acc" in df and df["sent_test_acc"].notna().any():
-        out["final_sent_test_acc"] = float(df["sent_test_acc"].iloc[-1])
+    for model in ("average", "sent"):
+        col = f"{model}_test_acc"
+        if col in df and df[col].notna().any():
+            out[f"final_{col}"] = float(df[col].iloc[-1])
     if "val_acc" in df and df["val_acc"].notna().any():
         out["final_val_acc"] = float(df["val_acc"].iloc[-1])
         out["best_val_acc"] = float(df["val_acc"].max())

@@ -12,6 +12,7 @@ the names and numbers that identify the choice.  Two consequences a researcher r
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 import torch
@@ -48,5 +49,5 @@ def sample_clients(seed: int, round_: int, num_clients: int, per_round: int) -> 
 
 
 def clients_per_round(num_clients: int, client_fraction: float) -> int:
-    """``m = max(C K, 1)`` (Nagura et al., sec. 2.2, step 1), rounded to the nearest integer."""
-    return max(int(round(client_fraction * num_clients)), 1)
+    """``m = max(C K, 1)`` (Nagura et al., sec. 2.2, step 1), C K rounded half up."""
+    return max(math.floor(client_fraction * num_clients + 0.5), 1)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,8 @@ from fedrun.seeding import clients_per_round, sample_clients
 log = logging.getLogger(__name__)
 
 ROUND_COLUMNS = [
-    "round", "clients", "test_acc", "test_loss", "sent_test_acc", "sent_test_loss", "val_acc",
-    "val_loss", "train_loss", "N", "E", "N_over_E", "server_step", "server_step_sum",
+    "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
+    "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step", "server_step_sum",
     "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "skipped", "wall_s",
 ]
 LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step"]
@@ -54,6 +55,13 @@ class Federation:
         return clients_per_round(self.num_clients, self.client_fraction)
 
 
+def refuse_existing_run(run_dir: Path) -> None:
+    """A new run never writes into a directory holding an earlier run's results."""
+    if any((Path(run_dir) / name).exists() for name in (CHECKPOINT, "rounds.csv", "summary.json")):
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          "already holds a run; pass resume=true to continue it, or choose another directory")
+
+
 def _ratio(n: float, e: float) -> float:
     return n / e if e > 0 else float("nan")
 
@@ -79,11 +87,10 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
       The summary dict written to ``summary.json``.
     """
     run_dir = Path(run_dir)
+    if not resume:
+        refuse_existing_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = run_dir / CHECKPOINT
-    if not resume and (ckpt_path.exists() or (run_dir / "rounds.csv").exists()):
-        raise ConfigError("hydra.run.dir", str(run_dir),
-                          "already holds a run; pass resume=true to continue it, or choose another directory")
 
     torch.manual_seed(seed)
     model = make_model().to(device)
@@ -148,15 +155,18 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                 row.update({f"N_{kind}": n, f"E_{kind}": e,
                             f"server_step_{kind}": float(out.step_layer_norms[mask].pow(2).sum().sqrt())})
         if t % federation.eval_every == 0 or t == federation.rounds:
-            evaluated = out.average if aggregator.evaluate == "average" else out.sent
-            state = {**evaluated, **out.buffers}
-            row["test_acc"], row["test_loss"] = evaluate(model, state, data.test_x, data.test_y, eval_batch)
+            models = {"average": out.average, "sent": out.sent}
+            evaluated = {**models[aggregator.evaluate], **out.buffers}
+            row["test_acc"], row["test_loss"] = evaluate(model, evaluated, data.test_x, data.test_y, eval_batch)
             if data.val_x is not None:
-                row["val_acc"], row["val_loss"] = evaluate(model, state, data.val_x, data.val_y, eval_batch)
+                row["val_acc"], row["val_loss"] = evaluate(model, evaluated, data.val_x, data.val_y, eval_batch)
             if any(not torch.equal(out.sent[k], out.average[k]) for k in params):
-                other = out.sent if aggregator.evaluate == "average" else out.average
-                row["sent_test_acc"], row["sent_test_loss"] = evaluate(
-                    model, {**other, **out.buffers}, data.test_x, data.test_y, eval_batch)
+                # Two models (FedNNNN sec. 4.1): record both, evaluating only the one not yet done.
+                other = "sent" if aggregator.evaluate == "average" else "average"
+                row[f"{aggregator.evaluate}_test_acc"] = row["test_acc"]
+                row[f"{aggregator.evaluate}_test_loss"] = row["test_loss"]
+                row[f"{other}_test_acc"], row[f"{other}_test_loss"] = evaluate(
+                    model, {**models[other], **out.buffers}, data.test_x, data.test_y, eval_batch)
             last_acc = row["test_acc"]
         row["wall_s"] = time.perf_counter() - t0
 
@@ -188,8 +198,10 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
 
 def _check_finite(out: RoundOutcome, losses: torch.Tensor, t: int, name: str) -> None:
     bad = [k for k, v in {**out.sent, **out.average}.items() if not torch.isfinite(v).all()]
-    if bad or not torch.isfinite(losses).all():
-        what = f"parameter {bad[0]}" if bad else "the local training loss"
+    norms_ok = math.isfinite(out.stats.N) and math.isfinite(out.stats.E)
+    if bad or not norms_ok or not torch.isfinite(losses).all():
+        what = (f"parameter {bad[0]}" if bad else "the update norm N or E" if not norms_ok
+                else "the local training loss")
         raise DivergenceError(f"round {t}: {what} is NaN or Inf after aggregation with {name}; the "
                               f"CSVs hold rounds before {t}. Try a smaller hyperparams.lr (or beta/gamma)")
 

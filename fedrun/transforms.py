@@ -11,6 +11,7 @@ every transform's state unchanged this round" (Norm-Norm when N is ~0, sec. 4.2)
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -44,7 +45,9 @@ def normalize_norm(beta: float, eps: float = 1e-6) -> ServerTransform:
     check(eps >= 0, "aggregator.eps", eps, "must be >= 0")
 
     def update(step, state, stats):
-        if stats.N == 0 or stats.N <= eps * stats.E:
+        # A non-finite N or E is divergence, not a degenerate direction: let it propagate to
+        # the simulation's NaN/Inf check instead of silently skipping the round.
+        if math.isfinite(stats.N) and math.isfinite(stats.E) and (stats.N == 0 or stats.N <= eps * stats.E):
             return None, state
         scale = beta * stats.E / stats.N
         return {k: v * scale for k, v in step.items()}, state

@@ -1,0 +1,106 @@
+"""Shared fixtures: paths, tiny data and models, and a runner for the ``fedrun`` command."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
+# ../shared/data beside the checkout: real datasets that users do not have (tests skip without it).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# The smallest run that still exercises every code path of a round (a few seconds from the CLI).
+TINY = [
+    "dataset=synthetic",
+    "dataset.load.num_train=400",
+    "dataset.load.num_test=100",
+    "model=mlp",
+    "model.hidden=[8]",
+    "hyperparams.num_clients=4",
+    "hyperparams.client_fraction=0.5",
+    "hyperparams.rounds=2",
+    "progress=false",
+]
+
+
+def pytest_configure(config):
+    # Tiny tensors on a shared 2-core machine: one thread is faster and steadier than two.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def conf_dir() -> Path:
+    return CONF_DIR
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data``; tests that use it skip cleanly where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent (real datasets beside the checkout)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def tiny_overrides() -> list[str]:
+    return list(TINY)
+
+
+def _cli_env() -> dict:
+    env = dict(os.environ)
+    env.pop("HYDRA_FULL_ERROR", None)  # fedrun's own one-line errors, not Hydra's tracebacks
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_fedrun(args: list[str], cwd: Path, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
+    """``python -m fedrun ARGS`` in ``cwd``; stdout and stderr captured as text."""
+    return subprocess.run([sys.executable, "-m", "fedrun", *args], cwd=cwd, env=_cli_env(),
+                          capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def start_fedrun(args: list[str], cwd: Path) -> subprocess.Popen:
+    """Start ``python -m fedrun ARGS`` in the background (output discarded)."""
+    return subprocess.Popen([sys.executable, "-m", "fedrun", *args], cwd=cwd, env=_cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def fedrun_cli():
+    return run_fedrun
+
+
+@pytest.fixture
+def labels_1000() -> np.ndarray:
+    """1,000 labels, 100 of each of 10 classes, in a shuffled order."""
+    rng = np.random.default_rng(12345)
+    return rng.permutation(np.arange(1000) % 10)
+
+
+@pytest.fixture
+def tiny_data():
+    """A normalized synthetic dataset of 4x4 grey images, 10 classes, 60 train / 20 test."""
+    from fedrun.data import prepare, synthetic
+
+    raw = synthetic(num_train=60, num_test=20, channels=1, image_size=4, num_classes=10, seed=3)
+    return prepare(raw, None, None)
+
+
+def tiny_mlp(seed: int = 0, hidden=(8,)):
+    """MLP 16 -> 8 -> 10 on 4x4 grey images, initialized from ``seed``."""
+    from fedrun.models import MLP
+
+    torch.manual_seed(seed)
+    return MLP(in_channels=1, image_size=4, num_classes=10, hidden=list(hidden))

@@ -1,0 +1,291 @@
+"""End to end through ``python -m fedrun``: run directories, determinism, resume, errors, sweeps.
+
+Every run is tiny (synthetic 400/100 images of 28x28, MLP 784-8-10, 4 clients, 2 a round) and
+writes under pytest's tmp_path; most of a run's few seconds is Python and torch start-up.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from conftest import TINY, run_fedrun, start_fedrun
+from fedrun.simulation import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
+
+pytestmark = pytest.mark.slow
+
+RUN_FILES = ("config.yaml", "rounds.csv", "layers.csv", "clients.csv", "partition.csv",
+             "summary.json", "checkpoint.pt")
+
+
+def fedrun_ok(args, cwd, timeout=180):
+    proc = run_fedrun(args, cwd, timeout=timeout)
+    assert proc.returncode == 0, f"fedrun {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def csv_without_wall(path: Path) -> str:
+    df = pd.read_csv(path)
+    return df.drop(columns=[c for c in ("wall_s",) if c in df]).to_csv(index=False)
+
+
+def same_run(a: Path, b: Path) -> None:
+    """Two run directories hold the same results (all but the wall-clock column)."""
+    assert csv_without_wall(a / "rounds.csv") == csv_without_wall(b / "rounds.csv")
+    for name in ("layers.csv", "clients.csv", "partition.csv"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert json.loads((a / "summary.json").read_text()) == json.loads((b / "summary.json").read_text())
+
+
+def snapshot(run_dir: Path) -> dict:
+    return {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "fedrun.log"}
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> Path:
+    """The reference run: TINY with FedNNNN (the default aggregator), seed 0, 2 rounds."""
+    tmp = tmp_path_factory.mktemp("cli")
+    fedrun_ok([*TINY, f"hydra.run.dir={tmp}/run"], tmp)
+    return tmp / "run"
+
+
+# ----------------------------------------------------------------------------- the run directory
+
+def test_run_directory_contents(base_run):
+    for name in RUN_FILES:
+        assert (base_run / name).is_file(), name
+    rounds = pd.read_csv(base_run / "rounds.csv")
+    assert list(rounds.columns) == ROUND_COLUMNS
+    assert rounds["round"].tolist() == [1, 2]
+    assert rounds["clients"].tolist() == [2, 2]  # m = max(0.5 * 4, 1)
+    assert rounds["skipped"].tolist() == [0, 0]
+    assert rounds["test_acc"].between(0, 1).all() and rounds["sent_test_acc"].notna().all()
+    assert rounds["val_acc"].isna().all()  # validation_fraction = 0
+    assert rounds["N_conv"].isna().all()  # the MLP has no conv layer ...
+    assert rounds["N_fc"].tolist() == pytest.approx(rounds["N"].tolist(), rel=1e-6)  # ... all FC
+    assert rounds["N_over_E"].tolist() == pytest.approx((rounds["N"] / rounds["E"]).tolist(), rel=1e-6)
+    assert rounds["server_step_sum"].tolist() == pytest.approx(rounds["server_step"].cumsum().tolist(), rel=1e-6)
+    # FedNNNN round 1 (d_0 = 0): the server step is beta E = 0.7 E (eq. 9, 12).
+    assert rounds["server_step"][0] == pytest.approx(0.7 * rounds["E"][0], rel=1e-5)
+
+    layers = pd.read_csv(base_run / "layers.csv")
+    assert list(layers.columns) == LAYER_COLUMNS
+    assert len(layers) == 2 * 2  # rounds x layers (fc1, fc2)
+    assert layers["layer"].tolist() == ["fc1", "fc2"] * 2 and set(layers["type"]) == {"fc"}
+    assert layers["params"].tolist() == [784 * 8 + 8, 8 * 10 + 10] * 2
+    for t, group in layers.groupby("round"):
+        row = rounds[rounds["round"] == t].iloc[0]
+        assert math.sqrt((group["N"] ** 2).sum()) == pytest.approx(row["N"], rel=1e-6)
+        assert row["E"] <= group["E"].sum() * (1 + 1e-7)
+
+    clients = pd.read_csv(base_run / "clients.csv")
+    assert list(clients.columns) == CLIENT_COLUMNS
+    assert len(clients) == 2 * 2 and clients["round"].tolist() == [1, 1, 2, 2]
+    partition = pd.read_csv(base_run / "partition.csv")
+    assert partition["client"].tolist() == [0, 1, 2, 3]
+    assert partition["examples"].sum() == 400  # shards: 8 shards of 50
+    assert (partition[[f"class_{c}" for c in range(10)]].sum(axis=1) == partition["examples"]).all()
+    sizes = dict(zip(partition["client"], partition["examples"]))
+    for _, c in clients.iterrows():
+        assert c["examples"] == sizes[c["client"]]
+        assert c["steps"] == math.ceil(c["examples"] / 50)  # E = 1, B = 50
+    for t, group in clients.groupby("round"):
+        # weights n_k / n, and E = sum_k p_k ||dw_k|| (eq. 5) from the per-client rows.
+        assert group["weight"].tolist() == pytest.approx((group["examples"] / group["examples"].sum()).tolist())
+        e = (group["weight"] * group["update_norm"]).sum()
+        assert e == pytest.approx(rounds[rounds["round"] == t]["E"].iloc[0], rel=1e-6)
+
+    summary = json.loads((base_run / "summary.json").read_text())
+    assert summary["aggregator"] == "fednnnn" and summary["rounds"] == 2
+    assert summary["final_test_acc"] == pytest.approx(rounds["test_acc"].iloc[-1])
+    assert summary["best_test_acc"] == pytest.approx(rounds["test_acc"].max())
+
+    config = yaml.safe_load((base_run / "config.yaml").read_text())
+    assert config["hyperparams"]["num_clients"] == 4 and config["model"]["hidden"] == [8]
+    assert config["dataset"]["name"] == "synthetic" and config["seed"] == 0
+
+    ckpt = torch.load(base_run / "checkpoint.pt", weights_only=False)
+    assert ckpt["round"] == 2 and ckpt["partition"] == summary["partition_fingerprint"]
+    assert ckpt["offsets"]["rounds"] == (base_run / "rounds.csv").stat().st_size
+
+
+def test_N_le_E_in_every_row(base_run):
+    for name in ("rounds.csv", "layers.csv"):
+        df = pd.read_csv(base_run / name)
+        assert len(df) > 0
+        # Proposition 1, up to the CSV's 8 significant digits.
+        assert (df["N"] <= df["E"] * (1 + 1e-7)).all(), name
+        assert (df["N"] > 0).all()
+
+
+def test_same_seed_same_results(base_run, tmp_path):
+    fedrun_ok([*TINY, f"hydra.run.dir={tmp_path}/again"], tmp_path)
+    same_run(base_run, tmp_path / "again")
+    assert (base_run / "config.yaml").read_bytes() == (tmp_path / "again" / "config.yaml").read_bytes()
+
+
+def test_other_aggregator_sees_same_clients_and_batches(base_run, tmp_path):
+    fedrun_ok([*TINY, "aggregator=fedavg", f"hydra.run.dir={tmp_path}/fedavg"], tmp_path)
+    a = pd.read_csv(base_run / "clients.csv")
+    b = pd.read_csv(tmp_path / "fedavg" / "clients.csv")
+    cols = ["round", "client", "examples", "weight", "steps"]
+    assert a[cols].equals(b[cols])
+    assert (base_run / "partition.csv").read_bytes() == (tmp_path / "fedavg" / "partition.csv").read_bytes()
+    # Round 1 starts from the same w_0 with the same batches: identical client updates, N and E.
+    r1a = pd.read_csv(base_run / "rounds.csv").iloc[0]
+    r1b = pd.read_csv(tmp_path / "fedavg" / "rounds.csv").iloc[0]
+    assert (r1a["N"], r1a["E"], r1a["train_loss"]) == (r1b["N"], r1b["E"], r1b["train_loss"])
+    assert a[a["round"] == 1]["update_norm"].tolist() == b[b["round"] == 1]["update_norm"].tolist()
+    # FedAvg's server step is N itself; the models then differ.
+    assert r1b["server_step"] == pytest.approx(r1b["N"], rel=1e-6)
+    assert pd.isna(r1b["sent_test_acc"])  # FedAvg sends the average model: nothing else to evaluate
+    assert json.loads((tmp_path / "fedavg" / "summary.json").read_text())["aggregator"] == "fedavg"
+
+
+# ----------------------------------------------------------------------------- resume
+
+# Slower rounds (batch size 2, all 4 clients) so a 5-round run can be killed after round 2.
+RESUMABLE = [*TINY, "hyperparams.client_fraction=1.0", "hyperparams.batch_size=2", "hyperparams.rounds=5"]
+
+
+def data_rows(path: Path) -> int:
+    try:
+        return max(len(path.read_text().splitlines()) - 1, 0)
+    except FileNotFoundError:
+        return 0
+
+
+def test_killed_run_resumes_to_identical_results(tmp_path):
+    straight = tmp_path / "straight"
+    fedrun_ok([*RESUMABLE, f"hydra.run.dir={straight}"], tmp_path)
+
+    killed = tmp_path / "killed"
+    proc = start_fedrun([*RESUMABLE, f"hydra.run.dir={killed}"], tmp_path)
+    try:
+        deadline = time.monotonic() + 150
+        while data_rows(killed / "rounds.csv") < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be interrupted (too fast?)"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    done = torch.load(killed / "checkpoint.pt", weights_only=False)["round"]
+    assert 1 <= done < 5
+    assert json.loads((straight / "summary.json").read_text())["rounds"] == 5
+    assert not (killed / "summary.json").exists()
+
+    # Resuming with different settings is refused and leaves the CSVs as they are.
+    before = snapshot(killed)
+    bad = run_fedrun([*RESUMABLE, "seed=1", f"hydra.run.dir={killed}", "resume=true"], tmp_path)
+    assert bad.returncode != 0
+    assert "fedrun: error: resume=true" in bad.stderr and "seed" in bad.stderr
+    assert snapshot(killed) == before
+
+    fedrun_ok([*RESUMABLE, f"hydra.run.dir={killed}", "resume=true"], tmp_path)
+    same_run(straight, killed)
+    a = torch.load(straight / "checkpoint.pt", weights_only=False)
+    b = torch.load(killed / "checkpoint.pt", weights_only=False)
+    assert a["round"] == b["round"] == 5
+    assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])
+    assert a["step_sum"] == b["step_sum"]
+
+
+def test_existing_run_dir_is_refused(base_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(base_run, run_dir)
+    before = snapshot(run_dir)
+    proc = run_fedrun([*TINY, "seed=1", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedrun: error: hydra.run.dir=")
+    assert "resume=true" in lines[0] and "Traceback" not in proc.stderr
+    assert snapshot(run_dir) == before
+
+
+def test_existing_run_without_checkpoint_keeps_its_config(base_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(base_run, run_dir)
+    (run_dir / "checkpoint.pt").unlink()
+    before = snapshot(run_dir)
+    proc = run_fedrun([*TINY, "seed=1", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert proc.returncode != 0 and "already holds a run" in proc.stderr
+    assert snapshot(run_dir) == before
+
+
+# ----------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("overrides,setting", [
+    (["aggregator.beta=-1"], "aggregator.beta"),
+    (["hyperparams.num_clients=0"], "hyperparams.num_clients"),
+    (["hyperparams.client_fraction=1.5"], "hyperparams.client_fraction"),
+    (["partition=classes", "partition.classes_per_client=11"], "partition.classes_per_client"),
+    (["aggregator=nosuch"], "aggregator"),
+    (["nosuchkey=1"], "nosuchkey"),
+    (["hyperparams.lr=abc"], "hyperparams.lr"),
+])
+def test_bad_values_one_line_error(overrides, setting, tmp_path):
+    proc = run_fedrun([*TINY, *overrides, f"hydra.run.dir={tmp_path}/run"], tmp_path)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"fedrun: error: {setting}=")
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "run").exists()  # refused before any run directory is touched
+
+
+def test_help_lists_config_groups(tmp_path):
+    proc = fedrun_ok(["--help"], tmp_path)
+    out = proc.stdout
+    assert "== Configuration groups ==" in out
+    for line in ("aggregator: fedavg, fednnnn, fedprox, momentum, normnorm",
+                 "model: cifar10_cnn, mlp, mnist_cnn",
+                 "partition: classes, dirichlet, iid, mixed, shards"):
+        assert line in out
+    assert "dataset:" in out and "synthetic" in out and "hyperparams:" in out
+
+
+def test_multirun_creates_one_dir_per_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    fedrun_ok(["-m", "aggregator=fedavg,fednnnn", *TINY, "hyperparams.rounds=1", f"hydra.sweep.dir={sweep}"],
+              tmp_path)
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(runs) == 2
+    assert runs[0].name.startswith("0_aggregator=fedavg") and runs[1].name.startswith("1_aggregator=fednnnn")
+    names = [json.loads((r / "summary.json").read_text())["aggregator"] for r in runs]
+    assert names == ["fedavg", "fednnnn"]
+    for r in runs:
+        assert len(pd.read_csv(r / "rounds.csv")) == 1
+
+
+def test_divergence_stops_with_nan_error(tmp_path):
+    run_dir = tmp_path / "nan"
+    proc = run_fedrun([*TINY, "aggregator=fedavg", "hyperparams.lr=1e6", "hyperparams.rounds=4",
+                       f"hydra.run.dir={run_dir}"], tmp_path)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("fedrun: error: round ") and "NaN" in last
+    assert "Traceback" not in proc.stderr
+    rounds = pd.read_csv(run_dir / "rounds.csv")  # what was written stays parseable
+    failed = int(last.split()[3].rstrip(":"))  # "fedrun: error: round T: ..."
+    assert rounds["round"].tolist() == list(range(1, failed))
+    assert len(pd.read_csv(run_dir / "clients.csv")) == 2 * (failed - 1)
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_divergence_with_fednnnn_is_reported(tmp_path):
+    run_dir = tmp_path / "nan"
+    proc = run_fedrun([*TINY, "hyperparams.lr=1e6", "hyperparams.rounds=3", f"hydra.run.dir={run_dir}"],
+                      tmp_path)
+    assert proc.returncode != 0 and "NaN" in proc.stderr

@@ -1,0 +1,211 @@
+"""The sequential client engine (Nagura et al. Alg. 2) and evaluation."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import tiny_mlp
+from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
+from fedrun.errors import ConfigError
+from fedrun.regularizers import Proximal
+
+# Three clients of uneven sizes over the 60 training samples of ``tiny_data``.
+SPLIT = [range(0, 10), range(10, 33), range(33, 60)]  # n_k = 10, 23, 27
+
+
+def make_engine(data, local=None, regularizer=None, seed=0, model_seed=0):
+    model = tiny_mlp(model_seed)
+    indices = [torch.tensor(list(r)) for r in SPLIT]
+    local = local or LocalTraining(epochs=2, batch_size=7, lr=0.1)
+    return SequentialEngine(model, data.train_x, data.train_y, indices, local, regularizer, seed), model
+
+
+def test_train_shapes_examples_and_steps(tiny_data):
+    engine, model = make_engine(tiny_data)
+    params, buffers = split_state(model)
+    res = engine.train(params, buffers, [0, 1, 2], round_=1)
+    assert res.clients == [0, 1, 2]
+    for name, p in params.items():
+        assert res.deltas[name].shape == (3, *p.shape)
+    assert res.num_examples.tolist() == [10, 23, 27]
+    # steps = E * ceil(n_k / B) with E = 2, B = 7: 2*ceil(10/7) = 4, 2*ceil(23/7) = 8, 2*ceil(27/7) = 8
+    assert res.steps.tolist() == [2 * math.ceil(n / 7) for n in (10, 23, 27)] == [4, 8, 8]
+    assert res.loss.shape == (3,) and bool(torch.isfinite(res.loss).all())
+    assert bool((res.loss > 0).all())
+    # Every client moved; w_t itself is untouched by training.
+    norms = torch.stack([torch.cat([res.deltas[k][j].flatten() for k in params]).norm() for j in range(3)])
+    assert bool((norms > 0).all())
+    assert all(torch.equal(params[k], v) for k, v in split_state(tiny_mlp(0))[0].items())
+
+
+def test_steps_with_one_big_batch(tiny_data):
+    local = LocalTraining(epochs=3, batch_size=100, lr=0.1)
+    engine, model = make_engine(tiny_data, local)
+    res = engine.train(*split_state(model), [0, 2], round_=1)
+    assert res.steps.tolist() == [3, 3]  # ceil(n / 100) = 1 step per epoch
+
+
+def test_single_step_is_one_sgd_step(tiny_data):
+    """E = 1 and B >= n_k: the update is exactly -lr * grad of the mean loss over the client's data."""
+    local = LocalTraining(epochs=1, batch_size=100, lr=0.3)
+    engine, model = make_engine(tiny_data, local)
+    params, buffers = split_state(model)
+    res = engine.train(params, buffers, [0], round_=1)
+    ref = tiny_mlp(0)
+    idx = torch.arange(0, 10)
+    loss = nn.functional.cross_entropy(ref(tiny_data.train_x[idx]), tiny_data.train_y[idx])
+    loss.backward()
+    for name, p in ref.named_parameters():
+        assert torch.allclose(res.deltas[name][0], -0.3 * p.grad, atol=1e-6)
+    assert res.loss[0].item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+def test_deterministic_and_order_independent(tiny_data):
+    e1, m1 = make_engine(tiny_data)
+    e2, m2 = make_engine(tiny_data)
+    params, buffers = split_state(m1)
+    a = e1.train(params, buffers, [0, 1, 2], round_=3)
+    b = e2.train(params, buffers, [0, 1, 2], round_=3)
+    assert all(torch.equal(a.deltas[k], b.deltas[k]) for k in params)
+    assert torch.equal(a.loss, b.loss)
+    # Client 2's batches derive from (seed, round, client): training it alone gives the same update.
+    c = e2.train(params, buffers, [2], round_=3)
+    assert all(torch.equal(a.deltas[k][2], c.deltas[k][0]) for k in params)
+
+
+def test_round_and_seed_change_batches(tiny_data):
+    engine, model = make_engine(tiny_data)
+    params, buffers = split_state(model)
+    r1 = engine.train(params, buffers, [1], round_=1)
+    r2 = engine.train(params, buffers, [1], round_=2)
+    assert not torch.equal(r1.deltas["fc1.weight"], r2.deltas["fc1.weight"])
+    other_seed, _ = make_engine(tiny_data, seed=1)
+    r1b = other_seed.train(params, buffers, [1], round_=1)
+    assert not torch.equal(r1.deltas["fc1.weight"], r1b.deltas["fc1.weight"])
+    # One full batch per epoch: the order no longer matters, so rounds agree up to float rounding.
+    full = LocalTraining(epochs=1, batch_size=100, lr=0.1)
+    e_full, _ = make_engine(tiny_data, full)
+    f1 = e_full.train(params, buffers, [1], round_=1)
+    f2 = e_full.train(params, buffers, [1], round_=2)
+    assert torch.allclose(f1.deltas["fc1.weight"], f2.deltas["fc1.weight"], atol=1e-6)
+
+
+def test_proximal_mu_zero_equals_no_regularizer(tiny_data):
+    plain, model = make_engine(tiny_data)
+    prox0, _ = make_engine(tiny_data, regularizer=Proximal(0.0))
+    params, buffers = split_state(model)
+    a = plain.train(params, buffers, [0, 1, 2], round_=1)
+    b = prox0.train(params, buffers, [0, 1, 2], round_=1)
+    assert all(torch.equal(a.deltas[k], b.deltas[k]) for k in params)
+    assert torch.equal(a.loss, b.loss)
+
+
+def test_large_mu_shrinks_updates(tiny_data):
+    # lr * mu = 0.1 * 5 = 0.5 < 2: the proximal pull is stable and keeps w_k near w_t (eq. 7).
+    plain, model = make_engine(tiny_data)
+    prox, _ = make_engine(tiny_data, regularizer=Proximal(5.0))
+    params, buffers = split_state(model)
+
+    def norms(res):
+        return torch.stack([torch.cat([res.deltas[k][j].flatten() for k in params]).norm()
+                            for j in range(len(res.clients))])
+
+    n_plain = norms(plain.train(params, buffers, [0, 1, 2], round_=1))
+    n_prox = norms(prox.train(params, buffers, [0, 1, 2], round_=1))
+    assert bool((n_prox < 0.8 * n_plain).all())
+
+
+def test_proximal_penalty_value():
+    # mu/2 * ||w - w_t||^2 = 0.5 * 4 * (1 + 4 + 9) = 28
+    pen = Proximal(4.0).penalty({"a": torch.tensor([1.0, 2.0]), "b": torch.tensor([3.0])},
+                                {"a": torch.zeros(2), "b": torch.zeros(1)})
+    assert float(pen) == pytest.approx(28.0)
+    with pytest.raises(ConfigError, match="aggregator.mu"):
+        Proximal(-1.0)
+
+
+def test_momentum_and_weight_decay_change_training(tiny_data):
+    engine, model = make_engine(tiny_data)
+    params, buffers = split_state(model)
+    base = engine.train(params, buffers, [1], round_=1)
+    for local in (LocalTraining(epochs=2, batch_size=7, lr=0.1, momentum=0.9),
+                  LocalTraining(epochs=2, batch_size=7, lr=0.1, momentum=0.9, nesterov=True),
+                  LocalTraining(epochs=2, batch_size=7, lr=0.1, weight_decay=0.1)):
+        other, _ = make_engine(tiny_data, local)
+        res = other.train(params, buffers, [1], round_=1)
+        assert not torch.equal(res.deltas["fc1.weight"], base.deltas["fc1.weight"])
+        assert res.steps.tolist() == base.steps.tolist()
+
+
+def test_batchnorm_buffers_are_returned(tiny_data):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 10))
+    indices = [torch.tensor(list(r)) for r in SPLIT]
+    engine = SequentialEngine(model, tiny_data.train_x, tiny_data.train_y, indices,
+                              LocalTraining(epochs=1, batch_size=7, lr=0.1), None, 0)
+    params, buffers = split_state(model)
+    res = engine.train(params, buffers, [0, 2], round_=1)
+    # num_batches_tracked counts the client's steps: ceil(10/7) = 2 and ceil(27/7) = 4.
+    assert res.buffers["2.num_batches_tracked"].tolist() == [2, 4]
+    assert res.buffers["2.running_mean"].shape == (2, 6)
+    assert not torch.equal(res.buffers["2.running_mean"][0], res.buffers["2.running_mean"][1])
+    assert torch.equal(buffers["2.running_mean"], torch.zeros(6))  # the input buffers are untouched
+
+
+@pytest.mark.parametrize("kwargs,setting", [
+    ({"nesterov": True}, "hyperparams.nesterov"),
+    ({"nesterov": True, "momentum": 0.0}, "hyperparams.nesterov"),
+    ({"epochs": 0}, "hyperparams.local_epochs"),
+    ({"batch_size": 0}, "hyperparams.batch_size"),
+    ({"lr": 0.0}, "hyperparams.lr"),
+    ({"momentum": 1.0}, "hyperparams.momentum"),
+    ({"momentum": -0.1}, "hyperparams.momentum"),
+    ({"weight_decay": -1e-4}, "hyperparams.weight_decay"),
+])
+def test_local_training_validation(kwargs, setting):
+    with pytest.raises(ConfigError) as info:
+        LocalTraining(**kwargs)
+    assert info.value.setting == setting
+    assert str(info.value).startswith(setting + "=")
+
+
+def test_local_training_optimizer():
+    opt = LocalTraining(lr=0.2, momentum=0.5, nesterov=True, weight_decay=1e-3).optimizer(
+        [nn.Parameter(torch.zeros(1))])
+    g = opt.param_groups[0]
+    assert (g["lr"], g["momentum"], g["nesterov"], g["weight_decay"]) == (0.2, 0.5, True, 1e-3)
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+class Identity2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_evaluate_perfect_and_half():
+    """A Linear(2, 2) loaded with W = I, b = 0 on x = 10 * onehot(y): logits [10, 0] or [0, 10].
+
+    Accuracy 1; loss = log(1 + e^-10) = 4.5398899e-05 per sample.
+    """
+    model = Identity2()
+    state = {"lin.weight": torch.eye(2), "lin.bias": torch.zeros(2)}
+    y = torch.tensor([0, 1, 1, 0, 1])
+    x = 10 * nn.functional.one_hot(y, 2).float()
+    for batch_size in (2000, 2):  # one batch, and several with a short last one
+        acc, loss = evaluate(model, state, x, y, batch_size=batch_size)
+        assert acc == 1.0
+        assert loss == pytest.approx(math.log1p(math.exp(-10)), rel=1e-3)  # float32 log-softmax
+    # Labels of the first two flipped: 3 of 5 right; the two wrong cost log(1 + e^10) = 10.0000454 each.
+    y_bad = torch.tensor([1, 0, 1, 0, 1])
+    acc, loss = evaluate(model, state, x, y_bad, batch_size=2)
+    assert acc == pytest.approx(0.6)
+    assert loss == pytest.approx((2 * math.log1p(math.exp(10)) + 3 * math.log1p(math.exp(-10))) / 5, rel=1e-5)
+    assert not model.training  # evaluation mode

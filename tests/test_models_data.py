@@ -1,0 +1,335 @@
+"""Models (FedNNNN Tables 3-4) and data loading: IDX files, MNIST-like folders, CIFAR-10, prepare()."""
+from __future__ import annotations
+
+import gzip
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedrun import data as D
+from fedrun.errors import ConfigError, DataError
+from fedrun.models import MLP, Cifar10CNN, MnistCNN, count_parameters, layers
+
+
+# ----------------------------------------------------------------------------- models
+
+def test_mnist_cnn_parameter_count():
+    # conv1: 1*20*5*5 + 20 = 520;  conv2: 20*50*5*5 + 50 = 25,050;
+    # fc1: 28 -> 24 -> 12 -> 8 -> 4, so 50*4*4 = 800 inputs: 800*500 + 500 = 400,500;
+    # fc2: 500*10 + 10 = 5,010.  Total 520 + 25,050 + 400,500 + 5,010 = 431,080 (Table 3).
+    model = MnistCNN()
+    assert count_parameters(model) == 431_080
+    assert [(l.name, l.type, sum(dict(model.named_parameters())[p].numel() for p in l.params))
+            for l in layers(model)] == [("conv1", "conv", 520), ("conv2", "conv", 25_050),
+                                        ("fc1", "fc", 400_500), ("fc2", "fc", 5_010)]
+    assert model(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
+
+
+def test_cifar10_cnn_parameter_count():
+    # conv 3x3 (weights + bias):  conv11 3*32*9+32 = 896      conv12 32*32*9+32 = 9,248
+    #                             conv21 32*64*9+64 = 18,496  conv22 64*64*9+64 = 36,928
+    #                             conv31 64*128*9+128 = 73,856 conv32 128*128*9+128 = 147,584
+    #   convs: 287,008
+    # BN (weight + bias): 2*(32+32+64+64+128+128) = 896
+    # fc1: 32 -> 16 -> 8 -> 4: 128*4*4 = 2048 inputs: 2048*382 + 382 = 782,718
+    # fc2: 382*192 + 192 = 73,536;  fc3: 192*10 + 10 = 1,930;  FCs: 858,184
+    # with BN 287,008 + 896 + 858,184 = 1,146,088; without 1,145,192 (Table 4).
+    assert count_parameters(Cifar10CNN()) == 1_146_088
+    assert count_parameters(Cifar10CNN(batch_norm=False)) == 1_145_192
+
+
+def test_cifar10_cnn_layers_and_shapes():
+    model = Cifar10CNN()
+    names = [(l.name, l.type) for l in layers(model)]
+    convs = ["conv11", "conv12", "conv21", "conv22", "conv31", "conv32"]
+    expected = []
+    for c in convs:
+        expected += [(c, "conv"), ("bn" + c[4:], "norm")]
+    expected += [("fc1", "fc"), ("fc2", "fc"), ("fc3", "fc")]
+    assert names == expected
+    assert layers(model)[1].params == ("bn11.weight", "bn11.bias")
+    # BN running statistics are buffers, not layer parameters.
+    assert "bn11.running_mean" in dict(model.named_buffers())
+    model.eval()
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    no_bn = Cifar10CNN(batch_norm=False)
+    assert [l.name for l in layers(no_bn)] == convs + ["fc1", "fc2", "fc3"]
+    assert len(list(no_bn.buffers())) == 0
+
+
+def test_models_on_other_shapes():
+    # Any model on any dataset: MnistCNN on 32x32x3 (fc1 50*5*5), Cifar10CNN on 28x28x1 (fc1 128*3*3).
+    m = MnistCNN(in_channels=3, image_size=32, num_classes=7)
+    assert m.fc1.in_features == 50 * 5 * 5 and m(torch.zeros(1, 3, 32, 32)).shape == (1, 7)
+    c = Cifar10CNN(in_channels=1, image_size=28).eval()
+    assert c.fc1.in_features == 128 * 3 * 3 and c(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
+
+
+def test_mlp():
+    # 784 -> 8 -> 10: (784*8 + 8) + (8*10 + 10) = 6,280 + 90 = 6,370.
+    m = MLP(hidden=[8])
+    assert count_parameters(m) == 6_370
+    assert [(l.name, l.type) for l in layers(m)] == [("fc1", "fc"), ("fc2", "fc")]
+    assert m(torch.zeros(4, 1, 28, 28)).shape == (4, 10)
+    # FedLap's 2-layer MLP: 784*200+200 + 200*10+10 = 159,010.
+    assert count_parameters(MLP()) == 159_010
+    deep = MLP(in_channels=3, image_size=4, num_classes=5, hidden=[6, 7])
+    assert [l.name for l in layers(deep)] == ["fc1", "fc2", "fc3"]
+    assert deep(torch.zeros(2, 3, 4, 4)).shape == (2, 5)
+
+
+# ----------------------------------------------------------------------------- IDX files
+
+def write_idx(path: Path, array: np.ndarray) -> Path:
+    """Write an unsigned-byte IDX file (magic 0x00000803 for 3-D), gzip-compressed if ``.gz``."""
+    array = np.asarray(array, dtype=np.uint8)
+    payload = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    payload += array.tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as f:
+            f.write(payload)
+    else:
+        path.write_bytes(payload)
+    return path
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_read_idx(tmp_path, suffix):
+    images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    labels = np.array([7, 0, 255], dtype=np.uint8)
+    assert np.array_equal(D.read_idx(write_idx(tmp_path / f"im{suffix}", images)), images)
+    got = D.read_idx(write_idx(tmp_path / f"lb{suffix}", labels))
+    assert got.shape == (3,) and got.tolist() == [7, 0, 255]
+
+
+def test_read_idx_rejects_other_formats(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(struct.pack(">HBB", 0, 0x0D, 1) + struct.pack(">I", 1) + b"\0\0\0\0")  # float IDX
+    with pytest.raises(DataError, match="not an unsigned-byte IDX"):
+        D.read_idx(bad)
+
+
+def make_mnist_folder(folder: Path, n_train=12, n_test=5, gz=True, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28)),
+        "train-labels-idx1-ubyte": np.arange(n_train) % 10,
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28)),
+        "t10k-labels-idx1-ubyte": (np.arange(n_test) * 3) % 10,
+    }
+    for name, arr in arrays.items():
+        write_idx(folder / (name + (".gz" if gz else "")), arr)
+    return arrays
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mnist_from_root_raw(tmp_path, gz):
+    arrays = make_mnist_folder(tmp_path / "MNIST" / "raw", gz=gz)
+    raw = D.mnist(root=str(tmp_path), download=False)
+    assert raw.train_x.shape == (12, 1, 28, 28) and raw.test_x.shape == (5, 1, 28, 28)
+    assert raw.train_x.dtype == torch.float32 and raw.train_y.dtype == torch.int64
+    # pixels scaled to [0, 1]: value v -> v / 255
+    assert torch.allclose(raw.train_x[3, 0], torch.from_numpy(arrays["train-images-idx3-ubyte"][3] / 255.0).float())
+    assert raw.train_y.tolist() == (np.arange(12) % 10).tolist()
+    assert raw.test_y.tolist() == [0, 3, 6, 9, 2]
+    assert raw.num_classes == 10
+
+
+def test_fashion_mnist_from_search_folder(tmp_path):
+    make_mnist_folder(tmp_path / "elsewhere", n_train=7, n_test=3, gz=True)
+    raw = D.fashion_mnist(root=str(tmp_path / "empty_root"), download=False,
+                          search=[str(tmp_path / "elsewhere")])
+    assert raw.train_x.shape == (7, 1, 28, 28) and raw.test_y.shape == (3,)
+    raw2 = D.mnist(root=str(tmp_path / "empty_root"), download=False, search=[str(tmp_path / "elsewhere")])
+    assert torch.equal(raw.train_x, raw2.train_x)
+
+
+def test_fashion_mnist_from_root_folder(tmp_path):
+    make_mnist_folder(tmp_path / "FashionMNIST" / "raw", gz=False)
+    raw = D.fashion_mnist(root=str(tmp_path), download=False)
+    assert len(raw.train_y) == 12
+
+
+@pytest.mark.parametrize("loader", [D.mnist, D.fashion_mnist])
+def test_mnist_like_missing_files(tmp_path, loader, monkeypatch):
+    # Debian's FashionMNIST folder may exist on this machine; hide it so the error path is exercised.
+    if loader is D.fashion_mnist:
+        monkeypatch.setattr(D, "_find", _find_except_system(D._find))
+    (tmp_path / "MNIST" / "raw").mkdir(parents=True)
+    write_idx(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte", np.zeros((1, 28, 28)))  # 1 of 4
+    with pytest.raises(DataError) as info:
+        loader(root=str(tmp_path), download=False)
+    msg = str(info.value)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        assert name in msg
+    assert str(tmp_path) in msg and "download" in msg
+
+
+def _find_except_system(find):
+    def wrapped(name, folders):
+        return find(name, [f for f in folders if not str(f).startswith("/usr/share")])
+    return wrapped
+
+
+def test_idx_dataset_with_test_fraction(tmp_path):
+    images = write_idx(tmp_path / "im.gz", np.random.default_rng(0).integers(0, 256, (20, 28, 28)))
+    labels = write_idx(tmp_path / "lb.gz", np.arange(20) % 4)
+    raw = D.idx(str(images), str(labels), test_fraction=0.25, split_seed=0)
+    # round(0.25 * 20) = 5 test samples, 15 train; classes = max label + 1 = 4.
+    assert len(raw.test_y) == 5 and len(raw.train_y) == 15
+    assert raw.num_classes == 4
+    assert sorted(raw.train_y.tolist() + raw.test_y.tolist()) == sorted((np.arange(20) % 4).tolist())
+    # train and test are disjoint: all 20 images (distinct) appear exactly once.
+    every = torch.cat([raw.train_x, raw.test_x]).flatten(1)
+    assert torch.unique(every, dim=0).shape[0] == 20
+    again = D.idx(str(images), str(labels), test_fraction=0.25, split_seed=0)
+    assert torch.equal(again.test_x, raw.test_x)
+    other = D.idx(str(images), str(labels), test_fraction=0.25, split_seed=1)
+    assert not torch.equal(other.test_x, raw.test_x)
+
+
+def test_idx_dataset_with_test_files_and_errors(tmp_path):
+    a = write_idx(tmp_path / "a", np.zeros((4, 2, 2)))
+    b = write_idx(tmp_path / "b", np.array([0, 1, 2, 1]))
+    c = write_idx(tmp_path / "c", np.zeros((3, 2, 2)))
+    d = write_idx(tmp_path / "d", np.array([2, 2, 0]))
+    raw = D.idx(str(a), str(b), str(c), str(d), num_classes=5)
+    assert (len(raw.train_y), len(raw.test_y), raw.num_classes) == (4, 3, 5)
+    with pytest.raises(DataError, match="dataset.train_labels"):
+        D.idx(str(a), str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="dataset.test_fraction"):
+        D.idx(str(a), str(b), test_fraction=1.0)
+
+
+def make_cifar_folder(root: Path, per_batch=4, n_test=6):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    batches = {}
+    # The real files were pickled by Python 2, so their keys load as str under encoding="latin1".
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        n = n_test if name == "test_batch" else per_batch
+        entry = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 "labels": rng.integers(0, 10, n).tolist()}
+        batches[name] = entry
+        with open(folder / name, "wb") as f:
+            pickle.dump(entry, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"c{i}" for i in range(10)]}, f)
+    return batches
+
+
+def test_cifar10_from_python_folder(tmp_path, monkeypatch):
+    import torchvision
+    import torchvision.datasets.cifar as tv_cifar
+
+    batches = make_cifar_folder(tmp_path)
+    # torchvision checks the md5 of every file; ours are made up.
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *a, **k: True)
+    raw = D.cifar10(root=str(tmp_path), download=False)
+    assert raw.train_x.shape == (20, 3, 32, 32) and raw.test_x.shape == (6, 3, 32, 32)
+    # A row is 1024 red, 1024 green, 1024 blue values in row-major order.
+    first = batches["data_batch_1"]["data"][0]
+    assert raw.train_x[0, 1, 0, 0].item() == pytest.approx(first[1024] / 255.0)
+    assert raw.train_x[0, 2, 31, 31].item() == pytest.approx(first[3071] / 255.0)
+    assert raw.train_y[:4].tolist() == batches["data_batch_1"]["labels"]
+    assert raw.test_y.tolist() == batches["test_batch"]["labels"]
+
+
+def test_cifar10_missing_is_a_data_error(tmp_path):
+    with pytest.raises(DataError, match="cifar-10-batches-py"):
+        D.cifar10(root=str(tmp_path), download=False)
+
+
+# ----------------------------------------------------------------------------- synthetic, prepare
+
+def test_synthetic_shapes_and_labels():
+    raw = D.synthetic(num_train=50, num_test=20, channels=3, image_size=5, num_classes=5, seed=1)
+    assert raw.train_x.shape == (50, 3, 5, 5) and raw.test_x.shape == (20, 3, 5, 5)
+    assert torch.bincount(raw.train_y).tolist() == [10] * 5  # y = arange(n) % C, shuffled
+    assert raw.num_classes == 5
+    again = D.synthetic(num_train=50, num_test=20, channels=3, image_size=5, num_classes=5, seed=1)
+    assert torch.equal(raw.train_x, again.train_x)
+    with pytest.raises(ConfigError, match="dataset.num_train"):
+        D.synthetic(num_train=3, num_classes=5)
+
+
+def test_prepare_validation_split():
+    raw = D.synthetic(num_train=100, num_test=10, image_size=3, seed=0)
+    marked = raw.train_x.clone()
+    marked[:, 0, 0, 0] = torch.arange(100, dtype=torch.float32)  # tag each image by its index
+    raw.train_x = marked
+    data = D.prepare(raw, [0.0], [1.0], validation_fraction=0.2, seed=0)
+    # round(0.2 * 100) = 20 held out, 80 kept; with mean 0 / std 1 the tags survive.
+    assert len(data.val_y) == 20 and len(data.train_y) == 80
+    train_ids = set(data.train_x[:, 0, 0, 0].long().tolist())
+    val_ids = set(data.val_x[:, 0, 0, 0].long().tolist())
+    assert not train_ids & val_ids and train_ids | val_ids == set(range(100))
+    assert torch.equal(data.val_y, raw.train_y[sorted(val_ids)])
+    no_val = D.prepare(raw, [0.0], [1.0])
+    assert no_val.val_x is None and no_val.val_y is None and len(no_val.train_y) == 100
+    other = D.prepare(raw, [0.0], [1.0], validation_fraction=0.2, seed=1)
+    assert set(other.val_x[:, 0, 0, 0].long().tolist()) != val_ids
+    with pytest.raises(ConfigError, match="hyperparams.validation_fraction"):
+        D.prepare(raw, None, None, validation_fraction=1.0)
+
+
+def test_prepare_normalization():
+    raw = D.synthetic(num_train=200, num_test=50, channels=2, image_size=4, seed=0)
+    raw.train_x = raw.train_x * 3 + 5
+    raw.test_x = raw.test_x * 3 + 5
+    data = D.prepare(raw, None, None)
+    # Statistics from the training images: each channel of the train set has mean 0 and std 1.
+    assert torch.allclose(data.train_x.mean((0, 2, 3)), torch.zeros(2), atol=1e-4)
+    assert torch.allclose(data.train_x.std((0, 2, 3)), torch.ones(2), atol=1e-4)
+    # Given statistics: (x - m) / s per channel.
+    fixed = D.prepare(raw, [5.0, 1.0], [2.0, 4.0])
+    assert torch.allclose(fixed.test_x[:, 0], (raw.test_x[:, 0] - 5.0) / 2.0)
+    assert torch.allclose(fixed.test_x[:, 1], (raw.test_x[:, 1] - 1.0) / 4.0)
+    with pytest.raises(ConfigError, match="dataset.mean/std"):
+        D.prepare(raw, [0.5], [0.5])
+
+
+def test_prepare_max_train_and_test():
+    raw = D.synthetic(num_train=100, num_test=40, image_size=3, seed=0)
+    data = D.prepare(raw, [0.0], [1.0], max_train=30, max_test=10, seed=0)
+    assert len(data.train_y) == 30 and len(data.test_y) == 10
+    # A subset of the originals, in their original order.
+    flat = raw.train_x.flatten(1)
+    pos = [int((flat == row).all(1).nonzero()[0]) for row in data.train_x.flatten(1)]
+    assert pos == sorted(pos) and len(set(pos)) == 30
+    big = D.prepare(raw, [0.0], [1.0], max_train=1000)
+    assert len(big.train_y) == 100
+
+
+# ----------------------------------------------------------------------------- real data (optional)
+
+def test_real_fashion_mnist(shared_data):
+    folder = shared_data / "fashion-mnist"
+    if not (folder / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"{folder} has no FashionMNIST")
+    raw = D.fashion_mnist(root=str(shared_data / "nonexistent"), download=False, search=[str(folder)])
+    assert raw.train_x.shape == (60_000, 1, 28, 28) and raw.test_x.shape == (10_000, 1, 28, 28)
+    assert raw.train_y.min() == 0 and raw.train_y.max() == 9
+    assert torch.bincount(raw.train_y).tolist() == [6000] * 10
+    assert torch.bincount(raw.test_y).tolist() == [1000] * 10
+    assert 0.0 <= raw.train_x.min() and raw.train_x.max() <= 1.0
+    # The dataset config's mean/std (0.2860 / 0.3530) are the training set's.
+    assert raw.train_x.mean().item() == pytest.approx(0.2860, abs=1e-3)
+    assert raw.train_x.std().item() == pytest.approx(0.3530, abs=1e-3)
+
+
+def test_real_mnist_train10k(shared_data):
+    folder = shared_data / "mnist-train10k"
+    if not (folder / "images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"{folder} is absent")
+    raw = D.idx(str(folder / "images-idx3-ubyte.gz"), str(folder / "labels-idx1-ubyte.gz"))
+    assert len(raw.train_y) == 8000 and len(raw.test_y) == 2000
+    assert raw.num_classes == 10 and raw.train_x.shape[1:] == (1, 28, 28)

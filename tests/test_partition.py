@@ -1,0 +1,236 @@
+"""Partitions: disjoint, complete, deterministic, with the class and size structure each scheme promises.
+
+The standard labels (``labels_1000`` fixture): 1,000 samples, 100 of each of 10 classes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrun import partition as P
+from fedrun.errors import ConfigError
+
+# (scheme, kwargs): every scheme and option the papers use, on 10 clients.
+CASES = {
+    "iid": (P.iid, {}),
+    "iid-powerlaw": (P.iid, {"sizes": "powerlaw"}),
+    "classes2": (P.classes, {"classes_per_client": 2}),
+    "classes1": (P.classes, {"classes_per_client": 1}),
+    "classes2-powerlaw": (P.classes, {"classes_per_client": 2, "sizes": "powerlaw"}),
+    "dirichlet": (P.dirichlet, {"alpha": 0.5}),
+    "dirichlet-powerlaw": (P.dirichlet, {"alpha": 1.0, "sizes": "powerlaw"}),
+    "mixed": (P.mixed, {"iid_clients": 4, "classes_per_client": 2}),
+    "mixed-powerlaw": (P.mixed, {"iid_clients": 4, "sizes": "powerlaw"}),
+    "shards": (P.shards, {}),
+}
+FULL = [c for c in CASES if c != "shards"]  # the schemes that use every sample
+
+
+def build(case, labels, seed=0, num_clients=10, **extra):
+    fn, kwargs = CASES[case]
+    return fn(labels, num_clients=num_clients, num_classes=10, seed=seed, **{**kwargs, **extra})
+
+
+def all_indices(parts):
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_disjoint_and_sorted(case, labels_1000):
+    parts = build(case, labels_1000)
+    assert len(parts) == 10
+    idx = all_indices(parts)
+    assert len(idx) == len(np.unique(idx)), "a sample was given to two clients"
+    assert idx.min() >= 0 and idx.max() < 1000
+    assert all(len(p) > 0 for p in parts)
+    assert all(np.all(np.diff(p) > 0) for p in parts)
+
+
+@pytest.mark.parametrize("case", FULL)
+def test_coverage_uses_all_data(case, labels_1000):
+    parts = build(case, labels_1000)
+    assert np.array_equal(np.sort(all_indices(parts)), np.arange(1000))
+
+
+def test_shards_coverage_leaves_only_the_remainder():
+    # 1,003 samples, 10 clients x 2 shards = 20 shards of 1003 // 20 = 50: 1000 used, 3 left over.
+    labels = np.arange(1003) % 10
+    parts = P.shards(labels, num_clients=10, num_classes=10, seed=0, shards_per_client=2)
+    assert [len(p) for p in parts] == [100] * 10
+    assert len(np.unique(all_indices(parts))) == 1000
+
+
+def test_shards_are_label_sorted_pieces(labels_1000):
+    # 20 shards of 50 from label-sorted data (100 per class): every shard is one class, so every
+    # client holds at most 2 classes, each in a multiple of 50 samples.
+    parts = P.shards(labels_1000, num_clients=10, num_classes=10, seed=0)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert ((counts % 50) == 0).all()
+    assert ((counts > 0).sum(1) <= 2).all()
+    assert (counts.sum(0) == 100).all()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_deterministic_in_seed(case, labels_1000):
+    a, b = build(case, labels_1000, seed=5), build(case, labels_1000, seed=5)
+    assert P.fingerprint(a) == P.fingerprint(b)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    c = build(case, labels_1000, seed=6)
+    assert P.fingerprint(a) != P.fingerprint(c)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_classes_per_client_exact(k, labels_1000):
+    parts = P.classes(labels_1000, num_clients=10, num_classes=10, seed=1, classes_per_client=k)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert ((counts > 0).sum(1) == k).all()
+    # Each class is held by as equal a number of clients as possible: 10 k holdings over 10 classes.
+    assert ((counts > 0).sum(0) == k).all()
+
+
+def test_classes_with_many_clients(labels_1000):
+    # FedNNNN's non-IID: K = 100, 2 classes each; every class is held by exactly 20 clients.
+    parts = P.classes(labels_1000, num_clients=100, num_classes=10, seed=0, classes_per_client=2)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert ((counts > 0).sum(1) == 2).all()
+    assert ((counts > 0).sum(0) == 20).all()
+    assert [len(p) for p in parts] == [10] * 100  # 100 samples of a class / 20 holders = 5, x 2 classes
+
+
+@pytest.mark.parametrize("case,num_clients", [("iid", 10), ("iid", 7), ("iid", 33), ("classes2", 10),
+                                              ("mixed", 10)])
+def test_balanced_sizes_differ_by_at_most_num_classes(case, num_clients, labels_1000):
+    # Largest-remainder rounding per class: each client is off by < 1 sample per class.
+    parts = build(case, labels_1000, num_clients=num_clients,
+                  **({"iid_clients": 5} if case == "mixed" else {}))
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 10
+
+
+def test_iid_has_all_classes_in_proportion(labels_1000):
+    parts = P.iid(labels_1000, num_clients=10, num_classes=10, seed=0)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert (counts == 10).all()  # 100 per class over 10 clients, exactly
+
+
+@pytest.mark.parametrize("case", ["iid-powerlaw", "classes2-powerlaw", "mixed-powerlaw"])
+def test_powerlaw_is_skewed(case):
+    """Zipf shares with a = 1 and K = 100: the 10 largest clients hold H_10 / H_100 = 2.929 / 5.187
+    = 56% of the data (the docstring's number); balanced would be 10%."""
+    labels = np.random.default_rng(0).permutation(np.arange(20000) % 10)
+    extra = {"iid_clients": 20} if case.startswith("mixed") else {}
+    parts = build(case, labels, num_clients=100, **extra)
+    sizes = np.sort([len(p) for p in parts])[::-1]
+    top = sizes[:10].sum() / sizes.sum()
+    assert top > 0.45
+    if case == "iid-powerlaw":
+        assert top == pytest.approx(2.9289683 / 5.1873775, abs=0.01)
+        assert sizes[0] / sizes[-1] == pytest.approx(100, rel=0.1)  # rank 1 vs rank 100
+
+
+def test_power_law_shares_formula():
+    rng = np.random.default_rng(0)
+    shares = P.power_law_shares(4, 1.0, rng)
+    # ranks 1..4 in some order: shares are {1, 1/2, 1/3, 1/4} / (25/12) = {12, 6, 4, 3} / 25.
+    assert sorted(shares.tolist()) == pytest.approx([3 / 25, 4 / 25, 6 / 25, 12 / 25])
+
+
+def test_mixed_iid_clients_first(labels_1000):
+    parts = P.mixed(labels_1000, num_clients=10, num_classes=10, seed=2, iid_clients=3,
+                    classes_per_client=2)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert ((counts[:3] > 0).sum(1) == 10).all()  # IID clients: all classes
+    assert ((counts[3:] > 0).sum(1) == 2).all()  # the others: 2 classes
+    all_iid = P.mixed(labels_1000, num_clients=10, num_classes=10, seed=2, iid_clients=10)
+    assert ((P.class_counts(all_iid, labels_1000, 10) > 0).sum(1) == 10).all()
+
+
+@pytest.mark.parametrize("case", FULL)
+def test_samples_per_client_exact(case, labels_1000):
+    parts = build(case, labels_1000, samples_per_client=30)
+    assert [len(p) for p in parts] == [30] * 10
+    idx = all_indices(parts)
+    assert len(np.unique(idx)) == 300
+
+
+def test_samples_per_client_keeps_class_structure(labels_1000):
+    parts = P.classes(labels_1000, num_clients=10, num_classes=10, seed=0, classes_per_client=2,
+                      samples_per_client=20)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert (counts.sum(1) == 20).all()
+    assert ((counts > 0).sum(1) == 2).all()
+    assert ((counts == 10) | (counts == 0)).all()  # 20 split evenly over the 2 classes
+
+
+def test_dirichlet_small_alpha_concentrates(labels_1000):
+    # Dir(0.05) puts almost all of a client's mass on one or two classes; Dir(100) is near uniform.
+    def mean_top_share(alpha):
+        parts = P.dirichlet(labels_1000, num_clients=10, num_classes=10, seed=0, alpha=alpha,
+                            samples_per_client=50)
+        counts = P.class_counts(parts, labels_1000, 10)
+        return (counts.max(1) / counts.sum(1)).mean()
+    assert mean_top_share(0.05) > 0.6
+    assert mean_top_share(100.0) < 0.3
+
+
+# ----------------------------------------------------------------------------- impossible requests
+
+@pytest.mark.parametrize("call,setting", [
+    (lambda y: P.classes(y, 10, 10, 0, classes_per_client=11), "partition.classes_per_client"),
+    (lambda y: P.classes(y, 10, 10, 0, classes_per_client=0), "partition.classes_per_client"),
+    (lambda y: P.mixed(y, 10, 10, 0, iid_clients=2, classes_per_client=12), "partition.classes_per_client"),
+    (lambda y: P.shards(y, 600, 10, 0, shards_per_client=2), "partition.shards_per_client"),
+    (lambda y: P.shards(y, 10, 10, 0, shards_per_client=0), "partition.shards_per_client"),
+    (lambda y: P.iid(y, 10, 10, 0, samples_per_client=101), "partition.samples_per_client"),
+    (lambda y: P.classes(y, 10, 10, 0, classes_per_client=1, samples_per_client=101),
+     "partition.samples_per_client"),
+    (lambda y: P.iid(y, 10, 10, 0, samples_per_client=0), "partition.samples_per_client"),
+    (lambda y: P.iid(y, 1001, 10, 0), "hyperparams.num_clients"),
+    (lambda y: P.shards(y, 1001, 10, 0), "hyperparams.num_clients"),
+    (lambda y: P.dirichlet(y, 0, 10, 0), "hyperparams.num_clients"),
+    (lambda y: P.iid(y, 10, 10, 0, sizes="foo"), "partition.sizes"),
+    (lambda y: P.iid(y, 10, 10, 0, sizes="powerlaw", power_law_exponent=0), "partition.power_law_exponent"),
+    (lambda y: P.dirichlet(y, 10, 10, 0, alpha=0), "partition.alpha"),
+    (lambda y: P.mixed(y, 10, 10, 0, iid_clients=11), "partition.iid_clients"),
+    (lambda y: P.iid(y, 500, 10, 0), "partition"),  # 100 per class over 500 clients: empty clients
+])
+def test_impossible_partitions(call, setting, labels_1000):
+    with pytest.raises(ConfigError) as info:
+        call(labels_1000)
+    assert info.value.setting == setting
+    assert str(info.value).startswith(setting + "=")
+
+
+def test_samples_per_client_at_the_limit(labels_1000):
+    # 10 IID clients x 100 samples = all 100 of each class: possible, and uses everything.
+    parts = P.iid(labels_1000, 10, 10, 0, samples_per_client=100)
+    assert np.array_equal(np.sort(all_indices(parts)), np.arange(1000))
+
+
+# ----------------------------------------------------------------------------- records
+
+def test_fingerprint():
+    a = [np.array([0, 1]), np.array([2, 3])]
+    assert P.fingerprint(a) == P.fingerprint([np.array([0, 1]), np.array([2, 3])])
+    assert len(P.fingerprint(a)) == 16 and int(P.fingerprint(a), 16) >= 0
+    assert P.fingerprint(a) != P.fingerprint([np.array([0, 2]), np.array([1, 3])])  # same sizes
+    assert P.fingerprint(a) != P.fingerprint([np.array([2, 3]), np.array([0, 1])])  # swapped clients
+    assert P.fingerprint(a) != P.fingerprint([np.array([0]), np.array([1, 2, 3])])  # moved boundary
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_class_counts_sums(case, labels_1000):
+    parts = build(case, labels_1000)
+    counts = P.class_counts(parts, labels_1000, 10)
+    assert counts.shape == (10, 10)
+    assert counts.sum(1).tolist() == [len(p) for p in parts]
+    if case in FULL:
+        assert counts.sum(0).tolist() == [100] * 10
+    for k, p in enumerate(parts):
+        assert counts[k].tolist() == np.bincount(labels_1000[p], minlength=10).tolist()
+
+
+def test_class_counts_golden():
+    labels = np.array([0, 1, 1, 2, 2, 2])
+    counts = P.class_counts([np.array([0, 3]), np.array([1, 2, 4, 5])], labels, 4)
+    assert counts.tolist() == [[1, 0, 1, 0], [0, 2, 2, 0]]
