@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedrun.data import prepare
 from fedrun.engine import LocalTraining
 from fedrun.errors import ConfigError, DataError, DivergenceError, check
+from fedrun.participation import Participation
 from fedrun.simulation import Federation, refuse_existing_run, simulate
 
 log = logging.getLogger("fedrun")
@@ -74,7 +75,11 @@ def build(cfg: DictConfig) -> dict:
                           batch_size=_typed(cfg, h + "batch_size", int),
                           lr=_typed(cfg, h + "lr", float), momentum=_typed(cfg, h + "momentum", float),
                           nesterov=_typed(cfg, h + "nesterov", bool),
-                          weight_decay=_typed(cfg, h + "weight_decay", float))
+                          weight_decay=_typed(cfg, h + "weight_decay", float),
+                          optimizer=str(cfg.hyperparams.optimizer),
+                          betas=tuple(_typed(cfg, f"{h}betas.{i}", float) for i in range(2)))
+    participation = Participation(stragglers=_typed(cfg, h + "stragglers", float),
+                                  dropouts=_typed(cfg, h + "dropouts", float))
     validation = _typed(cfg, h + "validation_fraction", float)
     check(0 <= validation < 1, h + "validation_fraction", validation, "must be in [0, 1)")
     aggregator = _instantiate(cfg.aggregator, "aggregator")
@@ -85,7 +90,8 @@ def build(cfg: DictConfig) -> dict:
         check(isinstance(k, int) and 1 <= k <= classes, "partition.classes_per_client", k,
               f"must be between 1 and {classes} (the dataset's classes)")
     device = resolve_device(str(cfg.device))
-    return dict(federation=federation, local=local, aggregator=aggregator, partition=partition,
+    return dict(federation=federation, local=local, participation=participation,
+                aggregator=aggregator, partition=partition,
                 device=device, seed=_typed(cfg, "seed", int), validation=validation)
 
 
@@ -119,7 +125,7 @@ def run(cfg: DictConfig) -> dict:
     model_cfg = cfg.model
     summary = simulate(run_dir, data, functools.partial(instantiate, model_cfg), objects["partition"],
                        objects["aggregator"], objects["local"], objects["federation"],
-                       seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
+                       objects["participation"], seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
                        targets=tuple(cfg.targets), progress=bool(cfg.progress))
     log.info("summary: %s", summary)
     return summary

@@ -7,12 +7,13 @@ stacked ``[m, *shape]`` tensors.
 
 Local training is the client side of FedAvg (Nagura et al., Alg. 2): split the client's data into
 batches of B, run E epochs of ``w <- w - eta grad l(w; batch)`` (SGD, optionally with momentum,
-Nesterov and weight decay), plus the method's regularizer.  The batch order of client k in round t
+Nesterov and weight decay, or Adam: :mod:`fedrun.optim`), plus the method's regularizer.  The
+optimizer state starts from zero every round.  A straggler runs fewer epochs.  The batch order of client k in round t
 comes from a generator seeded by ``(seed, round, client)``, so every method sees the same batches.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -20,13 +21,14 @@ from torch import nn
 
 from fedrun.errors import check
 from fedrun.norms import Params
+from fedrun.optim import make_optimizer
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
 
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """The client optimizer (Nagura et al. Table 1: E, B, eta, lambda)."""
+    """The client optimizer (Nagura et al. Table 1: E, B, eta, lambda; Adam for FedLayerWise)."""
 
     epochs: int = 1
     batch_size: int = 50
@@ -34,6 +36,8 @@ class LocalTraining:
     momentum: float = 0.0
     nesterov: bool = False
     weight_decay: float = 0.0
+    optimizer: str = "sgd"  # sgd | adam
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam
 
     def __post_init__(self):
         check(self.epochs >= 1, "hyperparams.local_epochs", self.epochs, "must be >= 1")
@@ -43,10 +47,11 @@ class LocalTraining:
         check(not self.nesterov or self.momentum > 0, "hyperparams.nesterov", self.nesterov,
               "needs hyperparams.momentum > 0")
         check(self.weight_decay >= 0, "hyperparams.weight_decay", self.weight_decay, "must be >= 0")
+        self.make_optimizer()  # validates the optimizer's name and settings
 
-    def optimizer(self, params) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, nesterov=self.nesterov,
-                               weight_decay=self.weight_decay)
+    def make_optimizer(self):
+        return make_optimizer(self.optimizer, self.lr, self.momentum, self.nesterov,
+                              self.weight_decay, tuple(self.betas))
 
 
 @dataclass
@@ -59,6 +64,8 @@ class ClientResults:
     num_examples: torch.Tensor  # [m] n_k
     loss: torch.Tensor  # [m] mean local training loss over all local steps (without regularizer)
     steps: torch.Tensor  # [m] optimizer steps taken
+    epochs: torch.Tensor  # [m] local epochs run (fewer than E for stragglers)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # [m] regularizer diagnostics
 
 
 def split_state(model: nn.Module) -> tuple[Params, Params]:
@@ -86,48 +93,65 @@ class SequentialEngine:
         self.model, self.x, self.y = model, train_x, train_y
         self.indices, self.local, self.regularizer, self.seed = client_indices, local, regularizer, seed
 
-    def train(self, params: Params, buffers: Params, clients: list[int], round_: int) -> ClientResults:
+    def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
+              epochs: list[int] | None = None) -> ClientResults:
+        """Train ``clients`` from ``w_t = params``; client j runs ``epochs[j]`` epochs (default E)."""
         m = len(clients)
+        epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         deltas = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
         stacked_buffers = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device)
                            for k, v in buffers.items()}
         losses, steps = torch.zeros(m, dtype=torch.float64), torch.zeros(m, dtype=torch.long)
+        extras: dict[str, torch.Tensor] = {}
         for j, k in enumerate(clients):
-            losses[j], steps[j] = self._train_client(params, buffers, k, round_)
+            losses[j], steps[j], metrics = self._train_client(params, buffers, k, round_, epochs[j])
+            for name, value in metrics.items():
+                extras.setdefault(name, torch.full((m,), float("nan"), dtype=torch.float64))[j] = value
             for name, p in self.model.named_parameters():
                 deltas[name][j] = p.detach() - params[name]
             for name, b in self.model.named_buffers():
                 stacked_buffers[name][j] = b
         sizes = torch.tensor([len(self.indices[k]) for k in clients])
-        return ClientResults(list(clients), deltas, stacked_buffers, sizes, losses, steps)
+        return ClientResults(list(clients), deltas, stacked_buffers, sizes, losses, steps,
+                             torch.tensor(epochs), extras)
 
-    def _train_client(self, params: Params, buffers: Params, client: int, round_: int):
-        model, local = self.model, self.local
+    def _train_client(self, params: Params, buffers: Params, client: int, round_: int, epochs: int):
+        model, local, reg = self.model, self.local, self.regularizer
         model.load_state_dict({**params, **buffers})
         model.train()
-        optimizer = local.optimizer(model.parameters())
-        live = dict(model.named_parameters())
+        names = [name for name, _ in model.named_parameters()]
+        weights = [p for _, p in model.named_parameters()]
+        live = dict(zip(names, weights))
+        optimizer = local.make_optimizer()
+        opt_state = optimizer.init(weights)
         # Dropout (and any other randomness in the forward pass) is seeded per (round, client).
         torch.manual_seed(derive_seed(self.seed, "forward", round_, client))
         shuffle = torch_generator(self.seed, "shuffle", round_, client)
         idx = self.indices[client]
         n = len(idx)
         loss_sum = torch.zeros((), dtype=torch.float64, device=idx.device)
+        reg_sum = torch.zeros((), dtype=torch.float64, device=idx.device)
         steps = 0
-        for epoch in range(local.epochs):
-            if self.regularizer is not None:
-                self.regularizer.start_epoch(epoch, live, params)
+        if reg is not None:
+            reg.start_client(params)
+        for epoch in range(epochs):
+            if reg is not None:
+                reg.start_epoch(epoch, live, params)
             order = idx[torch.randperm(n, generator=shuffle).to(idx.device)]
             for start in range(0, n, local.batch_size):
                 batch = order[start : start + local.batch_size]
                 loss = F.cross_entropy(model(self.x[batch]), self.y[batch])
-                total = loss if self.regularizer is None else loss + self.regularizer.penalty(live, params)
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                optimizer.step()
+                total = loss
+                if reg is not None:
+                    penalty = reg.penalty(live, params)
+                    total = loss + penalty
+                    reg_sum += penalty.detach()
+                grads = torch.autograd.grad(total, weights)
+                optimizer.step(weights, grads, opt_state)
                 loss_sum += loss.detach() * len(batch)
                 steps += 1
-        return float(loss_sum) / (n * local.epochs), steps
+        metrics = {} if reg is None else {"reg_loss": float(reg_sum) / max(steps, 1), **reg.metrics()}
+        return float(loss_sum) / (n * epochs), steps, metrics
 
 
 @torch.no_grad()

@@ -29,6 +29,12 @@ def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
     return {name: torch.tensordot(weights.to(x.dtype), x, dims=1) for name, x in stacked.items()}
 
 
+def weighted_mean_by_layer(stacked: Params, weights: torch.Tensor, layers: list[Layer]) -> Params:
+    """``sum_k p_{k,l} x_k`` with a weight row per layer: ``weights`` is ``[L, m]`` (FedLayerWise eq. 7)."""
+    row = {p: i for i, layer in enumerate(layers) for p in layer.params}
+    return {name: torch.tensordot(weights[row[name]].to(x.dtype), x, dims=1) for name, x in stacked.items()}
+
+
 def client_layer_sq_norms(stacked: Params, layers: list[Layer]) -> torch.Tensor:
     """``[m, L]``: ``||dw_{k,l}||^2``, client k's update restricted to layer l's parameters."""
     # float64 before squaring: float32 updates above ~1e19 would overflow to inf.
@@ -41,6 +47,20 @@ def layer_norms(params: Params, layers: list[Layer]) -> torch.Tensor:
     return torch.stack([sum(params[p].double().pow(2).sum() for p in layer.params) for layer in layers]).sqrt()
 
 
+def client_layer_dots(stacked: Params, other: Params, layers: list[Layer]) -> torch.Tensor:
+    """``[m, L]``: ``<dw_{k,l}, v_l>`` for a stacked update and one parameter dict ``v``."""
+    cols = [sum((stacked[p].flatten(1).double() @ other[p].flatten().double()) for p in layer.params)
+            for layer in layers]
+    return torch.stack(cols, dim=1)
+
+
+def _angle(dot: torch.Tensor, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
+    """``arccos(dot / (|a| |b|))`` in radians; pi/2 (no alignment) where a norm is zero."""
+    denom = norm_a * norm_b
+    cos = torch.where(denom > 0, dot / denom.clamp_min(1e-300), torch.zeros_like(dot))
+    return torch.arccos(cos.clamp(-1.0, 1.0))
+
+
 @dataclass
 class NormStats:
     """N and E (eq. 4-5) for the whole model, per layer, and the client update norms."""
@@ -51,6 +71,20 @@ class NormStats:
     layer_E: torch.Tensor  # [L]
     client_norms: torch.Tensor  # [m], ||dw_k|| over the whole model
     client_sq: torch.Tensor  # [m, L] squared norms, for any grouping of layers
+    client_dot: torch.Tensor  # [m, L] <dw_{k,l}, mean update_l>
+
+    def angles(self) -> torch.Tensor:
+        """``[m]`` angle between each client's update and the weighted mean update (radians).
+
+        FedAdp's instantaneous angle (FedLayerWise eq. 1 applied to the whole model): the client
+        "gradient" ``-dw_k / eta`` (eq. 3) against the global one (eq. 2); the ``-1/eta`` scale
+        cancels in the cosine.
+        """
+        return _angle(self.client_dot.sum(1), self.client_norms, torch.tensor(self.N, dtype=torch.float64))
+
+    def layer_angles(self) -> torch.Tensor:
+        """``[m, L]`` the same angle per layer (FedLayerWise eq. 1)."""
+        return _angle(self.client_dot, self.client_sq.sqrt(), self.layer_N.unsqueeze(0))
 
     def group(self, mask: torch.Tensor, weights: torch.Tensor) -> tuple[float, float]:
         """N and E over the layers selected by a boolean ``mask`` ``[L]`` (e.g. all FC layers)."""
@@ -76,4 +110,5 @@ def nwda(deltas: Params, weights: torch.Tensor, layers: list[Layer],
     layer_E = weights @ sq.sqrt()
     client_norms = sq.sum(1).sqrt()
     return NormStats(N=float(layer_N.pow(2).sum().sqrt()), E=float(weights @ client_norms),
-                     layer_N=layer_N, layer_E=layer_E, client_norms=client_norms, client_sq=sq)
+                     layer_N=layer_N, layer_E=layer_E, client_norms=client_norms, client_sq=sq,
+                     client_dot=client_layer_dots(deltas, mean, layers))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.errors import check
+from fedrun.errors import ConfigError, check
 from fedrun.norms import Params
 
 
@@ -15,11 +15,18 @@ class Regularizer:
     """Interface: ``penalty(params, anchor)`` is added to the loss at every local step.
 
     ``params`` are the client's live parameters, ``anchor`` the round's global model ``w_t``.
-    ``start_epoch`` is called before each local epoch (FedLap recomputes its coefficients there).
+    ``start_client`` is called before a client trains, ``start_epoch`` before each of its local
+    epochs (FedLap recomputes its coefficients there), and ``metrics`` after, for ``clients.csv``.
     """
+
+    def start_client(self, anchor: Params) -> None:
+        pass
 
     def start_epoch(self, epoch: int, params: Params, anchor: Params) -> None:
         pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
     def penalty(self, params: Params, anchor: Params) -> torch.Tensor:
         raise NotImplementedError
@@ -38,3 +45,70 @@ class Proximal(Regularizer):
 
     def penalty(self, params, anchor):
         return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).sum() for k in anchor)
+
+
+FEDLAP_FORMS = ("linear", "interpolate")
+
+
+def neuron_view(t: torch.Tensor) -> torch.Tensor:
+    """``[neurons, fan-out]``: FedLap's per-neuron vectors of one parameter tensor.
+
+    FedLap (eq. 5-8) takes row j of ``W_l`` (``n_l x n_{l+1}``): the weights *leaving* input neuron
+    j.  A PyTorch ``Linear`` weight is ``[out, in]``, so that vector is column j; a conv weight
+    ``[out, in, kh, kw]`` gives one vector per input channel j (``W[:, j]``, all filters and
+    taps).  A 1-D tensor (a bias, BatchNorm's scale or shift) is one vector.
+    """
+    if t.ndim == 1:
+        return t.unsqueeze(0)
+    return t.transpose(0, 1).flatten(1)
+
+
+class LayerAdaptive(Regularizer):
+    """FedLap's layer-wise regularizer (Charteros & Koutsopoulos eq. 10):
+    ``h_k = l_k + 1/2 sum_l <c_l, d_l>``, with per neuron j of layer l
+
+    * ``lambda_{l,j} = 1 - cos(w^k_{l,j}, w^g_{l,j})`` (eq. 5, 7), computed at the start of every
+      local epoch and held fixed during it (Algorithm 1 line 16); 0 in the first epoch, where the
+      local model still equals the global one, so regularization starts in epoch 2;
+    * ``d_{l,j} = ||w^k_{l,j} - w^g_{l,j}||^2`` (eq. 8), differentiated at every step;
+    * ``c = q lambda`` (``form=linear``, default: q scales eq. 10; q = 0 is FedAvg exactly), or
+      ``c = q lambda^(1-q)`` (``form=interpolate``: q = 0 is FedAvg, q = 1 is FedProx with mu = 1,
+      the endpoints the paper names).
+
+    Args:
+      q: importance in [0, 1] (the paper uses 0.5).
+      form: ``linear`` or ``interpolate``.
+    """
+
+    def __init__(self, q: float = 0.5, form: str = "linear"):
+        check(0 <= q <= 1, "aggregator.q", q, "must be in [0, 1]")
+        if form not in FEDLAP_FORMS:
+            raise ConfigError("aggregator.form", form, f"choose one of: {', '.join(FEDLAP_FORMS)}")
+        self.q, self.form = q, form
+        self.coef: dict[str, torch.Tensor] = {}
+        self._lambda_means: list[float] = []
+
+    def start_client(self, anchor):
+        self._lambda_means = []
+
+    @torch.no_grad()
+    def start_epoch(self, epoch, params, anchor):
+        self.coef, lambdas = {}, []
+        for name, w in params.items():
+            wk, wg = neuron_view(w), neuron_view(anchor[name])
+            if epoch == 0:
+                lam = torch.zeros(wk.shape[0], dtype=w.dtype, device=w.device)
+            else:
+                lam = 1 - torch.cosine_similarity(wk, wg, dim=1, eps=1e-12)
+                lambdas.append(lam)
+            c = self.q * lam if self.form == "linear" else self.q * lam.pow(1 - self.q)
+            # Broadcast the per-neuron coefficient over the neuron's weights (axis 1, or all of a 1-D tensor).
+            self.coef[name] = c.view(1, -1, *([1] * (w.ndim - 2))) if w.ndim > 1 else c
+        if lambdas:
+            self._lambda_means.append(float(torch.cat(lambdas).mean()))
+
+    def penalty(self, params, anchor):
+        return 0.5 * sum((self.coef[k] * (params[k] - anchor[k]).pow(2)).sum() for k in anchor)
+
+    def metrics(self):
+        return {"lambda_mean": sum(self._lambda_means) / len(self._lambda_means) if self._lambda_means else 0.0}

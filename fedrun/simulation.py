@@ -13,11 +13,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from fedrun.aggregators import Aggregator, RoundOutcome, server_round
+from fedrun.aggregators import Aggregator, RoundOutcome, init_rule_state, server_round
 from fedrun.data import FederatedData
 from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
 from fedrun.errors import ConfigError, DivergenceError, check
 from fedrun.models import layers as model_layers
+from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
 from fedrun.recorder import CsvLog, atomic_save, summarize, write_json
 from fedrun.seeding import clients_per_round, sample_clients
@@ -27,10 +28,13 @@ log = logging.getLogger(__name__)
 ROUND_COLUMNS = [
     "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
     "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step", "server_step_sum",
-    "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "skipped", "wall_s",
+    "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "skipped",
+    "dropped", "stragglers", "wall_s",
 ]
 LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step"]
-CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "loss", "steps"]
+CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
+                  "loss", "steps", "epochs", "dropped", "reg_loss", "lambda_mean"]
+CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
 CHECKPOINT = "checkpoint.pt"
 
 
@@ -68,7 +72,8 @@ def _ratio(n: float, e: float) -> float:
 
 def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], nn.Module],
              partition: Callable[..., list[np.ndarray]], aggregator: Aggregator,
-             local: LocalTraining, federation: Federation, seed: int = 0,
+             local: LocalTraining, federation: Federation,
+             participation: Participation = Participation(), seed: int = 0,
              device: str | torch.device = "cpu", resume: bool = False,
              targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), progress: bool = True) -> dict:
     """Run (or resume) one federated simulation and write its run directory.
@@ -80,6 +85,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
       make_model: builds the architecture (called once, after seeding with ``seed``).
       partition: ``partition(labels, num_clients, num_classes, seed) -> [indices per client]``.
       aggregator, local, federation: the method, the client optimizer, the schedule.
+      participation: stragglers and drop-outs.
       resume: continue from ``checkpoint.pt`` if there is one.
       targets: accuracies whose first round the summary reports.
 
@@ -106,6 +112,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
 
     params, buffers = split_state(model)
     server_state = aggregator.server.init(params)
+    rule_state = init_rule_state(aggregator, federation.num_clients, layers)
     step_sum, first_round, offsets = 0.0, 1, None
     if resume and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
@@ -113,6 +120,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
             raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt['partition']}) differs "
                               f"from this config's ({print_}); use the run's original settings")
         params, buffers, server_state = ckpt["params"], ckpt["buffers"], ckpt["server_state"]
+        rule_state = ckpt["rule_state"]
         step_sum, first_round, offsets = ckpt["step_sum"], ckpt["round"] + 1, ckpt["offsets"]
         log.info("resuming %s after round %d", run_dir, ckpt["round"])
 
@@ -121,6 +129,8 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
         "rounds": CsvLog(run_dir / "rounds.csv", ROUND_COLUMNS, offsets and offsets["rounds"]),
         "layers": CsvLog(run_dir / "layers.csv", LAYER_COLUMNS, offsets and offsets["layers"]),
         "clients": CsvLog(run_dir / "clients.csv", CLIENT_COLUMNS, offsets and offsets["clients"]),
+        "client_layers": CsvLog(run_dir / "client_layers.csv", CLIENT_LAYER_COLUMNS,
+                                offsets and offsets["client_layers"]),
     }
     m = federation.per_round
     log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters",
@@ -137,63 +147,105 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     last_acc = float("nan")
     for t in bar:
         t0 = time.perf_counter()
-        clients = sample_clients(seed, t, federation.num_clients, m)
-        results = engine.train(params, buffers, clients, t)
-        out = server_round(aggregator, params, server_state, results.deltas, results.buffers,
-                           results.num_examples, layers)
-        _check_finite(out, results.loss, t, aggregator.name)
-        step_sum += out.server_step
-
-        row = {"round": t, "clients": m, "skipped": int(out.skipped),
-               "train_loss": float(out.weights @ results.loss), "N": out.stats.N, "E": out.stats.E,
-               "N_over_E": _ratio(out.stats.N, out.stats.E), "server_step": out.server_step,
-               "server_step_sum": step_sum}
-        for kind in ("conv", "fc"):
-            mask = torch.as_tensor(types == kind)
-            if mask.any():
-                n, e = out.stats.group(mask, out.weights)
-                row.update({f"N_{kind}": n, f"E_{kind}": e,
-                            f"server_step_{kind}": float(out.step_layer_norms[mask].pow(2).sum().sqrt())})
-        if t % federation.eval_every == 0 or t == federation.rounds:
+        sampled = sample_clients(seed, t, federation.num_clients, m)
+        clients, epochs, dropped = participation.draw(seed, t, sampled, local.epochs)
+        row = {"round": t, "clients": len(clients), "dropped": len(dropped),
+               "stragglers": sum(e < local.epochs for e in epochs)}
+        client_rows = [{"round": t, "client": k, "examples": len(parts[k]), "dropped": 1} for k in dropped]
+        if clients:
+            results = engine.train(params, buffers, clients, t, epochs)
+            out = server_round(aggregator, params, server_state, results.deltas, results.buffers,
+                               results.num_examples, layers, clients, rule_state)
+            _check_finite(out, results.loss, t, aggregator.name)
+            step_sum += out.server_step
+            row.update(_norm_columns(out, types, float(out.stats.N), float(out.stats.E)))
+            row.update(train_loss=float(out.stats_weights @ results.loss), server_step_sum=step_sum,
+                       skipped=int(out.skipped))
+            client_rows += _client_rows(t, results, out)
+            params, buffers, server_state, rule_state = out.sent, out.buffers, out.server_state, out.rule_state
             models = {"average": out.average, "sent": out.sent}
-            evaluated = {**models[aggregator.evaluate], **out.buffers}
+        else:  # everyone dropped out: the server keeps w_t
+            row.update(skipped=1, server_step=0.0, server_step_sum=step_sum)
+            models = {"average": params, "sent": params}
+        if t % federation.eval_every == 0 or t == federation.rounds:
+            evaluated = {**models[aggregator.evaluate], **buffers}
             row["test_acc"], row["test_loss"] = evaluate(model, evaluated, data.test_x, data.test_y, eval_batch)
             if data.val_x is not None:
                 row["val_acc"], row["val_loss"] = evaluate(model, evaluated, data.val_x, data.val_y, eval_batch)
-            if any(not torch.equal(out.sent[k], out.average[k]) for k in params):
+            if any(not torch.equal(models["sent"][k], models["average"][k]) for k in params):
                 # Two models (FedNNNN sec. 4.1): record both, evaluating only the one not yet done.
                 other = "sent" if aggregator.evaluate == "average" else "average"
                 row[f"{aggregator.evaluate}_test_acc"] = row["test_acc"]
                 row[f"{aggregator.evaluate}_test_loss"] = row["test_loss"]
                 row[f"{other}_test_acc"], row[f"{other}_test_loss"] = evaluate(
-                    model, {**models[other], **out.buffers}, data.test_x, data.test_y, eval_batch)
+                    model, {**models[other], **buffers}, data.test_x, data.test_y, eval_batch)
             last_acc = row["test_acc"]
         row["wall_s"] = time.perf_counter() - t0
 
         logs["rounds"].append([row])
-        logs["layers"].append([
-            {"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i],
-             "N": float(out.stats.layer_N[i]), "E": float(out.stats.layer_E[i]),
-             "N_over_E": _ratio(float(out.stats.layer_N[i]), float(out.stats.layer_E[i])),
-             "server_step": float(out.step_layer_norms[i])}
-            for i, layer in enumerate(layers)])
-        logs["clients"].append([
-            {"round": t, "client": k, "examples": int(results.num_examples[j]),
-             "weight": float(out.weights[j]), "update_norm": float(out.stats.client_norms[j]),
-             "loss": float(results.loss[j]), "steps": int(results.steps[j])}
-            for j, k in enumerate(results.clients)])
+        if clients:
+            logs["layers"].append([
+                {"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i],
+                 "N": float(out.stats.layer_N[i]), "E": float(out.stats.layer_E[i]),
+                 "N_over_E": _ratio(float(out.stats.layer_N[i]), float(out.stats.layer_E[i])),
+                 "server_step": float(out.step_layer_norms[i])}
+                for i, layer in enumerate(layers)])
+            logs["client_layers"].append(_client_layer_rows(t, results, out, layers))
+        logs["clients"].append(client_rows)
 
-        params, buffers, server_state = out.sent, out.buffers, out.server_state
         atomic_save({"round": t, "params": params, "buffers": buffers, "server_state": server_state,
-                     "step_sum": step_sum, "partition": print_,
+                     "rule_state": rule_state, "step_sum": step_sum, "partition": print_,
                      "offsets": {name: lg.size() for name, lg in logs.items()}}, ckpt_path)
-        bar.set_postfix(acc=f"{last_acc:.4f}", N_E=f"{row['N_over_E']:.3f}")
+        bar.set_postfix(acc=f"{last_acc:.4f}", N_E=f"{row.get('N_over_E', float('nan')):.3f}")
     bar.close()
 
     summary = {"aggregator": aggregator.name, "partition_fingerprint": print_,
                **summarize(run_dir / "rounds.csv", list(targets))}
     write_json(summary, run_dir / "summary.json")
     return summary
+
+
+def _norm_columns(out: RoundOutcome, types: np.ndarray, n: float, e: float) -> dict:
+    """N, E, N/E and the server step for the whole model and per layer type (conv, fc)."""
+    row = {"N": n, "E": e, "N_over_E": _ratio(n, e), "server_step": out.server_step}
+    for kind in ("conv", "fc"):
+        mask = torch.as_tensor(types == kind)
+        if mask.any():
+            nk, ek = out.stats.group(mask, out.stats_weights)
+            row.update({f"N_{kind}": nk, f"E_{kind}": ek,
+                        f"server_step_{kind}": float(out.step_layer_norms[mask].pow(2).sum().sqrt())})
+    return row
+
+
+def _client_rows(t: int, results, out: RoundOutcome) -> list[dict]:
+    angles = out.stats.angles()
+    smoothed = out.diagnostics.get("smoothed_angle")
+    weights = out.client_weights
+    rows = []
+    for j, k in enumerate(results.clients):
+        row = {"round": t, "client": k, "examples": int(results.num_examples[j]),
+               "weight": float(weights[j]), "update_norm": float(out.stats.client_norms[j]),
+               "angle": float(angles[j]), "loss": float(results.loss[j]), "steps": int(results.steps[j]),
+               "epochs": int(results.epochs[j]), "dropped": 0}
+        if smoothed is not None and smoothed.ndim == 1:
+            row["smoothed_angle"] = float(smoothed[j])
+        row.update({name: float(v[j]) for name, v in results.extras.items()})
+        rows.append(row)
+    return rows
+
+
+def _client_layer_rows(t: int, results, out: RoundOutcome, layers) -> list[dict]:
+    angles, norms = out.stats.layer_angles(), out.stats.client_sq.sqrt()
+    smoothed = out.diagnostics.get("smoothed_angle")
+    per_layer = smoothed is not None and smoothed.ndim == 2
+    rows = []
+    for j, k in enumerate(results.clients):
+        for i, layer in enumerate(layers):
+            weight = out.weights[i, j] if out.weights.ndim == 2 else out.weights[j]
+            rows.append({"round": t, "client": k, "layer": layer.name, "update_norm": float(norms[j, i]),
+                         "angle": float(angles[j, i]), "weight": float(weight),
+                         "smoothed_angle": float(smoothed[j, i]) if per_layer else None})
+    return rows
 
 
 def _check_finite(out: RoundOutcome, losses: torch.Tensor, t: int, name: str) -> None:

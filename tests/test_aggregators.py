@@ -360,7 +360,7 @@ def test_step_layer_norms_match_normnorm_scale():
 
 def _stats(N, E):
     z = torch.zeros(1, dtype=torch.float64)
-    return NormStats(N=N, E=E, layer_N=z, layer_E=z, client_norms=z, client_sq=z[None])
+    return NormStats(N=N, E=E, layer_N=z, layer_E=z, client_norms=z, client_sq=z[None], client_dot=z[None])
 
 
 def test_chain_order_matters():

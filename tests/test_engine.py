@@ -173,10 +173,12 @@ def test_local_training_validation(kwargs, setting):
 
 
 def test_local_training_optimizer():
-    opt = LocalTraining(lr=0.2, momentum=0.5, nesterov=True, weight_decay=1e-3).optimizer(
-        [nn.Parameter(torch.zeros(1))])
-    g = opt.param_groups[0]
-    assert (g["lr"], g["momentum"], g["nesterov"], g["weight_decay"]) == (0.2, 0.5, True, 1e-3)
+    opt = LocalTraining(lr=0.2, momentum=0.5, nesterov=True, weight_decay=1e-3).make_optimizer()
+    assert (opt.lr, opt.momentum, opt.nesterov, opt.weight_decay) == (0.2, 0.5, True, 1e-3)
+    adam = LocalTraining(lr=0.005, optimizer="adam", betas=(0.8, 0.99)).make_optimizer()
+    assert (adam.lr, adam.beta1, adam.beta2) == (0.005, 0.8, 0.99)
+    with pytest.raises(ConfigError, match="hyperparams.optimizer"):
+        LocalTraining(optimizer="rmsprop")
 
 
 # ----------------------------------------------------------------------------- evaluate
