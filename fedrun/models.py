@@ -13,23 +13,50 @@ from torch import nn
 
 
 class MnistCNN(nn.Module):
-    """The FedNNNN MNIST CNN (Nagura et al., Table 3): 431,080 parameters on 28x28x1.
+    """Two 5x5 conv + pool blocks and two FC layers.
 
+    Defaults: the FedNNNN MNIST CNN (Nagura et al., Table 3), 431,080 parameters on 28x28x1:
     Conv1 5x5 1->20, ReLU, maxpool 2 | Conv2 5x5 20->50, ReLU, maxpool 2 | Fc1 800->500, ReLU |
-    Fc2 500->10.  All layers have biases (sec. 5.1).
+    Fc2 500->10.  All layers have biases (sec. 5.1).  ``channels=(32, 64), hidden=512`` is the
+    FedLayerWise CNN (Lanjewar et al. sec. IV.A), 582,026 parameters.
     """
 
-    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10):
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
+                 channels: tuple[int, int] = (20, 50), hidden: int = 500):
         super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 20, 5)
-        self.conv2 = nn.Conv2d(20, 50, 5)
+        c1, c2 = channels
+        self.conv1 = nn.Conv2d(in_channels, c1, 5)
+        self.conv2 = nn.Conv2d(c1, c2, 5)
         side = ((image_size - 4) // 2 - 4) // 2
-        self.fc1 = nn.Linear(50 * side * side, 500)
-        self.fc2 = nn.Linear(500, num_classes)
+        self.fc1 = nn.Linear(c2 * side * side, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
 
     def forward(self, x):
         x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
         x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class TFTutorialCNN(nn.Module):
+    """The TensorFlow CNN tutorial's CIFAR-10 model, used by FedLap (sec. V.A): 122,570 parameters.
+
+    Conv 3x3 32, ReLU, maxpool 2 | Conv 3x3 64, ReLU, maxpool 2 | Conv 3x3 64, ReLU |
+    FC 1024->64, ReLU | FC 64->10 (valid padding, as in the tutorial).
+    """
+
+    def __init__(self, in_channels: int = 3, image_size: int = 32, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.conv3 = nn.Conv2d(64, 64, 3)
+        side = ((image_size - 2) // 2 - 2) // 2 - 2
+        self.fc1 = nn.Linear(64 * side * side, 64)
+        self.fc2 = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.relu(self.conv3(x))
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 

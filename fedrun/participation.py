@@ -37,8 +37,9 @@ class Participation:
         """Split the sampled clients into those who report and those who dropped out.
 
         Returns:
-          ``(active, local_epochs, dropped)``: the reporting clients, the epochs each runs
-          (E, or uniform in [1, E] for a straggler), and the dropped clients.
+          ``(active, local_epochs, dropped, stragglers)``: the reporting clients, the epochs each
+          runs (E, or uniform in [1, E] for a straggler), the dropped clients, and the set of
+          clients drawn as stragglers (one may still draw all E epochs).
         """
         dropped = _pick(self.dropouts, clients, torch_generator(seed, "dropouts", round_))
         active = [c for c in clients if c not in set(dropped)]
@@ -48,4 +49,4 @@ class Participation:
             if c in slow else epochs
             for c in active
         ]
-        return active, local_epochs, dropped
+        return active, local_epochs, dropped, slow

@@ -33,7 +33,7 @@ ROUND_COLUMNS = [
 ]
 LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step"]
 CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
-                  "loss", "steps", "epochs", "dropped", "reg_loss", "lambda_mean"]
+                  "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
 CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
 CHECKPOINT = "checkpoint.pt"
 
@@ -148,9 +148,8 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     for t in bar:
         t0 = time.perf_counter()
         sampled = sample_clients(seed, t, federation.num_clients, m)
-        clients, epochs, dropped = participation.draw(seed, t, sampled, local.epochs)
-        row = {"round": t, "clients": len(clients), "dropped": len(dropped),
-               "stragglers": sum(e < local.epochs for e in epochs)}
+        clients, epochs, dropped, stragglers = participation.draw(seed, t, sampled, local.epochs)
+        row = {"round": t, "clients": len(clients), "dropped": len(dropped), "stragglers": len(stragglers)}
         client_rows = [{"round": t, "client": k, "examples": len(parts[k]), "dropped": 1} for k in dropped]
         if clients:
             results = engine.train(params, buffers, clients, t, epochs)
@@ -161,7 +160,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
             row.update(_norm_columns(out, types, float(out.stats.N), float(out.stats.E)))
             row.update(train_loss=float(out.stats_weights @ results.loss), server_step_sum=step_sum,
                        skipped=int(out.skipped))
-            client_rows += _client_rows(t, results, out)
+            client_rows += _client_rows(t, results, out, stragglers)
             params, buffers, server_state, rule_state = out.sent, out.buffers, out.server_state, out.rule_state
             models = {"average": out.average, "sent": out.sent}
         else:  # everyone dropped out: the server keeps w_t
@@ -191,7 +190,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                  "server_step": float(out.step_layer_norms[i])}
                 for i, layer in enumerate(layers)])
             logs["client_layers"].append(_client_layer_rows(t, results, out, layers))
-        logs["clients"].append(client_rows)
+        logs["clients"].append(sorted(client_rows, key=lambda r: r["client"]))
 
         atomic_save({"round": t, "params": params, "buffers": buffers, "server_state": server_state,
                      "rule_state": rule_state, "step_sum": step_sum, "partition": print_,
@@ -217,7 +216,7 @@ def _norm_columns(out: RoundOutcome, types: np.ndarray, n: float, e: float) -> d
     return row
 
 
-def _client_rows(t: int, results, out: RoundOutcome) -> list[dict]:
+def _client_rows(t: int, results, out: RoundOutcome, stragglers: set[int]) -> list[dict]:
     angles = out.stats.angles()
     smoothed = out.diagnostics.get("smoothed_angle")
     weights = out.client_weights
@@ -226,7 +225,7 @@ def _client_rows(t: int, results, out: RoundOutcome) -> list[dict]:
         row = {"round": t, "client": k, "examples": int(results.num_examples[j]),
                "weight": float(weights[j]), "update_norm": float(out.stats.client_norms[j]),
                "angle": float(angles[j]), "loss": float(results.loss[j]), "steps": int(results.steps[j]),
-               "epochs": int(results.epochs[j]), "dropped": 0}
+               "epochs": int(results.epochs[j]), "straggler": int(k in stragglers), "dropped": 0}
         if smoothed is not None and smoothed.ndim == 1:
             row["smoothed_angle"] = float(smoothed[j])
         row.update({name: float(v[j]) for name, v in results.extras.items()})
