@@ -17,9 +17,11 @@ from fedrun.errors import check
 from fedrun.seeding import torch_generator
 
 
-def _pick(fraction: float, pool: list[int], generator: torch.Generator) -> list[int]:
-    """``round(fraction * len(pool))`` members of ``pool`` (rounded half up), in pool order."""
+def _pick(fraction: float, pool: list[int], generator: torch.Generator, most: int | None = None) -> list[int]:
+    """``round(fraction * len(pool))`` members of ``pool`` (rounded half up, at most ``most``)."""
     count = int(fraction * len(pool) + 0.5)
+    if most is not None:
+        count = min(count, most)
     chosen = set(torch.randperm(len(pool), generator=generator)[:count].tolist())
     return [c for i, c in enumerate(pool) if i in chosen]
 
@@ -41,7 +43,8 @@ class Participation:
           runs (E, or uniform in [1, E] for a straggler), the dropped clients, and the set of
           clients drawn as stragglers (one may still draw all E epochs).
         """
-        dropped = _pick(self.dropouts, clients, torch_generator(seed, "dropouts", round_))
+        # Fewer than all: with dropouts < 1 at least one client reports every round.
+        dropped = _pick(self.dropouts, clients, torch_generator(seed, "dropouts", round_), len(clients) - 1)
         active = [c for c in clients if c not in set(dropped)]
         slow = set(_pick(self.stragglers, active, torch_generator(seed, "stragglers", round_)))
         local_epochs = [

@@ -59,7 +59,8 @@ def test_config_composes_and_builds(group, option):
     assert aggregator.name == cfg.aggregator._target_.rsplit(".", 1)[1]
     partition = instantiate(cfg.partition)
     k, c = int(cfg.hyperparams.num_clients), int(cfg.dataset.num_classes)
-    labels = np.random.default_rng(0).permutation(np.arange(50 * k * c) % c)  # 50 per client per class
+    per_class = max(50 * k, 2 * k * (OmegaConf.select(cfg, "partition.samples_per_client") or 0))
+    labels = np.random.default_rng(0).permutation(np.arange(per_class * c) % c)  # >= 50 per client per class
     parts = partition(labels=labels, num_clients=k, num_classes=c, seed=0)
     assert len(parts) == k and len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)
     model = instantiate(cfg.model)

@@ -1,0 +1,298 @@
+"""FedLap's layer-wise regularizer (Charteros & Koutsopoulos eq. 5-10, Algorithm 1).
+
+The hand-checked case: a 2x2 PyTorch weight ``[out, in]`` whose per-neuron vectors (the fan-out of
+input neuron j, eq. 5-8) are its *columns*:
+
+    global  W_g = [[1, 0],     columns  w_g0 = [1, 0],  w_g1 = [0, 1]
+                   [0, 1]]
+    local   W_k = [[2, 1],     columns  w_k0 = [2, 0],  w_k1 = [1, 1]
+                   [0, 1]]
+
+* eq. 5, 7: ``lambda_0 = 1 - cos([2, 0], [1, 0]) = 1 - 1 = 0``;
+  ``lambda_1 = 1 - cos([1, 1], [0, 1]) = 1 - 1/sqrt(2) = 1 - 0.707107 = 0.292893``;
+* eq. 8: ``d_0 = ||[2, 0] - [1, 0]||^2 = 1``, ``d_1 = ||[1, 1] - [0, 1]||^2 = 1``;
+* eq. 10 with q = 0.5 (``form=linear``: ``c = q lambda``):
+  ``1/2 (0.5 * 0 * 1 + 0.5 * 0.292893 * 1) = 0.073223``.
+
+Neuron 0 moved (``d_0 = 1``) but only along its own direction, so it is not penalized.  Were the
+coefficient applied to rows instead of columns, the penalty would be 0 (row 1 did not move and
+row 0 has lambda 0), so the golden number also pins the axis.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import tiny_mlp
+from fedrun import aggregators as A
+from fedrun.engine import LocalTraining, SequentialEngine, split_state
+from fedrun.errors import ConfigError
+from fedrun.models import Layer
+from fedrun.regularizers import LayerAdaptive, Proximal, neuron_view
+
+LAMBDA_1 = 1 - 1 / math.sqrt(2)  # 0.292893
+WG = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+WK = torch.tensor([[2.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
+
+
+# ----------------------------------------------------------------------------- neuron_view
+
+def test_neuron_view_linear_is_columns():
+    w = torch.arange(12.0).reshape(3, 4)  # Linear(in=4, out=3): [out, in]
+    v = neuron_view(w)
+    assert v.shape == (4, 3)  # one fan-out vector of length out per input neuron
+    for j in range(4):
+        assert torch.equal(v[j], w[:, j])
+
+
+def test_neuron_view_conv_is_input_channels():
+    w = torch.arange(4 * 2 * 3 * 3.0).reshape(4, 2, 3, 3)  # Conv2d(in=2, out=4, 3x3)
+    v = neuron_view(w)
+    assert v.shape == (2, 4 * 3 * 3)  # [i, o*kh*kw]
+    for j in range(2):
+        assert torch.equal(v[j], w[:, j].flatten())
+
+
+def test_neuron_view_bias_is_one_vector():
+    b = torch.arange(5.0)
+    assert neuron_view(b).shape == (1, 5)
+    assert torch.equal(neuron_view(b)[0], b)
+
+
+# ----------------------------------------------------------------------------- lambda and the penalty
+
+def test_lambda_is_zero_in_the_first_epoch():
+    reg = LayerAdaptive(q=1.0)
+    reg.start_client({"w": WG})
+    reg.start_epoch(0, {"w": WK}, {"w": WG})  # the local model already differs from w_g
+    assert torch.equal(reg.coef["w"], torch.zeros(1, 2, dtype=torch.float64))
+    assert float(reg.penalty({"w": WK}, {"w": WG})) == 0.0
+    assert reg.metrics() == {"lambda_mean": 0.0}  # no epoch >= 2 yet
+
+
+def test_lambda_golden_linear():
+    reg = LayerAdaptive(q=0.5)
+    reg.start_client({"w": WG})
+    reg.start_epoch(1, {"w": WK}, {"w": WG})
+    # c = q lambda = [0, 0.5 * 0.292893] on the input-neuron axis (1).
+    assert reg.coef["w"].shape == (1, 2)
+    assert reg.coef["w"][0].tolist() == pytest.approx([0.0, 0.5 * LAMBDA_1], abs=1e-15)
+    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.5 * 0.5 * LAMBDA_1, rel=1e-12)
+    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.073223, abs=1e-6)
+    assert reg.metrics()["lambda_mean"] == pytest.approx(LAMBDA_1 / 2, rel=1e-12)  # mean(0, 0.292893)
+
+
+def test_lambda_golden_conv_and_bias():
+    # The same 2x2 numbers as a 1x1 conv [out=2, in=2, 1, 1], plus a bias b_g = [1, 0], b_k = [1, 1]:
+    # bias lambda = 1 - cos([1, 1], [1, 0]) = 0.292893, d = 1, term 1/2 * 0.5 * 0.292893 = 0.073223.
+    # Penalty 0.073223 + 0.073223 = 0.146447; lambda_mean = (0 + 0.292893 + 0.292893) / 3 = 0.195262.
+    anchor = {"c.weight": WG.view(2, 2, 1, 1), "c.bias": torch.tensor([1.0, 0.0], dtype=torch.float64)}
+    local = {"c.weight": WK.view(2, 2, 1, 1), "c.bias": torch.tensor([1.0, 1.0], dtype=torch.float64)}
+    reg = LayerAdaptive(q=0.5)
+    reg.start_client(anchor)
+    reg.start_epoch(1, local, anchor)
+    assert reg.coef["c.weight"].shape == (1, 2, 1, 1)
+    assert float(reg.penalty(local, anchor)) == pytest.approx(0.5 * LAMBDA_1, rel=1e-12)
+    assert float(reg.penalty(local, anchor)) == pytest.approx(0.146447, abs=1e-6)
+    assert reg.metrics()["lambda_mean"] == pytest.approx(2 * LAMBDA_1 / 3, rel=1e-12)
+    assert reg.metrics()["lambda_mean"] == pytest.approx(0.195262, abs=1e-6)
+
+
+def test_lambda_is_held_fixed_during_the_epoch_and_metrics_average_epochs():
+    reg = LayerAdaptive(q=0.5)
+    reg.start_client({"w": WG})
+    reg.start_epoch(0, {"w": WK}, {"w": WG})
+    reg.start_epoch(1, {"w": WK}, {"w": WG})  # lambda mean 0.146447
+    # The penalty at other parameters uses the epoch's coefficients: w = W_g + 2 e_{01} moves only
+    # column 1 (d_1 = 4), so 1/2 * 0.146447 * 4 = 0.292893; a pure column-0 move costs nothing.
+    moved = WG.clone()
+    moved[0, 1] += 2.0
+    assert float(reg.penalty({"w": moved}, {"w": WG})) == pytest.approx(0.5 * 0.5 * LAMBDA_1 * 4, rel=1e-12)
+    moved0 = WG.clone()
+    moved0[1, 0] += 5.0
+    assert float(reg.penalty({"w": moved0}, {"w": WG})) == 0.0
+    # Epoch 2 at w_k = W_g: lambda = 0 for both neurons; lambda_mean averages the epochs >= 2 only:
+    # (0.146447 + 0) / 2 = 0.073223.
+    reg.start_epoch(2, {"w": WG}, {"w": WG})
+    assert reg.metrics()["lambda_mean"] == pytest.approx(LAMBDA_1 / 4, rel=1e-12)
+    # start_client resets the per-client metrics.
+    reg.start_client({"w": WG})
+    assert reg.metrics() == {"lambda_mean": 0.0}
+
+
+def test_interpolate_form_golden():
+    # c = q lambda^(1 - q).  q = 0.5: c_1 = 0.5 sqrt(0.292893) = 0.5 * 0.541196 = 0.270598;
+    # penalty 1/2 * 0.270598 * 1 = 0.135299.  Epoch 1 (lambda = 0): 0.5 * 0^0.5 = 0.
+    reg = LayerAdaptive(q=0.5, form="interpolate")
+    reg.start_epoch(0, {"w": WK}, {"w": WG})
+    assert float(reg.penalty({"w": WK}, {"w": WG})) == 0.0
+    reg.start_epoch(1, {"w": WK}, {"w": WG})
+    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.25 * math.sqrt(LAMBDA_1), rel=1e-12)
+    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.135299, abs=1e-6)
+    # q = 1: c = lambda^0 = 1 from the first step (0^0 = 1), i.e. FedProx with mu = 1:
+    # 1/2 ||W_k - W_g||^2 = 1/2 (1 + 1) = 1.
+    reg = LayerAdaptive(q=1.0, form="interpolate")
+    for epoch in (0, 1):
+        reg.start_epoch(epoch, {"w": WK}, {"w": WG})
+        assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(1.0, rel=1e-12)
+        assert float(reg.penalty({"w": WK}, {"w": WG})) == float(Proximal(1.0).penalty({"w": WK}, {"w": WG}))
+
+
+# ----------------------------------------------------------------------------- local training
+
+SPLIT = [range(0, 10), range(10, 33), range(33, 60)]  # n_k = 10, 23, 27 of tiny_data's 60
+
+
+def train(data, regularizer, epochs=3, lr=0.5, batch_size=7, clients=(0, 1, 2), client_epochs=None):
+    model = tiny_mlp(0)
+    indices = [torch.tensor(list(r)) for r in SPLIT]
+    local = LocalTraining(epochs=epochs, batch_size=batch_size, lr=lr)
+    engine = SequentialEngine(model, data.train_x, data.train_y, indices, local, regularizer, seed=0)
+    params, buffers = split_state(model)
+    return engine.train(params, buffers, list(clients), round_=1, epochs=client_epochs)
+
+
+def update_norms(res):
+    names = list(res.deltas)
+    return torch.stack([torch.cat([res.deltas[k][j].flatten() for k in names]).norm()
+                        for j in range(len(res.clients))])
+
+
+@pytest.mark.parametrize("form", ["linear", "interpolate"])
+def test_q0_is_fedavg_exactly(tiny_data, form):
+    ref = train(tiny_data, None)
+    lap = train(tiny_data, LayerAdaptive(q=0.0, form=form))
+    for k in ref.deltas:
+        assert torch.equal(lap.deltas[k], ref.deltas[k]), k
+    assert torch.equal(lap.loss, ref.loss) and torch.equal(lap.steps, ref.steps)
+    assert lap.extras["reg_loss"].tolist() == [0.0, 0.0, 0.0]
+    assert bool((lap.extras["lambda_mean"] > 0).all())  # lambda is still measured
+    assert ref.extras == {}
+
+
+def test_one_epoch_is_fedavg_exactly(tiny_data):
+    # E = 1: lambda = 0 throughout (regularization starts in epoch 2), whatever q.
+    ref = train(tiny_data, None, epochs=1)
+    lap = train(tiny_data, LayerAdaptive(q=1.0), epochs=1)
+    for k in ref.deltas:
+        assert torch.equal(lap.deltas[k], ref.deltas[k]), k
+    assert lap.extras["reg_loss"].tolist() == [0.0, 0.0, 0.0]
+    assert lap.extras["lambda_mean"].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_interpolate_q1_is_fedprox_mu1(tiny_data):
+    prox = train(tiny_data, Proximal(1.0))
+    lap = train(tiny_data, LayerAdaptive(q=1.0, form="interpolate"))
+    ref = train(tiny_data, None)
+    for k in prox.deltas:
+        assert torch.allclose(lap.deltas[k], prox.deltas[k], rtol=1e-5, atol=1e-6), k
+        assert not torch.allclose(lap.deltas[k], ref.deltas[k], rtol=1e-3, atol=1e-4), k
+    assert torch.allclose(lap.loss, prox.loss, rtol=1e-5)
+
+
+def test_regularization_shrinks_updates(tiny_data):
+    # E = 3, lr 0.5, q = 1 (linear): measured norms ~ [1.42, 1.78, 1.42] against FedAvg's
+    # ~ [1.53, 2.39, 1.76]; every client's update is shorter.
+    ref = update_norms(train(tiny_data, None))
+    lap_res = train(tiny_data, LayerAdaptive(q=1.0))
+    lap = update_norms(lap_res)
+    assert bool((lap < 0.97 * ref).all()), (lap.tolist(), ref.tolist())
+    assert bool((lap_res.extras["reg_loss"] > 0).all())
+
+
+def test_metrics_in_client_results(tiny_data):
+    # A straggler's epochs: client 0 runs 1 epoch (lambda 0 throughout), clients 1-2 run 3 and 2.
+    res = train(tiny_data, A.fedlap(q=0.5).regularizer, client_epochs=[1, 3, 2])
+    assert set(res.extras) == {"reg_loss", "lambda_mean"}
+    lam, reg = res.extras["lambda_mean"], res.extras["reg_loss"]
+    assert lam.shape == (3,) and reg.shape == (3,) and lam.dtype == torch.float64
+    assert lam[0].item() == 0.0 and reg[0].item() == 0.0
+    assert bool((lam[1:] > 0).all() and (lam[1:] <= 2).all() and (reg[1:] > 0).all())
+    # steps = epochs * ceil(n_k / B): 1*ceil(10/7) = 2, 3*ceil(23/7) = 12, 2*ceil(27/7) = 8.
+    assert res.steps.tolist() == [2, 12, 8]
+    assert res.epochs.tolist() == [1, 3, 2]
+
+
+# ----------------------------------------------------------------------------- the aggregator and errors
+
+def test_fedlap_aggregator_is_fedavg_on_the_server():
+    agg = A.fedlap()
+    assert agg.name == "fedlap" and agg.rule is None and isinstance(agg.regularizer, LayerAdaptive)
+    assert (agg.regularizer.q, agg.regularizer.form) == (0.5, "linear")
+    deltas = {"w": torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)}
+    params = {"w": torch.zeros(2, dtype=torch.float64)}
+    out = A.server_round(agg, params, agg.server.init(params), deltas, {}, torch.tensor([1, 3]),
+                         [Layer("w", "fc", ("w",))])
+    assert out.weights.tolist() == [0.25, 0.75]
+    assert out.sent["w"].tolist() == pytest.approx([0.25, 0.75])
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.5, float("nan")])
+def test_bad_q(q):
+    with pytest.raises(ConfigError) as err:
+        LayerAdaptive(q=q)
+    assert err.value.setting == "aggregator.q"
+    with pytest.raises(ConfigError, match="aggregator.q"):
+        A.fedlap(q=q)
+
+
+def test_bad_form():
+    with pytest.raises(ConfigError) as err:
+        A.fedlap(form="quadratic")
+    assert err.value.setting == "aggregator.form"
+    assert "linear" in str(err.value) and "interpolate" in str(err.value)
+
+
+def test_bad_q_through_the_cli_precheck():
+    from fedrun.cli import precheck
+
+    with pytest.raises(ConfigError) as err:
+        precheck(["aggregator=fedlap", "aggregator.q=2"])
+    assert err.value.setting == "aggregator.q"
+
+
+# ----------------------------------------------------------------------------- experiment presets
+
+def compose_with(overrides):
+    from hydra import compose, initialize_config_dir
+
+    from conftest import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
+        return compose("config", overrides=overrides)
+
+
+@pytest.mark.parametrize("preset,dataset,model,params", [
+    ("cifar10", "cifar10", "TFTutorialCNN", 122_570),
+    # 784 * 200 + 200 + 200 * 10 + 10 = 159,010: FedLap's two-layer MLP.
+    ("mnist", "mnist", "MLP", 159_010),
+    ("fmnist", "fmnist", "MLP", 159_010),
+])
+def test_fedlap_presets(preset, dataset, model, params):
+    from hydra.utils import instantiate
+
+    from fedrun import cli
+    from fedrun.models import count_parameters
+
+    cfg = compose_with([f"experiment=fedlap/{preset}"])
+    assert cfg.dataset.name == dataset
+    assert cfg.partition._target_ == "fedrun.partition.shards" and cfg.partition.shards_per_client == 2
+    h = cfg.hyperparams
+    assert (h.optimizer, h.lr, h.momentum, h.nesterov) == ("sgd", 0.01, 0.9, False)
+    assert (h.local_epochs, h.batch_size, h.num_clients, h.client_fraction) == (10, 10, 100, 0.1)
+    assert (h.stragglers, h.dropouts) == (0.0, 0.0)
+    assert cfg.aggregator._target_ == "fedrun.aggregators.fedlap"
+    assert (cfg.aggregator.q, cfg.aggregator.form) == (0.5, "linear")
+    net = instantiate(cfg.model)
+    assert type(net).__name__ == model and count_parameters(net) == params
+    objects = cli.build(cfg)
+    assert objects["local"].momentum == 0.9 and objects["local"].epochs == 10
+    assert objects["federation"].per_round == 10
+    reg = objects["aggregator"].regularizer
+    assert isinstance(reg, LayerAdaptive) and reg.q == 0.5
+    # The comparison runs of Figs. 1-4: FedProx picks the preset's mu; stragglers as an override.
+    prox = compose_with([f"experiment=fedlap/{preset}", "aggregator=fedprox", "hyperparams.stragglers=0.9"])
+    assert prox.aggregator.mu == 0.01
+    assert cli.build(prox)["participation"].stragglers == 0.9
