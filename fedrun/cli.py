@@ -30,7 +30,7 @@ log = logging.getLogger("fedrun")
 # Installed: the configs ship inside the package.  Source checkout / editable install: top-level conf/.
 _PACKAGED = Path(__file__).resolve().parent / "conf"
 CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "experiment", "scale")
+GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale")
 EXIT_CONFIG, EXIT_DIVERGED = 2, 3
 
 
@@ -90,7 +90,8 @@ def build(cfg: DictConfig) -> dict:
         check(isinstance(k, int) and 1 <= k <= classes, "partition.classes_per_client", k,
               f"must be between 1 and {classes} (the dataset's classes)")
     device = resolve_device(str(cfg.device))
-    return dict(federation=federation, local=local, participation=participation,
+    engine = _instantiate(cfg.engine, "engine")
+    return dict(engine=engine, federation=federation, local=local, participation=participation,
                 aggregator=aggregator, partition=partition,
                 device=device, seed=_typed(cfg, "seed", int), validation=validation)
 
@@ -125,7 +126,7 @@ def run(cfg: DictConfig) -> dict:
     model_cfg = cfg.model
     summary = simulate(run_dir, data, functools.partial(instantiate, model_cfg), objects["partition"],
                        objects["aggregator"], objects["local"], objects["federation"],
-                       objects["participation"], seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
+                       objects["participation"], objects["engine"], seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
                        targets=tuple(cfg.targets), progress=bool(cfg.progress))
     log.info("summary: %s", summary)
     return summary

@@ -46,6 +46,10 @@ class Proximal(Regularizer):
     def penalty(self, params, anchor):
         return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).sum() for k in anchor)
 
+    def stacked_penalty(self, params, anchor):
+        """``[m]``: the penalty of each of m clients whose parameters are stacked ``[m, *shape]``."""
+        return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).flatten(1).sum(1) for k in anchor)
+
 
 FEDLAP_FORMS = ("linear", "interpolate")
 

@@ -73,7 +73,8 @@ def _ratio(n: float, e: float) -> float:
 def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], nn.Module],
              partition: Callable[..., list[np.ndarray]], aggregator: Aggregator,
              local: LocalTraining, federation: Federation,
-             participation: Participation = Participation(), seed: int = 0,
+             participation: Participation = Participation(), make_engine: Callable = SequentialEngine,
+             seed: int = 0,
              device: str | torch.device = "cpu", resume: bool = False,
              targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), progress: bool = True) -> dict:
     """Run (or resume) one federated simulation and write its run directory.
@@ -86,6 +87,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
       partition: ``partition(labels, num_clients, num_classes, seed) -> [indices per client]``.
       aggregator, local, federation: the method, the client optimizer, the schedule.
       participation: stragglers and drop-outs.
+      make_engine: builds the client engine (``SequentialEngine``, ``BatchedEngine``, ...).
       resume: continue from ``checkpoint.pt`` if there is one.
       targets: accuracies whose first round the summary reports.
 
@@ -107,8 +109,9 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     print_ = fingerprint(parts)
     counts = class_counts(parts, labels, data.num_classes)
     client_indices = [torch.as_tensor(p, dtype=torch.long, device=device) for p in parts]
-    engine = SequentialEngine(model, data.train_x, data.train_y, client_indices, local,
-                              aggregator.regularizer, seed)
+    engine = make_engine(model, data.train_x, data.train_y, client_indices, local,
+                         aggregator.regularizer, seed)
+    log.info("engine: %s", type(engine).__name__)
 
     params, buffers = split_state(model)
     server_state = aggregator.server.init(params)

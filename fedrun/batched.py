@@ -1,0 +1,185 @@
+"""The batched client engine: every client of a round trained at once.
+
+Models this small leave a GPU idle when clients train one after another.  Here the parameters of
+the round's m clients are stacked (``[m, *shape]``), the model is evaluated for all of them in
+one call (``torch.func.functional_call`` under ``torch.func.vmap``), and one optimizer step
+(:mod:`fedrun.optim`, elementwise, so it runs on stacked tensors as is) updates every client.
+
+Exactly the sequential engine's computation, reorganized:
+
+* client k's batches come from the same generator ``(seed, "shuffle", round, k)`` in the same
+  order, so client k's s-th step sees the same samples in both engines;
+* clients whose s-th batch has the same size are vmapped together (nearly always one group: all
+  clients with a full batch of B).  A client's last, smaller batch and a client that has already
+  finished (fewer samples, or a straggler's fewer epochs) are handled by grouping, not by
+  padding, so BatchNorm's batch statistics never see padding;
+* BatchNorm running statistics are per client (stacked buffers updated in place under vmap).
+
+Results equal the sequential engine's to float rounding (the tests check this for every
+aggregator and model family).  ``clients_per_step`` bounds memory by training the round's
+clients in chunks, with the same results.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from fedrun.engine import ClientResults, LocalTraining, SequentialEngine
+from fedrun.errors import ConfigError, check
+from fedrun.norms import Params
+from fedrun.regularizers import Proximal, Regularizer
+from fedrun.seeding import torch_generator
+
+
+class BatchedEngine:
+    """Trains all clients of a round in lock-step; same interface as ``SequentialEngine``.
+
+    Args:
+      model, train_x, train_y, client_indices, local, regularizer, seed: as ``SequentialEngine``.
+      clients_per_step: train at most this many clients at once (None: all of the round's).
+    """
+
+    def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor,
+                 client_indices: list[torch.Tensor], local: LocalTraining,
+                 regularizer: Regularizer | None, seed: int, clients_per_step: int | None = None):
+        if not supports(model, regularizer):
+            raise ConfigError("engine", "batched", f"does not support {type(regularizer).__name__} or "
+                              "dropout yet; use engine=sequential")
+        check(clients_per_step is None or clients_per_step >= 1, "engine.clients_per_step",
+              clients_per_step, "must be >= 1 (or null: all clients at once)")
+        self.model, self.x, self.y = model, train_x, train_y
+        self.indices, self.local, self.regularizer, self.seed = client_indices, local, regularizer, seed
+        self.clients_per_step = clients_per_step
+
+        def forward(params, buffers, x):
+            return functional_call(self.model, (params, buffers), (x,))
+
+        self._forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+
+    def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
+              epochs: list[int] | None = None) -> ClientResults:
+        epochs = [self.local.epochs] * len(clients) if epochs is None else list(epochs)
+        size = self.clients_per_step or len(clients)
+        parts = [self._train_chunk(params, buffers, clients[i : i + size], round_, epochs[i : i + size])
+                 for i in range(0, len(clients), size)]
+        if len(parts) == 1:
+            return parts[0]
+        cat = lambda key: {k: torch.cat([getattr(p, key)[k] for p in parts]) for k in getattr(parts[0], key)}  # noqa: E731
+        return ClientResults(list(clients), cat("deltas"), cat("buffers"),
+                             torch.cat([p.num_examples for p in parts]), torch.cat([p.loss for p in parts]),
+                             torch.cat([p.steps for p in parts]), torch.cat([p.epochs for p in parts]),
+                             {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras})
+
+    def _schedule(self, clients: list[int], round_: int, epochs: list[int]) -> list[list[torch.Tensor]]:
+        """Each client's batches (index tensors), in the sequential engine's order."""
+        out = []
+        for k, e in zip(clients, epochs):
+            shuffle = torch_generator(self.seed, "shuffle", round_, k)
+            idx = self.indices[k]
+            batches = []
+            for _ in range(e):
+                order = idx[torch.randperm(len(idx), generator=shuffle).to(idx.device)]
+                batches += list(order.split(self.local.batch_size))
+            out.append(batches)
+        return out
+
+    def _train_chunk(self, params: Params, buffers: Params, clients: list[int], round_: int,
+                     epochs: list[int]) -> ClientResults:
+        m, local = len(clients), self.local
+        names = list(params)
+        stacked = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in params.items()}
+        bufs = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in buffers.items()}
+        optimizer = local.make_optimizer()
+        state = optimizer.init([stacked[k] for k in names])
+        schedule = self._schedule(clients, round_, epochs)
+        steps = torch.tensor([len(b) for b in schedule])
+        device = next(iter(params.values())).device
+        loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
+        reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
+        self.model.train()
+
+        for s in range(int(steps.max())):
+            groups: dict[int, list[int]] = {}
+            for j, batches in enumerate(schedule):
+                if s < len(batches):
+                    groups.setdefault(len(batches[s]), []).append(j)
+            step_state = _scalars(state)
+            for b, rows in groups.items():
+                whole = len(rows) == m
+                idx = torch.tensor(rows, device=device)
+                p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
+                b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
+                batch = torch.stack([schedule[j][s] for j in rows])  # [g, b]
+                logits = self._forward(p_g, b_g, self.x[batch])  # [g, b, C]
+                loss = F.cross_entropy(logits.flatten(0, 1), self.y[batch].flatten(),
+                                       reduction="none").view(len(rows), b).mean(1)  # [g]
+                total = loss.sum()
+                if self.regularizer is not None:
+                    pen = self.regularizer.stacked_penalty(p_g, params)  # [g], separable over clients
+                    total = total + pen.sum()
+                    reg_sum[idx] += pen.detach().double()
+                grads = torch.autograd.grad(total, [p_g[k] for k in names])
+                loss_sum[idx] += loss.detach().double() * b
+                with torch.no_grad():
+                    weights = [p_g[k].detach() for k in names]
+                    if whole:
+                        optimizer.step(weights, list(grads), state)
+                    else:
+                        sub = _gather(state, idx, step_state)
+                        optimizer.step(weights, list(grads), sub)
+                        _scatter(state, sub, idx)
+                        for k, w in zip(names, weights):
+                            stacked[k][idx] = w
+                        for k, v in b_g.items():
+                            bufs[k][idx] = v
+                for k in names:
+                    stacked[k] = stacked[k].detach()
+
+        deltas = {k: stacked[k] - params[k].unsqueeze(0) for k in names}
+        sizes = torch.tensor([len(self.indices[k]) for k in clients])
+        n_epochs = torch.tensor(epochs)
+        extras = {}
+        if self.regularizer is not None:
+            extras["reg_loss"] = (reg_sum / steps.clamp_min(1).to(reg_sum)).cpu()
+        loss = (loss_sum / (sizes * n_epochs).to(loss_sum)).cpu()
+        return ClientResults(list(clients), deltas, bufs, sizes, loss, steps, n_epochs, extras)
+
+
+# Optimizer state: lists of stacked [m, ...] tensors are per client; 0-d tensors (Adam's step
+# counter) are shared, since every active client takes its s-th step together.
+
+def _scalars(state: dict) -> dict:
+    return {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _gather(state: dict, idx: torch.Tensor, scalars: dict) -> dict:
+    return {k: ([t[idx] for t in v] if isinstance(v, list) else scalars[k].clone()) for k, v in state.items()}
+
+
+def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
+    for k, v in sub.items():
+        if isinstance(v, list):
+            for full, part in zip(state[k], v):
+                full[idx] = part
+        else:
+            state[k] = v
+
+
+def supports(model: nn.Module, regularizer: Regularizer | None) -> bool:
+    """Whether the batched engine implements this model and regularizer."""
+    return ((regularizer is None or isinstance(regularizer, Proximal))
+            and not any(isinstance(mod, nn.Dropout) for mod in model.modules()))
+
+
+def auto_engine(model, train_x, train_y, client_indices, local, regularizer, seed,
+                clients_per_step: int | None = None):
+    """``engine=auto``: batched on CUDA when it supports the run, sequential otherwise.
+
+    On a CPU the sequential engine is the default: the conv kernels run at the same rate
+    whatever the batch, so stacking clients saves only Python overhead (see scripts/bench.py).
+    """
+    if train_x.device.type == "cuda" and supports(model, regularizer):
+        return BatchedEngine(model, train_x, train_y, client_indices, local, regularizer, seed, clients_per_step)
+    return SequentialEngine(model, train_x, train_y, client_indices, local, regularizer, seed)
