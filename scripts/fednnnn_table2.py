@@ -1,0 +1,389 @@
+#!/usr/bin/env python
+"""Reproduce Table 2 of FedNNNN (Nagura, Bian, Sato): test accuracy of FedAvg, FedProx,
+Norm-Norm, Momentum and FedNNNN on MNIST and CIFAR10 under IID / non-IID x balanced (B) /
+unbalanced (UB), side by side with the paper's numbers.
+
+Two modes:
+
+``collect DIR [DIR ...]``
+    Find every run directory below the DIRs (a folder with ``summary.json`` and ``config.yaml``),
+    file it by (method = ``summary.json`` aggregator, dataset = ``tags.dataset``, condition =
+    ``tags.condition``; the ``conf/experiment/fednnnn/*`` presets set the tags), and print Table 2
+    laid out as in the paper: rows FedAvg ... FedNNNN, columns the 4 conditions x 2 datasets, each
+    cell ``ours (paper, ours - paper)`` in percent.  Several runs of one cell (seeds) are averaged;
+    ``[n]`` gives their count.  ``-`` marks a cell with no run.  A long-form CSV is written too
+    (method,dataset,condition,ours_pct,paper_pct,diff_pct,run_dir,n_runs,metric,deviations).
+    Runs that depart from the paper's setting (substituted data, fewer rounds or clients: read from
+    each run's own config.yaml) are marked ``*`` and listed in a NOTE under the table.
+
+``run --out DIR``
+    Launch the grid: one ``fedrun -m experiment=fednnnn/<cell> aggregator=<5 methods>`` per cell,
+    into ``DIR/<cell>/<method>_seed<seed>``, then collect ``DIR`` as above.  ``--smoke`` adds
+    ``scale=smoke`` (3 rounds, 10 clients, 2000/500 samples: a check that everything runs, not a
+    reproduction).  ``--substitute DATASET=OPTION`` runs another ``conf/dataset`` option in place
+    of a dataset that is not available (offline machines): ``cifar10=synthetic`` passes
+    ``dataset=synthetic dataset.channels=3 dataset.image_size=32`` (random class templates of
+    CIFAR-10's shape, so the CIFAR-10 CNN is unchanged); ``mnist=mnist_train10k`` passes
+    ``dataset=mnist_train10k`` (the first 10,000 MNIST training images, 20% held out as test set).
+    The runs keep their preset's tags, so they land in the cell they stand for, marked ``*``.
+    Runs already finished in ``DIR`` are not redone.  A run that fails (e.g. diverges) ends its
+    Hydra sweep, so the methods after it are relaunched; the failed one is reported, not retried.
+    Cost: the smoke grid is 40 runs; on 2 busy CPU cores it took 56 min (MNIST ~30 s a run, the
+    CIFAR-10 CNN ~2 min a run); ``--cells`` / ``--methods`` pick a subset for a quicker check.
+
+Examples (from the repository root)::
+
+    python scripts/fednnnn_table2.py collect outputs/multirun
+    python scripts/fednnnn_table2.py collect outputs/table2 --accuracy best
+    python scripts/fednnnn_table2.py run --out outputs/table2                     # full scale (GPU)
+    python scripts/fednnnn_table2.py run --smoke --substitute cifar10=synthetic \\
+        --substitute mnist=mnist_train10k --out outputs/table2_smoke            # CPU check
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
+                  METHODS, Run, by_cell, deviation_notes, load_runs)
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Table 2 of the paper (accuracy in %), transcribed; the same numbers as
+# ../shared/papers/targets/fednnnn_table2_accuracy.csv (pass --paper-csv to read that file instead).
+PAPER_TABLE2 = {
+    "fedavg": {"mnist": (99.0, 98.2, 99.1, 93.5), "cifar10": (81.3, 72.6, 83.5, 56.6)},
+    "fedprox": {"mnist": (99.0, 98.1, 99.1, 87.9), "cifar10": (81.4, 74.2, 83.2, 55.6)},
+    "normnorm": {"mnist": (99.1, 99.0, 99.2, 97.1), "cifar10": (81.2, 76.7, 83.3, 55.5)},
+    "momentum": {"mnist": (99.1, 99.2, 99.1, 96.9), "cifar10": (83.1, 74.3, 84.2, 62.0)},
+    "fednnnn": {"mnist": (99.2, 99.1, 99.2, 98.9), "cifar10": (84.7, 76.7, 84.0, 61.9)},
+}
+
+# The 8 presets in conf/experiment/fednnnn, one per (dataset, condition).
+CELLS = {f"{d}_{c.replace('-', '_')}": (d, c) for d in DATASETS for c in CONDITIONS}
+# Image shape of each paper dataset, for a synthetic stand-in the paper's CNN accepts.
+SHAPES = {"mnist": (1, 28), "cifar10": (3, 32)}
+CSV_COLUMNS = ["method", "dataset", "condition", "ours_pct", "paper_pct", "diff_pct", "run_dir",
+               "n_runs", "metric", "deviations"]
+NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their accuracies are not comparable "
+             "with the paper's Table 2 (only the plumbing is checked):")
+
+
+def paper_table(path: str | None = None) -> dict[tuple[str, str, str], float]:
+    """Table 2 of the paper as {(method, dataset, condition): accuracy %}."""
+    if path:
+        with open(path, newline="") as f:
+            return {(r["method"], r["dataset"], r["condition"]): float(r["accuracy_pct"])
+                    for r in csv.DictReader(f)}
+    return {(m, d, c): values[i] for m, per in PAPER_TABLE2.items() for d, values in per.items()
+            for i, c in enumerate(CONDITIONS)}
+
+
+# ----------------------------------------------------------------------------- collect
+
+def table2_rows(runs: list[Run], paper: dict, accuracy: str = "final") -> list[dict]:
+    """One long-form row per Table 2 cell (40 rows, missing cells included), in the paper's order."""
+    cells = by_cell(runs)
+    rows = []
+    for method in METHODS:
+        for condition in CONDITIONS:
+            for dataset in DATASETS:
+                group = [r for r in cells.get((method, dataset, condition), [])
+                         if r.accuracy(accuracy) is not None]
+                ours = (100.0 * sum(r.accuracy(accuracy) for r in group) / len(group)) if group else None
+                ref = paper.get((method, dataset, condition))
+                rows.append({
+                    "method": method, "dataset": dataset, "condition": condition,
+                    "ours_pct": ours, "paper_pct": ref,
+                    "diff_pct": None if ours is None or ref is None else ours - ref,
+                    "run_dir": ";".join(str(r.path) for r in group), "n_runs": len(group),
+                    "metric": f"{accuracy}_test_acc",
+                    "deviations": "; ".join(sorted({d for r in group for d in r.deviations})),
+                })
+    return rows
+
+
+def format_cell(row: dict) -> str:
+    """``ours (paper, diff)`` in % with one decimal; ``-`` where there is no run (or no paper value).
+
+    The printed difference is taken between the printed (rounded) values, so it checks by hand.
+    """
+    paper = "-" if row["paper_pct"] is None else f"{row['paper_pct']:.1f}"
+    if row["ours_pct"] is None:
+        return f"- ({paper}, -)"
+    ours = round(row["ours_pct"], 1)
+    text = f"{ours:.1f}"
+    if row["n_runs"] > 1:
+        text += f" [{row['n_runs']}]"
+    if row["deviations"]:
+        text += "*"
+    diff = "-" if row["paper_pct"] is None else f"{ours - row['paper_pct']:+.1f}"
+    return f"{text} ({paper}, {diff})"
+
+
+def format_table(rows: list[dict], accuracy: str = "final") -> str:
+    """Table 2 as text: the paper's layout (methods x (condition, dataset))."""
+    cols = [(c, d) for c in CONDITIONS for d in DATASETS]
+    lookup = {(r["method"], r["dataset"], r["condition"]): r for r in rows}
+    body = [[METHOD_LABELS[m]] + [format_cell(lookup[(m, d, c)]) for c, d in cols] for m in METHODS]
+    width0 = max(len(r[0]) for r in body)
+    widths = [max(len(DATASET_LABELS[d]), *(len(r[i + 1]) for r in body)) for i, (_c, d) in enumerate(cols)]
+    # The condition header spans its two dataset columns.
+    head1, head2 = [" " * width0], [" " * width0]
+    for j, c in enumerate(CONDITIONS):
+        span = widths[2 * j] + 3 + widths[2 * j + 1]
+        head1.append(CONDITION_LABELS[c].center(span))
+        head2.append(DATASET_LABELS[DATASETS[0]].center(widths[2 * j]) + " | "
+                     + DATASET_LABELS[DATASETS[1]].center(widths[2 * j + 1]))
+    lines = [" | ".join(head1), " | ".join(head2)]
+    lines.append("-+-".join("-" * len(h) for h in head2))
+    for r in body:
+        lines.append(" | ".join([r[0].ljust(width0)] + [v.rjust(w) for v, w in zip(r[1:], widths)]))
+    title = (f"FedNNNN Table 2: {accuracy} test accuracy (%), each cell: ours (paper, ours - paper); "
+             f"[n] = mean of n runs; * = not the paper's setting (see NOTE); - = no run")
+    return title + "\n" + "\n".join(lines)
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if r[k] is None else (f"{r[k]:.4f}" if isinstance(r[k], float) else r[k]))
+                             for k in CSV_COLUMNS})
+
+
+def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = None,
+            paper_csv: str | None = None, out=None) -> list[dict]:
+    """Find, file, print and write Table 2 for the runs under ``dirs``; return the long-form rows."""
+    out = out or sys.stdout
+    runs, skipped = load_runs(dirs)
+    rows = table2_rows(runs, paper_table(paper_csv), accuracy)
+    print(format_table(rows, accuracy), file=out)
+    filled = sum(r["n_runs"] > 0 for r in rows)
+    print(f"\n{len(runs)} run(s) in {filled} of {len(rows)} cells, from {', '.join(map(str, dirs))}", file=out)
+    unknown = sorted({r.cell for r in runs if r.cell not in {(x['method'], x['dataset'], x['condition'])
+                                                             for x in rows}})
+    if unknown:
+        print(f"not in Table 2 (ignored): {unknown}", file=out)
+    if skipped:
+        print(f"{len(skipped)} run director{'ies' if len(skipped) > 1 else 'y'} skipped "
+              f"(not FedNNNN preset runs): " + "; ".join(f"{p} ({why})" for p, why in skipped[:5])
+              + (" ..." if len(skipped) > 5 else ""), file=out)
+    notes = deviation_notes(runs)
+    if notes:
+        print("\n" + NOT_PAPER, file=out)
+        for n in notes:
+            print(f"  - {n}", file=out)
+    if csv_path:
+        write_csv(rows, Path(csv_path))
+        print(f"\nwrote {csv_path}", file=out)
+    return rows
+
+
+# ----------------------------------------------------------------------------- run
+
+def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[str]:
+    """The fedrun overrides that run ``substitutes[dataset]`` in place of ``dataset``."""
+    option = substitutes.get(dataset)
+    if option is None:
+        return []
+    out = [f"dataset={option}"]
+    if option == "synthetic":
+        channels, size = SHAPES[dataset]
+        out += [f"dataset.channels={channels}", f"dataset.image_size={size}"]
+    return out
+
+
+def fedrun_command() -> list[str]:
+    """How to call fedrun: this interpreter's ``-m fedrun`` when importable, else ``fedrun`` on PATH."""
+    if importlib.util.find_spec("fedrun") is not None:
+        return [sys.executable, "-m", "fedrun"]
+    exe = shutil.which("fedrun")
+    if exe is None:
+        sys.exit("fednnnn_table2: fedrun is neither importable nor on PATH; activate its environment")
+    return [exe]
+
+
+def cell_command(cell: str, methods: list[str], seeds: list[str], out: Path, smoke: bool,
+                 substitutes: dict[str, str], extra: list[str]) -> list[str]:
+    """One ``fedrun -m`` call: every method (and seed) of one Table 2 column."""
+    dataset, _ = CELLS[cell]
+    return [*fedrun_command(), "-m", f"experiment=fednnnn/{cell}", f"aggregator={','.join(methods)}",
+            f"seed={','.join(seeds)}", *substitution_overrides(substitutes, dataset),
+            *(["scale=smoke"] if smoke else []), "progress=false", *extra,
+            f"hydra.sweep.dir={out / cell}",
+            "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"]
+
+
+def cell_state(folder: Path) -> tuple[set, set]:
+    """(done, started-but-unfinished) (method, seed) pairs among the run directories in ``folder``."""
+    done, started = set(), set()
+    if not folder.is_dir():
+        return done, started
+    for cfg in folder.rglob("config.yaml"):
+        try:
+            run = Run.load(cfg.parent)
+        except Exception:  # noqa: BLE001 - a half-written file counts as not started
+            continue
+        (done if run.finished else started).add((run.method, str(run.seed)))
+    return done, started - done
+
+
+def run_grid(args) -> int:
+    """Launch every requested cell (skipping runs already done in ``--out``), then collect."""
+    out = Path(args.out).resolve()
+    substitutes = dict(args.substitute)
+    cells = args.cells or list(CELLS)
+    seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
+    banner = []
+    if args.smoke:
+        banner.append("SMOKE SCALE (scale=smoke: 3 rounds, 10 clients, 2000 train / 500 test samples, "
+                      "1 local epoch): a check that the pipeline runs, NOT the paper's Table 1 setting.")
+    for real, option in substitutes.items():
+        banner.append(f"SUBSTITUTED DATA: {real} runs read dataset={option} "
+                      f"({' '.join(substitution_overrides(substitutes, real))}), not the real {real}.")
+    if args.set:
+        banner.append(f"EXTRA OVERRIDES: {' '.join(args.set)}")
+    for line in banner:
+        print("NOTE: " + line, flush=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    failures = []
+    t_all = time.perf_counter()
+    for i, cell in enumerate(cells, 1):
+        wanted = {(m, s) for m in args.methods for s in seeds}
+        for attempt in range(len(args.methods) + 1):
+            done, started = cell_state(out / cell)
+            todo = wanted - done - started
+            if not todo:
+                if attempt == 0:
+                    print(f"[{i}/{len(cells)}] {cell}: nothing to run ({len(wanted & done)} done, "
+                          f"{len(wanted & started)} unfinished: delete a run directory to redo it)", flush=True)
+                break
+            # One call per seed group with the methods still to run (a failing job ends a Hydra
+            # sweep, so the methods after it are relaunched; the failed one is not retried).
+            todo_seeds = sorted({s for _, s in todo})
+            todo_methods = [m for m in args.methods if any((m, s) in todo for s in todo_seeds)]
+            cmd = cell_command(cell, todo_methods, todo_seeds, out, args.smoke, substitutes, args.set)
+            again = " (relaunch for the methods after the failed one)" if attempt else ""
+            print(f"[{i}/{len(cells)}] {cell}{again}: {shlex.join(cmd)}", flush=True)
+            if args.dry_run:
+                break
+            log_path = out / "logs" / f"{cell}.log"
+            t0 = time.perf_counter()
+            with open(log_path, "a") as log:
+                rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+            after, _ = cell_state(out / cell)
+            print(f"    exit {rc}, {len(after - done)} run(s) finished in {time.perf_counter() - t0:.0f} s "
+                  f"(log: {log_path})", flush=True)
+            if rc != 0:
+                tail = log_path.read_text().strip().splitlines()[-3:]
+                print("    " + "\n    ".join(tail), flush=True)
+            if after == done:  # no progress: stop retrying this cell
+                break
+        if not args.dry_run:
+            done, started = cell_state(out / cell)
+            missing = sorted(wanted - done)
+            if missing:
+                failures.append((cell, missing))
+    if args.dry_run:
+        return 0
+    print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
+    for line in banner:
+        print("NOTE: " + line)
+    print()
+    collect([str(out)], args.accuracy, str(out / "fednnnn_table2.csv") if args.csv is None else args.csv or None,
+            args.paper_csv)
+    for cell, missing in failures:
+        print(f"FAILED or missing in {cell}: {', '.join(f'{m} seed {s}' for m, s in missing)} "
+              f"(see {out / 'logs' / (cell + '.log')} and the run's fedrun.log)")
+    return 1 if failures else 0
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _substitute(text: str) -> tuple[str, str]:
+    real, sep, option = text.partition("=")
+    if not sep or real not in DATASETS or not option:
+        raise argparse.ArgumentTypeError(f"expected DATASET=OPTION with DATASET in {DATASETS}, got {text!r}")
+    if not (REPO / "conf" / "dataset" / f"{option}.yaml").is_file():
+        options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
+        raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
+    return real, option
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fednnnn_table2.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+
+    def common(q):
+        q.add_argument("--accuracy", choices=("final", "best"), default="final",
+                       help="final_test_acc (after the last round, as the paper's table; default) or "
+                            "best_test_acc (highest over the rounds)")
+        q.add_argument("--paper-csv", default=None,
+                       help="read the paper's numbers from this CSV (method,dataset,condition,accuracy_pct, "
+                            "e.g. ../shared/papers/targets/fednnnn_table2_accuracy.csv) instead of the "
+                            "built-in transcription")
+
+    c = sub.add_parser("collect", help="print Table 2 from existing run directories",
+                       description="Find run directories under DIRs and print Table 2 (ours vs paper).")
+    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+    c.add_argument("--csv", default=None,
+                   help="long-form CSV to write (default: DIR/fednnnn_table2.csv for the first DIR, or "
+                        "beside it when DIR is itself a run directory; '' to write none)")
+    common(c)
+
+    r = sub.add_parser("run", help="launch the grid with fedrun, then collect",
+                       description="Launch one `fedrun -m` per Table 2 column (all methods), then collect.")
+    r.add_argument("--out", required=True, help="output folder: runs go to OUT/<cell>/<method>_seed<seed>")
+    r.add_argument("--smoke", action="store_true",
+                   help="add scale=smoke (3 rounds, 10 clients, 2000/500 samples): checks the pipeline, "
+                        "is not the paper's setting")
+    r.add_argument("--substitute", action="append", type=_substitute, default=[], metavar="DATASET=OPTION",
+                   help="run conf/dataset OPTION in place of DATASET (not available offline), e.g. "
+                        "cifar10=synthetic (adds dataset.channels=3 dataset.image_size=32) or "
+                        "mnist=mnist_train10k; repeatable. The runs are marked as substituted")
+    r.add_argument("--cells", nargs="+", choices=list(CELLS), default=None, metavar="CELL",
+                   help=f"which presets of conf/experiment/fednnnn (default: all 8: {', '.join(CELLS)})")
+    r.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
+                   help=f"which aggregators (default: all 5: {', '.join(METHODS)})")
+    r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra fedrun override for every run, e.g. --set device=cuda; repeatable. One value "
+                        "each, not a sweep (runs are named <method>_seed<seed>)")
+    r.add_argument("--csv", default=None, help="long-form CSV (default OUT/fednnnn_table2.csv; '' for none)")
+    r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
+    common(r)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.mode == "run":
+        return run_grid(args)
+    csv_path = args.csv
+    if csv_path is None:
+        first = Path(args.dirs[0])
+        is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
+        csv_path = str((first.parent if is_run else first) / "fednnnn_table2.csv")
+    for d in args.dirs:
+        if not Path(d).is_dir():
+            print(f"fednnnn_table2: no such directory: {d}", file=sys.stderr)
+            return 2
+    collect(args.dirs, args.accuracy, csv_path or None, args.paper_csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Find and read fedrun run directories (read-only), for the FedNNNN reproduction scripts.
+
+A *run directory* is any folder holding both ``summary.json`` and ``config.yaml``: what one
+``fedrun`` run (or one job of ``fedrun -m``) writes.  The FedNNNN presets
+(``conf/experiment/fednnnn/*.yaml``) label their runs with ``tags: {paper, dataset, condition}``,
+and ``summary.json`` names the aggregator, so every run can be filed under the cell
+(method, dataset, condition) of the paper's Table 2 without parsing directory names.
+
+Used by ``fednnnn_table2.py`` (Table 2) and ``plot_fednnnn.py`` (Figs. 3, 4, 7, 8, 9); both are
+run as ``python scripts/<name>.py`` from the repository root, which puts this folder on
+``sys.path``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+# The paper's rows (Table 2 order), columns and display names.
+METHODS = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn")
+METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "normnorm": "Norm-Norm",
+                 "momentum": "Momentum", "fednnnn": "FedNNNN"}
+DATASETS = ("mnist", "cifar10")
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR10"}
+CONDITIONS = ("iid-b", "noniid-b", "iid-ub", "noniid-ub")
+CONDITION_LABELS = {"iid-b": "IID - B", "noniid-b": "non-IID - B", "iid-ub": "IID - UB",
+                    "noniid-ub": "non-IID - UB"}
+
+# Table 1 (common settings) of the paper: what a full-scale run of each dataset uses.
+TABLE1 = {
+    "mnist": {"rounds": 100, "num_clients": 100, "client_fraction": 1.0, "local_epochs": 5,
+              "batch_size": 50, "lr": 0.05, "weight_decay": 0.0},
+    "cifar10": {"rounds": 250, "num_clients": 100, "client_fraction": 1.0, "local_epochs": 5,
+                "batch_size": 50, "lr": 0.05, "weight_decay": 5.0e-4},
+}
+# The paper's CNNs (Table 3: MNIST, Table 4: CIFAR10), as fedrun's model classes.
+MODELS = {"mnist": "fedrun.models.MnistCNN", "cifar10": "fedrun.models.Cifar10CNN"}
+DATA_SIZE_KEYS = ("max_train", "max_test")
+
+
+def find_runs(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every run directory at or below ``paths`` (each once, sorted by path)."""
+    found: set[Path] = set()
+    for top in paths:
+        top = Path(top)
+        if not top.exists():
+            raise FileNotFoundError(f"no such directory: {top}")
+        for dirpath, _dirnames, filenames in os.walk(top):
+            if "summary.json" in filenames and "config.yaml" in filenames:
+                found.add(Path(dirpath).resolve())
+    return sorted(found)
+
+
+@dataclass
+class Run:
+    """One run directory: its resolved config, its summary and (lazily) its CSVs."""
+
+    path: Path
+    config: dict
+    summary: dict
+    _frames: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Run":
+        """Read ``config.yaml`` and ``summary.json`` (an empty summary while the run is unfinished)."""
+        path = Path(path)
+        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        summary_path = path / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        return cls(path, config, summary)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.summary)
+
+    # ------------------------------------------------------------------ where it belongs
+    @property
+    def tags(self) -> dict:
+        return self.config.get("tags") or {}
+
+    @property
+    def method(self) -> str | None:
+        """The aggregator: ``summary.json``'s name, else the config's ``_target_`` function."""
+        name = self.summary.get("aggregator")
+        if not name:
+            target = (self.config.get("aggregator") or {}).get("_target_", "")
+            name = target.rsplit(".", 1)[-1] or None
+        return name
+
+    @property
+    def dataset(self) -> str | None:
+        """The dataset the run *stands for* (the preset's tag), not necessarily the one it read."""
+        return self.tags.get("dataset")
+
+    @property
+    def condition(self) -> str | None:
+        return self.tags.get("condition")
+
+    @property
+    def cell(self) -> tuple[str | None, str | None, str | None]:
+        return self.method, self.dataset, self.condition
+
+    @property
+    def seed(self):
+        return self.config.get("seed")
+
+    # ------------------------------------------------------------------ results
+    def accuracy(self, which: str = "final") -> float | None:
+        """``final_test_acc`` or ``best_test_acc`` from the summary (a fraction), or None."""
+        value = self.summary.get(f"{which}_test_acc")
+        return None if value is None else float(value)
+
+    def rounds(self):
+        """``rounds.csv`` as a pandas DataFrame (one row per round)."""
+        return self._csv("rounds.csv")
+
+    def layers(self):
+        """``layers.csv`` as a pandas DataFrame (one row per round and layer)."""
+        return self._csv("layers.csv")
+
+    def _csv(self, name: str):
+        if name not in self._frames:
+            import pandas as pd
+
+            self._frames[name] = pd.read_csv(self.path / name)
+        return self._frames[name]
+
+    # ------------------------------------------------------------------ how it differs from the paper
+    @cached_property
+    def deviations(self) -> list[str]:
+        """How this run departs from the paper's setting (Table 1, the real dataset): a list of
+        short phrases, empty for a run at the paper's scale on the paper's data."""
+        out = []
+        ds_cfg = self.config.get("dataset") or {}
+        actual = ds_cfg.get("name")
+        if self.dataset and actual and actual != self.dataset:
+            out.append(f"data substituted: {actual} instead of {self.dataset}")
+        limits = [f"{k}={ds_cfg[k]}" for k in DATA_SIZE_KEYS if ds_cfg.get(k) is not None]
+        if limits:
+            out.append("data subset " + " ".join(limits))
+        model = (self.config.get("model") or {}).get("_target_")
+        if model and self.dataset in MODELS and model != MODELS[self.dataset]:
+            out.append(f"model {model.rsplit('.', 1)[-1]} (paper {MODELS[self.dataset].rsplit('.', 1)[-1]})")
+        hp = self.config.get("hyperparams") or {}
+        for key, want in TABLE1.get(self.dataset, {}).items():
+            have = hp.get(key)
+            if have is not None and float(have) != float(want):
+                out.append(f"{key}={have} (paper {want})")
+        return out
+
+
+def load_runs(paths: Iterable[str | os.PathLike], paper: str | None = "fednnnn"):
+    """Load every run under ``paths``.
+
+    Returns ``(runs, skipped)``: the runs tagged with ``paper`` (all runs if ``paper`` is None)
+    that carry a method, dataset and condition, and ``[(path, reason)]`` for the others.
+    """
+    runs, skipped = [], []
+    for path in find_runs(paths):
+        try:
+            run = Run.load(path)
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            skipped.append((path, f"unreadable: {e}"))
+            continue
+        if paper is not None and run.tags.get("paper") != paper:
+            skipped.append((path, f"not tagged paper={paper}"))
+        elif None in run.cell:
+            skipped.append((path, "no method/dataset/condition (run without a paper preset?)"))
+        else:
+            runs.append(run)
+    return runs, skipped
+
+
+def by_cell(runs: Iterable[Run]) -> dict[tuple[str, str, str], list[Run]]:
+    """Runs grouped by (method, dataset, condition), seeds of one cell together."""
+    cells: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        cells[run.cell].append(run)
+    return dict(cells)
+
+
+def deviation_notes(runs: Iterable[Run]) -> list[str]:
+    """The distinct :attr:`Run.deviations` over ``runs``, each with the number of runs it concerns."""
+    counts: dict[str, int] = defaultdict(int)
+    for run in runs:
+        for d in run.deviations:
+            counts[d] += 1
+    return [f"{d} ({n} run{'s' if n != 1 else ''})" for d, n in sorted(counts.items())]
