@@ -16,6 +16,7 @@ from pathlib import Path
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -162,10 +163,17 @@ def _write_config(cfg: DictConfig, run_dir: Path) -> None:
 def _hydra_main(cfg: DictConfig):
     try:
         return run(cfg)
-    except (ConfigError, DataError) as e:
-        _fail(e, EXIT_CONFIG)
-    except DivergenceError as e:
-        _fail(e, EXIT_DIVERGED)
+    except (ConfigError, DataError, DivergenceError) as e:
+        code = EXIT_DIVERGED if isinstance(e, DivergenceError) else EXIT_CONFIG
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            # One failed job must not stop a sweep: report it, go on, exit non-zero at the end.
+            log.error("job failed: %s", e)
+            _FAILED_JOBS.append((HydraConfig.get().runtime.output_dir, str(e), code))
+            return None
+        _fail(e, code)
+
+
+_FAILED_JOBS: list[tuple[str, str, int]] = []
 
 
 def _fail(error: Exception, code: int):
@@ -210,6 +218,10 @@ def main() -> None:
         except ConfigError as e:
             _fail(e, EXIT_CONFIG)
     _hydra_main()
+    if _FAILED_JOBS:
+        for run_dir, message, _ in _FAILED_JOBS:
+            print(f"fedrun: error: {run_dir}: {message}", file=sys.stderr)
+        _fail(f"{len(_FAILED_JOBS)} job(s) of the sweep failed (listed above)", _FAILED_JOBS[0][2])
 
 
 if __name__ == "__main__":

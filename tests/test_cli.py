@@ -289,3 +289,13 @@ def test_divergence_with_fednnnn_is_reported(tmp_path):
     proc = run_fedrun([*TINY, "hyperparams.lr=1e6", "hyperparams.rounds=3", f"hydra.run.dir={run_dir}"],
                       tmp_path)
     assert proc.returncode != 0 and "NaN" in proc.stderr
+
+
+def test_a_failed_sweep_job_does_not_stop_the_sweep(tmp_path):
+    # Both jobs diverge at round 1; the second still runs, and the sweep exits non-zero, listing both.
+    sweep = tmp_path / "sweep"
+    proc = run_fedrun(["-m", *TINY, "aggregator=fedavg,fedprox", "hyperparams.lr=1e30",
+                       f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 3
+    assert len([d for d in sweep.iterdir() if d.is_dir()]) == 2
+    assert proc.stderr.count("NaN or Inf") >= 2 and "2 job(s) of the sweep failed" in proc.stderr
