@@ -19,7 +19,7 @@ Two modes:
 ``run --out DIR``
     Launch the grid: one ``fedrun -m experiment=fednnnn/<cell> aggregator=<5 methods>`` per cell,
     into ``DIR/<cell>/<method>_seed<seed>``, then collect ``DIR`` as above.  ``--smoke`` adds
-    ``scale=smoke`` (3 rounds, 10 clients, 2000/500 samples: a check that everything runs, not a
+    ``scale=smoke`` (3 rounds, 10 clients, 1000/300 samples: a check that everything runs, not a
     reproduction).  ``--substitute DATASET=OPTION`` runs another ``conf/dataset`` option in place
     of a dataset that is not available (offline machines): ``cifar10=synthetic`` passes
     ``dataset=synthetic dataset.channels=3 dataset.image_size=32`` (random class templates of
@@ -247,7 +247,7 @@ def run_grid(args) -> int:
     seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
     banner = []
     if args.smoke:
-        banner.append("SMOKE SCALE (scale=smoke: 3 rounds, 10 clients, 2000 train / 500 test samples, "
+        banner.append("SMOKE SCALE (scale=smoke: 3 rounds, 10 clients, 1000 train / 300 test samples, "
                       "1 local epoch): a check that the pipeline runs, NOT the paper's Table 1 setting.")
     for real, option in substitutes.items():
         banner.append(f"SUBSTITUTED DATA: {real} runs read dataset={option} "
@@ -348,7 +348,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Launch one `fedrun -m` per Table 2 column (all methods), then collect.")
     r.add_argument("--out", required=True, help="output folder: runs go to OUT/<cell>/<method>_seed<seed>")
     r.add_argument("--smoke", action="store_true",
-                   help="add scale=smoke (3 rounds, 10 clients, 2000/500 samples): checks the pipeline, "
+                   help="add scale=smoke (3 rounds, 10 clients, 1000/300 samples): checks the pipeline, "
                         "is not the paper's setting")
     r.add_argument("--substitute", action="append", type=_substitute, default=[], metavar="DATASET=OPTION",
                    help="run conf/dataset OPTION in place of DATASET (not available offline), e.g. "
