@@ -33,6 +33,9 @@ _PACKAGED = Path(__file__).resolve().parent / "conf"
 CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale")
 EXIT_CONFIG, EXIT_DIVERGED = 2, 3
+# Sweep subdirectories are named after the overrides; "experiment=fednnnn/mnist_iid_b" must not
+# become two nested folders.
+OmegaConf.register_new_resolver("path_safe", lambda text: str(text).replace("/", "-"), replace=True)
 
 
 def options(group: str) -> list[str]:

@@ -1,0 +1,157 @@
+"""Benchmark fedrun's client engines on named workloads, side by side in one process.
+
+For each workload it trains the same round (same clients, same batches) with the sequential and
+the batched engine and prints, per engine: samples/s (local training), seconds per round
+(training + aggregation + evaluation), the projected time of the workload's full run, peak
+memory, the batched/sequential speed ratio, and the fraction of the FLOP floor reached
+(model FLOPs per sample x samples / device peak; the peak assumed is printed and can be set with
+``--peak-tflops``).  Data is synthetic, of the workload's shape: speed does not depend on pixels.
+
+Workloads:
+
+``small``            MNIST CNN, 20 clients x 100 samples, E = 1, B = 50: under a minute on 2 CPU cores
+``fednnnn_mnist``    FedNNNN's MNIST run: K = 100, C = 1, B = 50, E = 5, 600 samples per client, 100 rounds
+``fednnnn_cifar10``  FedNNNN's CIFAR-10 run: K = 100, C = 1, B = 50, E = 5, 500 per client, 250 rounds
+
+Usage::
+
+    python scripts/bench.py small
+    python scripts/bench.py fednnnn_mnist --device cuda --rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.aggregators import fedavg, server_round
+from fedrun.batched import BatchedEngine
+from fedrun.data import prepare, synthetic
+from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
+from fedrun.models import Cifar10CNN, MnistCNN, layers
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: type
+    channels: int
+    side: int
+    clients: int
+    per_client: int
+    epochs: int
+    batch: int
+    full_rounds: int
+    test: int = 10_000
+
+
+WORKLOADS = {
+    "small": Workload(MnistCNN, 1, 28, 20, 100, 1, 50, 100, test=1000),
+    "fednnnn_mnist": Workload(MnistCNN, 1, 28, 100, 600, 5, 50, 100),
+    "fednnnn_cifar10": Workload(Cifar10CNN, 3, 32, 100, 500, 5, 50, 250),
+}
+# Assumed dense FP32 peaks (TFLOP/s): H100 SXM 67 (no tensor cores), H200 the same chip;
+# a 2-core AVX2 CPU at ~2.5 GHz: 2 x 2.5e9 x 32 FLOP/cycle = 0.16.
+PEAKS = {"cuda": 67.0, "cpu": 0.16}
+
+
+def flops_per_sample(model: torch.nn.Module, shape: tuple, device) -> float:
+    """Forward + backward FLOPs of one training sample, counted by torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(8, *shape, device=device)
+    y = torch.zeros(8, dtype=torch.long, device=device)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / 8
+
+
+def peak_memory_mb(device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: float, engines: list[str]):
+    n = w.clients * w.per_client
+    raw = synthetic(num_train=n, num_test=w.test, channels=w.channels, image_size=w.side)
+    data = prepare(raw, [0.5] * w.channels, [0.5] * w.channels, device=device)
+    idx = [torch.arange(k * w.per_client, (k + 1) * w.per_client, device=device) for k in range(w.clients)]
+    torch.manual_seed(0)
+    model = w.model(in_channels=w.channels, image_size=w.side).to(device)
+    per_sample = flops_per_sample(model, (w.channels, w.side, w.side), device)
+    local = LocalTraining(epochs=w.epochs, batch_size=w.batch, lr=0.05)
+    agg, lays = fedavg(), layers(model)
+    clients = list(range(w.clients))
+    samples = n * w.epochs
+    print(f"\n== {name}: {w.model.__name__}, {w.clients} clients x {w.per_client} samples, E={w.epochs}, "
+          f"B={w.batch}, device={device}")
+    print(f"   {per_sample / 1e6:.2f} MFLOP per training sample (fwd+bwd); {samples:,} samples a round; "
+          f"assumed peak {peak_tflops} TFLOP/s")
+    results = {}
+    for engine_name in engines:
+        make = SequentialEngine if engine_name == "sequential" else BatchedEngine
+        params, buffers = split_state(model)
+        engine = make(model, data.train_x, data.train_y, idx, local, None, 0)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        train_s = round_s = 0.0
+        for t in range(rounds + 1):  # round 0 warms up (kernels, allocator), not timed
+            _sync(device)
+            t0 = time.perf_counter()
+            res = engine.train(params, buffers, clients, t + 1)
+            _sync(device)
+            t1 = time.perf_counter()
+            out = server_round(agg, params, {}, res.deltas, res.buffers, res.num_examples, lays)
+            evaluate(model, {**out.average, **out.buffers}, data.test_x, data.test_y,
+                     256 if device.type == "cpu" else 4096)
+            _sync(device)
+            t2 = time.perf_counter()
+            if t > 0:
+                train_s += t1 - t0
+                round_s += t2 - t0
+            params, buffers = out.sent, out.buffers
+        train_s, round_s = train_s / rounds, round_s / rounds
+        results[engine_name] = train_s
+        floor = per_sample * samples / (peak_tflops * 1e12)
+        print(f"   {engine_name:>10}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round | "
+              f"full run ({w.full_rounds} rounds) {_duration(round_s * w.full_rounds)} | "
+              f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
+              f"({floor:.2f} s/round)")
+    if len(results) == 2:
+        print(f"   batched/sequential speed: {results['sequential'] / results['batched']:.2f}x "
+              "(local training, same process, same clients and batches)")
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="+", choices=sorted(WORKLOADS))
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--rounds", type=int, default=1, help="timed rounds per engine (after one warm-up)")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="device peak for the FLOP floor")
+    parser.add_argument("--engines", default="sequential,batched", help="comma-separated")
+    args = parser.parse_args()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    peak = args.peak_tflops or PEAKS[device.type]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+          + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    for name in args.workloads:
+        run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","))
+
+
+if __name__ == "__main__":
+    main()
