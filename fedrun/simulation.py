@@ -160,7 +160,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                                results.num_examples, layers, clients, rule_state)
             _check_finite(out, results.loss, t, aggregator.name)
             step_sum += out.server_step
-            row.update(_norm_columns(out, types, float(out.stats.N), float(out.stats.E)))
+            row.update(_norm_columns(out, types))
             row.update(train_loss=float(out.stats_weights @ results.loss), server_step_sum=step_sum,
                        skipped=int(out.skipped))
             client_rows += _client_rows(t, results, out, stragglers)
@@ -170,28 +170,13 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
             row.update(skipped=1, server_step=0.0, server_step_sum=step_sum)
             models = {"average": params, "sent": params}
         if t % federation.eval_every == 0 or t == federation.rounds:
-            evaluated = {**models[aggregator.evaluate], **buffers}
-            row["test_acc"], row["test_loss"] = evaluate(model, evaluated, data.test_x, data.test_y, eval_batch)
-            if data.val_x is not None:
-                row["val_acc"], row["val_loss"] = evaluate(model, evaluated, data.val_x, data.val_y, eval_batch)
-            if any(not torch.equal(models["sent"][k], models["average"][k]) for k in params):
-                # Two models (FedNNNN sec. 4.1): record both, evaluating only the one not yet done.
-                other = "sent" if aggregator.evaluate == "average" else "average"
-                row[f"{aggregator.evaluate}_test_acc"] = row["test_acc"]
-                row[f"{aggregator.evaluate}_test_loss"] = row["test_loss"]
-                row[f"{other}_test_acc"], row[f"{other}_test_loss"] = evaluate(
-                    model, {**models[other], **buffers}, data.test_x, data.test_y, eval_batch)
+            row.update(_evaluate(model, models, buffers, aggregator.evaluate, data, eval_batch))
             last_acc = row["test_acc"]
         row["wall_s"] = time.perf_counter() - t0
 
         logs["rounds"].append([row])
         if clients:
-            logs["layers"].append([
-                {"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i],
-                 "N": float(out.stats.layer_N[i]), "E": float(out.stats.layer_E[i]),
-                 "N_over_E": _ratio(float(out.stats.layer_N[i]), float(out.stats.layer_E[i])),
-                 "server_step": float(out.step_layer_norms[i])}
-                for i, layer in enumerate(layers)])
+            logs["layers"].append(_layer_rows(t, out, layers, sizes))
             logs["client_layers"].append(_client_layer_rows(t, results, out, layers))
         logs["clients"].append(sorted(client_rows, key=lambda r: r["client"]))
 
@@ -207,8 +192,34 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     return summary
 
 
-def _norm_columns(out: RoundOutcome, types: np.ndarray, n: float, e: float) -> dict:
+def _evaluate(model, models: dict, buffers, evaluate_which: str, data: FederatedData, batch: int) -> dict:
+    """Test (and validation) accuracy and loss of the evaluated model; when the model sent to
+    clients differs from the average-aggregated one (FedNNNN sec. 4.1), both models' test
+    accuracy, evaluating only the one not yet done."""
+    evaluated = {**models[evaluate_which], **buffers}
+    row = dict(zip(("test_acc", "test_loss"), evaluate(model, evaluated, data.test_x, data.test_y, batch)))
+    if data.val_x is not None:
+        row["val_acc"], row["val_loss"] = evaluate(model, evaluated, data.val_x, data.val_y, batch)
+    if any(not torch.equal(models["sent"][k], models["average"][k]) for k in models["sent"]):
+        other = "sent" if evaluate_which == "average" else "average"
+        row[f"{evaluate_which}_test_acc"], row[f"{evaluate_which}_test_loss"] = row["test_acc"], row["test_loss"]
+        row[f"{other}_test_acc"], row[f"{other}_test_loss"] = evaluate(
+            model, {**models[other], **buffers}, data.test_x, data.test_y, batch)
+    return row
+
+
+def _layer_rows(t: int, out: RoundOutcome, layers, sizes: list[int]) -> list[dict]:
+    s = out.stats
+    return [{"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i],
+             "N": float(s.layer_N[i]), "E": float(s.layer_E[i]),
+             "N_over_E": _ratio(float(s.layer_N[i]), float(s.layer_E[i])),
+             "server_step": float(out.step_layer_norms[i])}
+            for i, layer in enumerate(layers)]
+
+
+def _norm_columns(out: RoundOutcome, types: np.ndarray) -> dict:
     """N, E, N/E and the server step for the whole model and per layer type (conv, fc)."""
+    n, e = out.stats.N, out.stats.E
     row = {"N": n, "E": e, "N_over_E": _ratio(n, e), "server_step": out.server_step}
     for kind in ("conv", "fc"):
         mask = torch.as_tensor(types == kind)

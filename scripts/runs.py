@@ -192,3 +192,118 @@ def deviation_notes(runs: Iterable[Run]) -> list[str]:
         for d in run.deviations:
             counts[d] += 1
     return [f"{d} ({n} run{'s' if n != 1 else ''})" for d, n in sorted(counts.items())]
+
+
+# ----------------------------------------------------------------------------- other papers' presets
+# Helpers for the FedLayerWise and FedLap scripts (fedlayerwise_table1.py, plot_fedlayerwise.py,
+# plot_fedlap.py), whose presets tag their runs differently (``tags: {paper, dataset, scenario}``
+# for FedLayerWise, ``tags: {paper, dataset}`` plus ``hyperparams.stragglers`` for FedLap).
+
+def tag(run: Run, key: str):
+    """``run.tags[key]``, or None."""
+    return run.tags.get(key)
+
+
+def stragglers(run: Run) -> float:
+    """The share of each round's clients that are stragglers (``hyperparams.stragglers``, 0 if unset)."""
+    value = (run.config.get("hyperparams") or {}).get("stragglers")
+    return float(value or 0.0)
+
+
+def read_csv(run: Run, name: str):
+    """A CSV of the run directory (``clients.csv``, ``client_layers.csv`` ...) as a pandas
+    DataFrame, cached on the run; None when the file is missing or empty."""
+    import pandas as pd
+
+    if name not in run._frames:
+        path = run.path / name
+        try:
+            run._frames[name] = pd.read_csv(path) if path.is_file() else None
+        except pd.errors.EmptyDataError:
+            run._frames[name] = None
+    return run._frames[name]
+
+
+def load_tagged(paths: Iterable[str | os.PathLike], paper: str, keys: Iterable[str] = ("dataset",)):
+    """Like :func:`load_runs` for a paper whose presets set other tags: every run tagged
+    ``paper`` that has a method and every tag in ``keys``.  Returns ``(runs, skipped)``."""
+    keys = tuple(keys)
+    runs, skipped = [], []
+    for path in find_runs(paths):
+        try:
+            run = Run.load(path)
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            skipped.append((path, f"unreadable: {e}"))
+            continue
+        if run.tags.get("paper") != paper:
+            skipped.append((path, f"not tagged paper={paper}"))
+        elif run.method is None or any(run.tags.get(k) is None for k in keys):
+            skipped.append((path, f"no method or no tags {'/'.join(keys)}"))
+        else:
+            runs.append(run)
+    return runs, skipped
+
+
+def setting_deviations(run: Run, hyperparams: dict, data: str | None = None, model: dict | None = None,
+                       partition: dict | None = None, labels: dict | None = None) -> list[str]:
+    """How ``run`` departs from a paper's setting, as in :attr:`Run.deviations` but against the given
+    reference: ``hyperparams`` / ``model`` / ``partition`` map config keys (of the run's
+    ``hyperparams``, ``model``, ``partition``) to the paper's values, ``data`` is the paper's dataset
+    (default: the ``dataset`` tag).  ``labels`` may rename a reference value in the message
+    (e.g. ``{"rounds": "preset 100; T not stated"}``)."""
+    labels = labels or {}
+    out = []
+    ds_cfg = run.config.get("dataset") or {}
+    actual, want = ds_cfg.get("name"), data or run.dataset
+    if want and actual and actual != want:
+        out.append(f"data substituted: {actual} instead of {want}")
+    limits = [f"{k}={ds_cfg[k]}" for k in DATA_SIZE_KEYS if ds_cfg.get(k) is not None]
+    if limits:
+        out.append("data subset " + " ".join(limits))
+    for section, reference in (("model", model), ("partition", partition), ("hyperparams", hyperparams)):
+        have_cfg = run.config.get(section) or {}
+        for key, ref in (reference or {}).items():
+            have = have_cfg.get(key)
+            if key not in have_cfg:
+                if section == "hyperparams":
+                    continue  # not recorded (an older or hand-made config): nothing to compare
+                have = "unset"
+            if not _same(have, ref):
+                shown = have.rsplit(".", 1)[-1] if isinstance(have, str) and key == "_target_" else have
+                ref_shown = ref.rsplit(".", 1)[-1] if isinstance(ref, str) and key == "_target_" else ref
+                name = key if section == "hyperparams" else f"{section}.{key}"
+                out.append(f"{name}={shown} ({labels.get(key, f'paper {ref_shown}')})")
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) \
+            and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def mean_by_round(frames: list, column: str = "round"):
+    """DataFrames of one quantity per round (seeds of one method) averaged round by round."""
+    import pandas as pd
+
+    frames = [f for f in frames if f is not None]
+    if not frames:
+        return None
+    if len(frames) == 1:
+        return frames[0]
+    return pd.concat(frames).groupby(column, as_index=False).mean(numeric_only=True)
+
+
+def count_notes(per_run: Iterable[list[str]]) -> list[str]:
+    """Distinct phrases over runs (one list per run), each with the number of runs it concerns."""
+    counts: dict[str, int] = defaultdict(int)
+    for phrases in per_run:
+        for d in phrases:
+            counts[d] += 1
+    return [f"{d} ({n} run{'s' if n != 1 else ''})" for d, n in sorted(counts.items())]
