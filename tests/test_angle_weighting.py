@@ -24,7 +24,7 @@ import torch
 from fedrun import aggregators as A
 from fedrun.errors import ConfigError
 from fedrun.models import Layer
-from fedrun.norms import NormStats, nwda
+from fedrun.norms import nwda
 from fedrun.weighting import angle_rule, gompertz
 
 W_LAYERS = [Layer("w", "fc", ("w",))]

@@ -5,7 +5,6 @@ writes under pytest's tmp_path; most of a run's few seconds is Python and torch 
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import shutil
