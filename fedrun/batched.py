@@ -21,6 +21,8 @@ clients in chunks, with the same results.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,7 +31,7 @@ from torch.func import functional_call, vmap
 from fedrun.engine import ClientResults, LocalTraining, SequentialEngine
 from fedrun.errors import ConfigError, check
 from fedrun.norms import Params
-from fedrun.regularizers import Proximal, Regularizer
+from fedrun.regularizers import Regularizer
 from fedrun.seeding import torch_generator
 
 
@@ -45,8 +47,7 @@ class BatchedEngine:
                  client_indices: list[torch.Tensor], local: LocalTraining,
                  regularizer: Regularizer | None, seed: int, clients_per_step: int | None = None):
         if not supports(model, regularizer):
-            raise ConfigError("engine", "batched", f"does not support {type(regularizer).__name__} or "
-                              "dropout yet; use engine=sequential")
+            raise ConfigError("engine", "batched", "does not support dropout yet; use engine=sequential")
         check(clients_per_step is None or clients_per_step >= 1, "engine.clients_per_step",
               clients_per_step, "must be >= 1 (or null: all clients at once)")
         self.model, self.x, self.y = model, train_x, train_y
@@ -98,6 +99,9 @@ class BatchedEngine:
         device = next(iter(params.values())).device
         loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
         reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
+        reg = self.regularizer
+        reg_state = reg.stacked_state(m, params) if reg is not None else None
+        per_epoch = [math.ceil(len(self.indices[k]) / local.batch_size) for k in clients]
         self.model.train()
 
         for s in range(int(steps.max())):
@@ -106,6 +110,10 @@ class BatchedEngine:
                 if s < len(batches):
                     groups.setdefault(len(batches[s]), []).append(j)
             step_state = _scalars(state)
+            starting = [j for j in range(m) if s < steps[j] and s % per_epoch[j] == 0]
+            if reg is not None and starting:  # FedLap recomputes lambda when a client starts an epoch
+                first = torch.tensor([s == 0 for _ in starting], device=device)
+                reg.stacked_start_epoch(reg_state, torch.tensor(starting, device=device), first, stacked, params)
             for b, rows in groups.items():
                 whole = len(rows) == m
                 idx = torch.tensor(rows, device=device)
@@ -116,8 +124,8 @@ class BatchedEngine:
                 loss = F.cross_entropy(logits.flatten(0, 1), self.y[batch].flatten(),
                                        reduction="none").view(len(rows), b).mean(1)  # [g]
                 total = loss.sum()
-                if self.regularizer is not None:
-                    pen = self.regularizer.stacked_penalty(p_g, params)  # [g], separable over clients
+                if reg is not None:
+                    pen = reg.stacked_penalty(p_g, params, reg_state, idx)  # [g], separable over clients
                     total = total + pen.sum()
                     reg_sum[idx] += pen.detach().double()
                 grads = torch.autograd.grad(total, [p_g[k] for k in names])
@@ -141,8 +149,9 @@ class BatchedEngine:
         sizes = torch.tensor([len(self.indices[k]) for k in clients])
         n_epochs = torch.tensor(epochs)
         extras = {}
-        if self.regularizer is not None:
+        if reg is not None:
             extras["reg_loss"] = (reg_sum / steps.clamp_min(1).to(reg_sum)).cpu()
+            extras.update(reg.stacked_metrics(reg_state))
         loss = (loss_sum / (sizes * n_epochs).to(loss_sum)).cpu()
         return ClientResults(list(clients), deltas, bufs, sizes, loss, steps, n_epochs, extras)
 
@@ -169,7 +178,7 @@ def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
 
 def supports(model: nn.Module, regularizer: Regularizer | None) -> bool:
     """Whether the batched engine implements this model and regularizer."""
-    return ((regularizer is None or isinstance(regularizer, Proximal))
+    return ((regularizer is None or hasattr(regularizer, "stacked_penalty"))
             and not any(isinstance(mod, nn.Dropout) for mod in model.modules()))
 
 

@@ -46,9 +46,19 @@ class Proximal(Regularizer):
     def penalty(self, params, anchor):
         return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).sum() for k in anchor)
 
-    def stacked_penalty(self, params, anchor):
-        """``[m]``: the penalty of each of m clients whose parameters are stacked ``[m, *shape]``."""
+    # The batched engine's interface: clients stacked along a leading dimension of size m.
+    def stacked_state(self, m, anchor):
+        return None
+
+    def stacked_start_epoch(self, state, rows, first, stacked, anchor):
+        pass
+
+    def stacked_penalty(self, params, anchor, state=None, rows=None):
+        """``[g]``: the penalty of each client whose parameters are stacked ``[g, *shape]``."""
         return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).flatten(1).sum(1) for k in anchor)
+
+    def stacked_metrics(self, state):
+        return {}
 
 
 FEDLAP_FORMS = ("linear", "interpolate")
@@ -103,9 +113,11 @@ class LayerAdaptive(Regularizer):
             if epoch == 0:
                 lam = torch.zeros(wk.shape[0], dtype=w.dtype, device=w.device)
             else:
-                lam = 1 - torch.cosine_similarity(wk, wg, dim=1, eps=1e-12)
+                # lambda is in [0, 2] (eq. 7); rounding can push 1 - cos a hair below 0, where
+                # the interpolate form's lambda^(1-q) would be NaN.
+                lam = (1 - torch.cosine_similarity(wk, wg, dim=1, eps=1e-12)).clamp(0, 2)
                 lambdas.append(lam)
-            c = self.q * lam if self.form == "linear" else self.q * lam.pow(1 - self.q)
+            c = self._coefficient(lam)
             # Broadcast the per-neuron coefficient over the neuron's weights (axis 1, or all of a 1-D tensor).
             self.coef[name] = c.view(1, -1, *([1] * (w.ndim - 2))) if w.ndim > 1 else c
         if lambdas:
@@ -116,3 +128,38 @@ class LayerAdaptive(Regularizer):
 
     def metrics(self):
         return {"lambda_mean": sum(self._lambda_means) / len(self._lambda_means) if self._lambda_means else 0.0}
+
+    def _coefficient(self, lam: torch.Tensor) -> torch.Tensor:
+        return self.q * lam if self.form == "linear" else self.q * lam.pow(1 - self.q)
+
+    # The batched engine's interface: the same computation for clients stacked along dim 0.
+    def stacked_state(self, m, anchor):
+        coef = {k: torch.zeros(m, *((1, neuron_view(v).shape[0]) + (1,) * (v.ndim - 2) if v.ndim > 1 else (1,)),
+                               dtype=v.dtype, device=v.device) for k, v in anchor.items()}
+        device = next(iter(anchor.values())).device
+        return {"coef": coef, "lambda_sum": torch.zeros(m, dtype=torch.float64, device=device),
+                "epochs": torch.zeros(m, dtype=torch.float64, device=device)}
+
+    @torch.no_grad()
+    def stacked_start_epoch(self, state, rows, first, stacked, anchor):
+        """Recompute lambda for the clients ``rows`` starting an epoch (``first``: their first)."""
+        g = len(rows)
+        total, count = torch.zeros(g, dtype=torch.float64, device=rows.device), 0
+        for name, w in stacked.items():
+            wk = w[rows]
+            vk = wk.unsqueeze(1) if wk.ndim == 2 else wk.transpose(1, 2).flatten(2)  # [g, neurons, fan-out]
+            lam = (1 - torch.cosine_similarity(vk, neuron_view(anchor[name]).unsqueeze(0), dim=2, eps=1e-12)).clamp(0, 2)
+            lam = torch.where(first.view(-1, 1), torch.zeros_like(lam), lam)
+            total += lam.double().sum(1)
+            count += lam.shape[1]
+            state["coef"][name][rows] = self._coefficient(lam).view(state["coef"][name][rows].shape)
+        later = ~first
+        state["lambda_sum"][rows[later]] += total[later] / count
+        state["epochs"][rows[later]] += 1
+
+    def stacked_penalty(self, params, anchor, state=None, rows=None):
+        return 0.5 * sum((state["coef"][k][rows] * (params[k] - anchor[k]).pow(2)).flatten(1).sum(1)
+                         for k in anchor)
+
+    def stacked_metrics(self, state):
+        return {"lambda_mean": (state["lambda_sum"] / state["epochs"].clamp_min(1)).cpu()}

@@ -99,18 +99,31 @@ def test_chunking_gives_the_same_result():
     assert relative_difference(whole.deltas, chunked.deltas) < 1e-6
 
 
+@pytest.mark.parametrize("q,form", [(0.5, "linear"), (0.5, "interpolate"), (1.0, "interpolate")])
+def test_fedlap_matches(q, form):
+    torch.manual_seed(1)
+    local = LocalTraining(epochs=3, batch_size=8, lr=0.05, momentum=0.5)
+    seq, bat = both_engines(MnistCNN(channels=(4, 8), hidden=16), local, LayerAdaptive(q, form), epochs=[3, 1, 2, 3])
+    assert relative_difference(seq.deltas, bat.deltas) < RTOL
+    torch.testing.assert_close(seq.extras["lambda_mean"], bat.extras["lambda_mean"], rtol=1e-4, atol=1e-8)
+    torch.testing.assert_close(seq.extras["reg_loss"], bat.extras["reg_loss"], rtol=1e-4, atol=1e-9)
+    assert torch.isfinite(bat.extras["lambda_mean"]).all()  # 1 - cos is clamped at 0: no NaN from lambda^(1-q)
+    assert bat.extras["lambda_mean"][1] == 0  # one epoch only: lambda never computed past epoch 1
+
+
 def test_unsupported_features_are_refused_and_auto_falls_back():
     x, y = torch.randn(10, 1, 28, 28), torch.randint(0, 10, (10,))
-    args = (MLP(), x, y, [torch.arange(10)], LocalTraining(), LayerAdaptive(0.5), 0)
+    with_dropout = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(784, 10))
+    args = (with_dropout, x, y, [torch.arange(10)], LocalTraining(), None, 0)
     with pytest.raises(ConfigError, match="engine"):
         BatchedEngine(*args)
-    assert isinstance(auto_engine(*args), SequentialEngine)  # FedLap: sequential
+    assert isinstance(auto_engine(*args), SequentialEngine)  # dropout: sequential
     plain = (MLP(), x, y, [torch.arange(10)], LocalTraining(), None, 0)
     assert isinstance(auto_engine(*plain), SequentialEngine)  # CPU tensors: sequential
 
 
 @pytest.mark.parametrize("aggregator", [A.fedavg(), A.fedprox(0.1), A.normnorm(1.0), A.momentum(0.9),
-                                        A.fednnnn(0.7, 0.8), A.fedadp(), A.fedlayerwise()],
+                                        A.fednnnn(0.7, 0.8), A.fedadp(), A.fedlayerwise(), A.fedlap(0.5)],
                          ids=lambda a: a.name)
 def test_whole_runs_match_for_every_aggregator(aggregator, tmp_path):
     raw = synthetic(num_train=240, num_test=60, image_size=12, noise=0.5)
