@@ -55,14 +55,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fednnnn_table2 import cell_state, fedrun_command  # noqa: E402
+import grid  # noqa: E402
 from runs import Run, count_notes, load_tagged, setting_deviations  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,13 +218,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: ("" if r[k] is None else (f"{r[k]:.4g}" if isinstance(r[k], float) else r[k]))
-                             for k in CSV_COLUMNS})
+    grid.write_csv(rows, path, CSV_COLUMNS, ".4g")
 
 
 def collect(dirs: list[str], target: float = PAPER_TARGET, metric: str = "test_acc", csv_path: str | None = None,
@@ -273,11 +265,10 @@ def substitution_overrides(substitutes: dict[str, str]) -> list[str]:
 def scenario_command(scenario: str, methods: list[str], seeds: list[str], out: Path, smoke: bool,
                      substitutes: dict[str, str], extra: list[str]) -> list[str]:
     """One ``fedrun -m`` call: every method (and seed) of one Table I column."""
-    return [*fedrun_command(), "-m", f"experiment=fedlayerwise/{PRESETS[scenario]}",
+    return [*grid.fedrun_command(), "-m", f"experiment=fedlayerwise/{PRESETS[scenario]}",
             f"aggregator={','.join(methods)}", f"seed={','.join(seeds)}", *substitution_overrides(substitutes),
             *(SMOKE_OVERRIDES if smoke else []), "progress=false", *extra,
-            f"hydra.sweep.dir={out / scenario}",
-            "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"]
+            f"hydra.sweep.dir={out / scenario}", grid.SUBDIR]
 
 
 def banner_lines(args, substitutes: dict[str, str]) -> list[str]:
@@ -306,39 +297,9 @@ def run_grid(args) -> int:
     banner = banner_lines(args, substitutes)
     for line in banner:
         print("NOTE: " + line, flush=True)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    failures = []
     t_all = time.perf_counter()
-    for i, scenario in enumerate(args.scenarios, 1):
-        wanted = {(m, s) for m in args.methods for s in seeds}
-        done, started = cell_state(out / scenario)
-        todo = wanted - done - started
-        if not todo:
-            print(f"[{i}/{len(args.scenarios)}] {scenario}: nothing to run ({len(wanted & done)} done, "
-                  f"{len(wanted & started)} unfinished or failed: delete a run directory to redo it)", flush=True)
-        else:
-            todo_seeds = sorted({s for _, s in todo})
-            todo_methods = [m for m in args.methods if any((m, s) in todo for s in todo_seeds)]
-            cmd = scenario_command(scenario, todo_methods, todo_seeds, out, args.smoke, substitutes, args.set)
-            skip = len(wanted & (done | started))
-            print(f"[{i}/{len(args.scenarios)}] {scenario}"
-                  f"{f' ({skip} run(s) already there)' if skip else ''}: {shlex.join(cmd)}", flush=True)
-            if not args.dry_run:
-                log_path = out / "logs" / f"{scenario}.log"
-                t0 = time.perf_counter()
-                with open(log_path, "a") as log:
-                    rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
-                after, _ = cell_state(out / scenario)
-                print(f"    exit {rc}, {len(after - done)} run(s) finished in {time.perf_counter() - t0:.0f} s "
-                      f"(log: {log_path})", flush=True)
-                if rc != 0:
-                    errors = [line for line in log_path.read_text().splitlines() if "error" in line.lower()]
-                    print("    " + "\n    ".join(errors[-4:]), flush=True)
-        if not args.dry_run:
-            done, _ = cell_state(out / scenario)
-            missing = sorted(wanted - done)
-            if missing:
-                failures.append((scenario, missing))
+    failures = grid.launch(args.scenarios, lambda scenario, methods, seeds: scenario_command(
+        scenario, methods, seeds, out, args.smoke, substitutes, args.set), args.methods, seeds, out, args.dry_run)
     if args.dry_run:
         return 0
     print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
@@ -347,22 +308,13 @@ def run_grid(args) -> int:
     print()
     collect([str(out)], args.target, args.metric,
             str(out / "fedlayerwise_table1.csv") if args.csv is None else args.csv or None, args.paper_csv)
-    for scenario, missing in failures:
-        print(f"FAILED or missing in {scenario}: {', '.join(f'{m} seed {s}' for m, s in missing)} "
-              f"(see {out / 'logs' / (scenario + '.log')} and the run's fedrun.log)")
-    return 1 if failures else 0
+    return grid.report_failures(failures, out)
 
 
 # ----------------------------------------------------------------------------- command line
 
 def _substitute(text: str) -> tuple[str, str]:
-    real, sep, option = text.partition("=")
-    if not sep or real != "mnist" or not option:
-        raise argparse.ArgumentTypeError(f"expected mnist=OPTION, got {text!r}")
-    if not (REPO / "conf" / "dataset" / f"{option}.yaml").is_file():
-        options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
-        raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
-    return real, option
+    return grid.dataset_substitute(text, ("mnist",))
 
 
 def _fraction(text: str) -> float:
@@ -410,12 +362,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"which presets of conf/experiment/fedlayerwise (default both: {', '.join(SCENARIOS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=["fedavg", "fedadp", "fedlayerwise"],
                    metavar="METHOD", help="which aggregators (default all 3: fedavg fedadp fedlayerwise)")
-    r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra fedrun override for every run, e.g. --set device=cuda; repeatable. One value "
-                        "each, not a sweep (runs are named <method>_seed<seed>)")
-    r.add_argument("--csv", default=None, help="long-form CSV (default OUT/fedlayerwise_table1.csv; '' for none)")
-    r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
+    grid.add_launch_arguments(r, "fedlayerwise_table1.csv")
     common(r)
     return p
 
@@ -424,15 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.mode == "run":
         return run_grid(args)
-    csv_path = args.csv
-    if csv_path is None:
-        first = Path(args.dirs[0])
-        is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
-        csv_path = str((first.parent if is_run else first) / "fedlayerwise_table1.csv")
-    for d in args.dirs:
-        if not Path(d).is_dir():
-            print(f"fedlayerwise_table1: no such directory: {d}", file=sys.stderr)
-            return 2
+    csv_path = grid.default_csv(args.dirs, "fedlayerwise_table1.csv") if args.csv is None else args.csv
+    if grid.missing_dirs(args.dirs, "fedlayerwise_table1"):
+        return 2
     collect(args.dirs, args.target, args.metric, csv_path or None, args.paper_csv)
     return 0
 

@@ -26,8 +26,8 @@ Two modes:
     CIFAR-10's shape, so the CIFAR-10 CNN is unchanged); ``mnist=mnist_train10k`` passes
     ``dataset=mnist_train10k`` (the first 10,000 MNIST training images, 20% held out as test set).
     The runs keep their preset's tags, so they land in the cell they stand for, marked ``*``.
-    Runs already finished in ``DIR`` are not redone.  A run that fails (e.g. diverges) ends its
-    Hydra sweep, so the methods after it are relaunched; the failed one is reported, not retried.
+    Runs already finished in ``DIR`` are not redone.  A run that fails (e.g. diverges) is reported
+    at the end and not retried; the sweep's other runs go on.
     Cost: the smoke grid is 40 runs; on 2 busy CPU cores it took 56 min (MNIST ~30 s a run, the
     CIFAR-10 CNN ~2 min a run); ``--cells`` / ``--methods`` pick a subset for a quicker check.
 
@@ -43,15 +43,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
-import shlex
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grid  # noqa: E402
 from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
                   METHODS, Run, by_cell, deviation_notes, load_runs)
 
@@ -153,13 +150,7 @@ def format_table(rows: list[dict], accuracy: str = "final") -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: ("" if r[k] is None else (f"{r[k]:.4f}" if isinstance(r[k], float) else r[k]))
-                             for k in CSV_COLUMNS})
+    grid.write_csv(rows, path, CSV_COLUMNS, ".4f")
 
 
 def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = None,
@@ -204,39 +195,14 @@ def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[st
     return out
 
 
-def fedrun_command() -> list[str]:
-    """How to call fedrun: this interpreter's ``-m fedrun`` when importable, else ``fedrun`` on PATH."""
-    if importlib.util.find_spec("fedrun") is not None:
-        return [sys.executable, "-m", "fedrun"]
-    exe = shutil.which("fedrun")
-    if exe is None:
-        sys.exit("fednnnn_table2: fedrun is neither importable nor on PATH; activate its environment")
-    return [exe]
-
-
 def cell_command(cell: str, methods: list[str], seeds: list[str], out: Path, smoke: bool,
                  substitutes: dict[str, str], extra: list[str]) -> list[str]:
     """One ``fedrun -m`` call: every method (and seed) of one Table 2 column."""
     dataset, _ = CELLS[cell]
-    return [*fedrun_command(), "-m", f"experiment=fednnnn/{cell}", f"aggregator={','.join(methods)}",
+    return [*grid.fedrun_command(), "-m", f"experiment=fednnnn/{cell}", f"aggregator={','.join(methods)}",
             f"seed={','.join(seeds)}", *substitution_overrides(substitutes, dataset),
             *(["scale=smoke"] if smoke else []), "progress=false", *extra,
-            f"hydra.sweep.dir={out / cell}",
-            "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"]
-
-
-def cell_state(folder: Path) -> tuple[set, set]:
-    """(done, started-but-unfinished) (method, seed) pairs among the run directories in ``folder``."""
-    done, started = set(), set()
-    if not folder.is_dir():
-        return done, started
-    for cfg in folder.rglob("config.yaml"):
-        try:
-            run = Run.load(cfg.parent)
-        except Exception:  # noqa: BLE001 - a half-written file counts as not started
-            continue
-        (done if run.finished else started).add((run.method, str(run.seed)))
-    return done, started - done
+            f"hydra.sweep.dir={out / cell}", grid.SUBDIR]
 
 
 def run_grid(args) -> int:
@@ -256,45 +222,9 @@ def run_grid(args) -> int:
         banner.append(f"EXTRA OVERRIDES: {' '.join(args.set)}")
     for line in banner:
         print("NOTE: " + line, flush=True)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    failures = []
     t_all = time.perf_counter()
-    for i, cell in enumerate(cells, 1):
-        wanted = {(m, s) for m in args.methods for s in seeds}
-        for attempt in range(len(args.methods) + 1):
-            done, started = cell_state(out / cell)
-            todo = wanted - done - started
-            if not todo:
-                if attempt == 0:
-                    print(f"[{i}/{len(cells)}] {cell}: nothing to run ({len(wanted & done)} done, "
-                          f"{len(wanted & started)} unfinished: delete a run directory to redo it)", flush=True)
-                break
-            # One call per seed group with the methods still to run (a failing job ends a Hydra
-            # sweep, so the methods after it are relaunched; the failed one is not retried).
-            todo_seeds = sorted({s for _, s in todo})
-            todo_methods = [m for m in args.methods if any((m, s) in todo for s in todo_seeds)]
-            cmd = cell_command(cell, todo_methods, todo_seeds, out, args.smoke, substitutes, args.set)
-            again = " (relaunch for the methods after the failed one)" if attempt else ""
-            print(f"[{i}/{len(cells)}] {cell}{again}: {shlex.join(cmd)}", flush=True)
-            if args.dry_run:
-                break
-            log_path = out / "logs" / f"{cell}.log"
-            t0 = time.perf_counter()
-            with open(log_path, "a") as log:
-                rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
-            after, _ = cell_state(out / cell)
-            print(f"    exit {rc}, {len(after - done)} run(s) finished in {time.perf_counter() - t0:.0f} s "
-                  f"(log: {log_path})", flush=True)
-            if rc != 0:
-                tail = log_path.read_text().strip().splitlines()[-3:]
-                print("    " + "\n    ".join(tail), flush=True)
-            if after == done:  # no progress: stop retrying this cell
-                break
-        if not args.dry_run:
-            done, started = cell_state(out / cell)
-            missing = sorted(wanted - done)
-            if missing:
-                failures.append((cell, missing))
+    failures = grid.launch(cells, lambda cell, methods, seeds: cell_command(
+        cell, methods, seeds, out, args.smoke, substitutes, args.set), args.methods, seeds, out, args.dry_run)
     if args.dry_run:
         return 0
     print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
@@ -303,22 +233,13 @@ def run_grid(args) -> int:
     print()
     collect([str(out)], args.accuracy, str(out / "fednnnn_table2.csv") if args.csv is None else args.csv or None,
             args.paper_csv)
-    for cell, missing in failures:
-        print(f"FAILED or missing in {cell}: {', '.join(f'{m} seed {s}' for m, s in missing)} "
-              f"(see {out / 'logs' / (cell + '.log')} and the run's fedrun.log)")
-    return 1 if failures else 0
+    return grid.report_failures(failures, out)
 
 
 # ----------------------------------------------------------------------------- command line
 
 def _substitute(text: str) -> tuple[str, str]:
-    real, sep, option = text.partition("=")
-    if not sep or real not in DATASETS or not option:
-        raise argparse.ArgumentTypeError(f"expected DATASET=OPTION with DATASET in {DATASETS}, got {text!r}")
-    if not (REPO / "conf" / "dataset" / f"{option}.yaml").is_file():
-        options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
-        raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
-    return real, option
+    return grid.dataset_substitute(text, DATASETS)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -358,12 +279,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"which presets of conf/experiment/fednnnn (default: all 8: {', '.join(CELLS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
                    help=f"which aggregators (default: all 5: {', '.join(METHODS)})")
-    r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra fedrun override for every run, e.g. --set device=cuda; repeatable. One value "
-                        "each, not a sweep (runs are named <method>_seed<seed>)")
-    r.add_argument("--csv", default=None, help="long-form CSV (default OUT/fednnnn_table2.csv; '' for none)")
-    r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
+    grid.add_launch_arguments(r, "fednnnn_table2.csv")
     common(r)
     return p
 
@@ -372,15 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.mode == "run":
         return run_grid(args)
-    csv_path = args.csv
-    if csv_path is None:
-        first = Path(args.dirs[0])
-        is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
-        csv_path = str((first.parent if is_run else first) / "fednnnn_table2.csv")
-    for d in args.dirs:
-        if not Path(d).is_dir():
-            print(f"fednnnn_table2: no such directory: {d}", file=sys.stderr)
-            return 2
+    csv_path = grid.default_csv(args.dirs, "fednnnn_table2.csv") if args.csv is None else args.csv
+    if grid.missing_dirs(args.dirs, "fednnnn_table2"):
+        return 2
     collect(args.dirs, args.accuracy, csv_path or None, args.paper_csv)
     return 0
 

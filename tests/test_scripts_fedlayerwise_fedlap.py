@@ -216,7 +216,7 @@ def test_run_mode_dry_run(tmp_path, capsys):
 def test_run_mode_rejects_other_datasets(capsys):
     with pytest.raises(SystemExit):
         t1.main(["run", "--out", "x", "--substitute", "cifar10=synthetic"])
-    assert "expected mnist=OPTION" in capsys.readouterr().err
+    assert "expected DATASET=OPTION with DATASET in ('mnist',)" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- FedLayerWise figures
