@@ -61,7 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
-from runs import Run, count_notes, load_tagged, setting_deviations  # noqa: E402
+from runs import Run, count_notes, load_tagged, missing_dirs, setting_deviations  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = "fedlayerwise"
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "run":
         return run_grid(args)
     csv_path = grid.default_csv(args.dirs, "fedlayerwise_table1.csv") if args.csv is None else args.csv
-    if grid.missing_dirs(args.dirs, "fedlayerwise_table1"):
+    if missing_dirs(args.dirs, "fedlayerwise_table1"):
         return 2
     collect(args.dirs, args.target, args.metric, csv_path or None, args.paper_csv)
     return 0

@@ -50,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
 from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                  METHODS, Run, by_cell, deviation_notes, load_runs)
+                  METHODS, Run, by_cell, deviation_notes, load_runs, missing_dirs)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "run":
         return run_grid(args)
     csv_path = grid.default_csv(args.dirs, "fednnnn_table2.csv") if args.csv is None else args.csv
-    if grid.missing_dirs(args.dirs, "fednnnn_table2"):
+    if missing_dirs(args.dirs, "fednnnn_table2"):
         return 2
     collect(args.dirs, args.accuracy, csv_path or None, args.paper_csv)
     return 0

@@ -130,10 +130,3 @@ def default_csv(dirs: list[str], name: str) -> str:
     first = Path(dirs[0])
     is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
     return str((first.parent if is_run else first) / name)
-
-
-def missing_dirs(dirs: list[str], prog: str) -> bool:
-    bad = [d for d in dirs if not Path(d).is_dir()]
-    for d in bad:
-        print(f"{prog}: no such directory: {d}", file=sys.stderr)
-    return bool(bad)

@@ -48,11 +48,10 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from runs import (Run, count_notes, load_tagged, mean_by_round, read_csv, setting_deviations,  # noqa: E402
-                  stragglers)
+from runs import (Run, count_notes, integer_rounds, load_tagged, mean_by_round, missing_dirs,  # noqa: E402
+                  read_csv, setting_deviations, stragglers)
 
 PAPER = "fedlap"
 METHODS = ("fedlap", "fedprox", "fedavg")
@@ -112,13 +111,7 @@ def _style(df: pd.DataFrame) -> dict:
 
 def _finish(fig, axes, title: str, notes: list[str], path: Path, written: list[Path]) -> None:
     for ax in axes:
-        lo, hi = ax.get_xlim()
-        if hi - lo < 3:
-            first, last = int(round(lo + 0.05 * (hi - lo))), int(round(hi - 0.05 * (hi - lo)))
-            ax.set_xticks(range(first, last + 1))
-            ax.set_xlim(first - 0.5, last + 0.5)
-        else:
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     if notes:
@@ -314,10 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None and not args.summary:
         print("plot_fedlap: give --out (figures) and/or --summary (table)", file=sys.stderr)
         return 2
-    for d in args.dirs:
-        if not Path(d).is_dir():
-            print(f"plot_fedlap: no such directory: {d}", file=sys.stderr)
-            return 2
+    if missing_dirs(args.dirs, "plot_fedlap"):
+        return 2
     runs, _skipped = load_tagged(args.dirs, PAPER, ("dataset",))
     runs = [r for r in runs if r.method in args.methods and (r.path / "rounds.csv").is_file()
             and args.dataset in (None, r.dataset)]

@@ -41,12 +41,11 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER, PAPER_TABLE1, PAPER_TARGET,  # noqa: E402
                                  SCENARIO_LABELS, SCENARIOS, deviations)
-from runs import Run, load_tagged, mean_by_round, read_csv  # noqa: E402
+from runs import Run, integer_rounds, load_tagged, mean_by_round, missing_dirs, read_csv  # noqa: E402
 
 COLORS = {"fedlayerwise": "tab:red", "fedadp": "tab:green", "fedavg": "tab:blue"}
 
@@ -59,21 +58,10 @@ def _notes_text(notes: list[str]) -> str:
     return "NOT the paper's setting: " + "; ".join(notes)
 
 
-def _integer_rounds(ax) -> None:
-    """Integer round ticks, also when only a round or two were run."""
-    lo, hi = ax.get_xlim()
-    if hi - lo < 3:
-        first, last = int(round(lo + 0.05 * (hi - lo))), int(round(hi - 0.05 * (hi - lo)))
-        ax.set_xticks(range(first, last + 1))
-        ax.set_xlim(first - 0.5, last + 0.5)
-    else:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
 def _finish(fig, axes, title: str, notes: list[str], path: Path, written: list[Path],
             right: float = 1.0) -> None:
     for ax in axes:
-        _integer_rounds(ax)
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     if notes:
@@ -260,10 +248,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for d in args.dirs:
-        if not Path(d).is_dir():
-            print(f"plot_fedlayerwise: no such directory: {d}", file=sys.stderr)
-            return 2
+    if missing_dirs(args.dirs, "plot_fedlayerwise"):
+        return 2
     runs, _skipped = load_tagged(args.dirs, PAPER, ("scenario",))
     runs = [r for r in runs if r.method in args.methods and (r.path / "rounds.csv").is_file()]
     scenarios = sorted({r.tags["scenario"] for r in runs if args.scenario in (None, r.tags["scenario"])},

@@ -42,7 +42,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                  METHODS, Run, by_cell, load_runs)
+                  METHODS, Run, by_cell, load_runs, missing_dirs)
 
 COLORS = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
 STEP_LABEL = r"N = $\|w_{t+1}-w_t\|$ (server step, eq. 24)"
@@ -162,10 +162,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for d in args.dirs:
-        if not Path(d).is_dir():
-            print(f"plot_fednnnn: no such directory: {d}", file=sys.stderr)
-            return 2
+    if missing_dirs(args.dirs, "plot_fednnnn"):
+        return 2
     runs, _skipped = load_runs(args.dirs)
     cells = by_cell(r for r in runs if r.method in args.methods)
     pairs = sorted({(d, c) for (_m, d, c) in cells

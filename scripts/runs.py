@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -155,26 +156,33 @@ class Run:
         return out
 
 
-def load_runs(paths: Iterable[str | os.PathLike], paper: str | None = "fednnnn"):
-    """Load every run under ``paths``.
+def load_runs(paths: Iterable[str | os.PathLike], paper: str = "fednnnn"):
+    """The FedNNNN runs under ``paths``: tagged ``paper`` with a method, dataset and condition.
 
-    Returns ``(runs, skipped)``: the runs tagged with ``paper`` (all runs if ``paper`` is None)
-    that carry a method, dataset and condition, and ``[(path, reason)]`` for the others.
+    Returns ``(runs, skipped)`` with ``[(path, reason)]`` for the others.
     """
-    runs, skipped = [], []
-    for path in find_runs(paths):
-        try:
-            run = Run.load(path)
-        except (OSError, ValueError, yaml.YAMLError) as e:
-            skipped.append((path, f"unreadable: {e}"))
-            continue
-        if paper is not None and run.tags.get("paper") != paper:
-            skipped.append((path, f"not tagged paper={paper}"))
-        elif None in run.cell:
-            skipped.append((path, "no method/dataset/condition (run without a paper preset?)"))
-        else:
-            runs.append(run)
-    return runs, skipped
+    return load_tagged(paths, paper, ("dataset", "condition"))
+
+
+def missing_dirs(dirs: list[str], prog: str) -> bool:
+    """Print one line per argument that is not a directory; True if there was one."""
+    bad = [d for d in dirs if not Path(d).is_dir()]
+    for d in bad:
+        print(f"{prog}: no such directory: {d}", file=sys.stderr)
+    return bool(bad)
+
+
+def integer_rounds(ax) -> None:
+    """Integer round ticks on a matplotlib axis, also when only a round or two were run."""
+    from matplotlib.ticker import MaxNLocator
+
+    lo, hi = ax.get_xlim()
+    if hi - lo < 3:
+        first, last = int(round(lo + 0.05 * (hi - lo))), int(round(hi - 0.05 * (hi - lo)))
+        ax.set_xticks(range(first, last + 1))
+        ax.set_xlim(first - 0.5, last + 0.5)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def by_cell(runs: Iterable[Run]) -> dict[tuple[str, str, str], list[Run]]:
