@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedrun.normalization import FederatedBatchNorm
+
 
 class MnistCNN(nn.Module):
     """Two 5x5 conv + pool blocks and two FC layers.
@@ -123,7 +125,7 @@ class MLP(nn.Module):
 _TYPES = (
     (nn.modules.conv._ConvNd, "conv"),
     (nn.Linear, "fc"),
-    ((nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm), "norm"),
+    ((nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, FederatedBatchNorm), "norm"),
 )
 
 
