@@ -31,6 +31,7 @@ from torch.func import functional_call, vmap
 from fedrun.engine import ClientResults, LocalTraining, SequentialEngine
 from fedrun.errors import ConfigError, check
 from fedrun.norms import Params
+from fedrun.optim import load_state, state_dict
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import torch_generator
 
@@ -60,10 +61,13 @@ class BatchedEngine:
         self._forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
 
     def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
-              epochs: list[int] | None = None) -> ClientResults:
+              epochs: list[int] | None = None, lr: float | None = None,
+              opt_states: Params | None = None) -> ClientResults:
+        """As :meth:`fedrun.engine.SequentialEngine.train`."""
         epochs = [self.local.epochs] * len(clients) if epochs is None else list(epochs)
         size = self.clients_per_step or len(clients)
-        parts = [self._train_chunk(params, buffers, clients[i : i + size], round_, epochs[i : i + size])
+        parts = [self._train_chunk(params, buffers, clients[i : i + size], round_, epochs[i : i + size], lr,
+                                   None if opt_states is None else {k: v[i : i + size] for k, v in opt_states.items()})
                  for i in range(0, len(clients), size)]
         if len(parts) == 1:
             return parts[0]
@@ -71,7 +75,8 @@ class BatchedEngine:
         return ClientResults(list(clients), cat("deltas"), cat("buffers"),
                              torch.cat([p.num_examples for p in parts]), torch.cat([p.loss for p in parts]),
                              torch.cat([p.steps for p in parts]), torch.cat([p.epochs for p in parts]),
-                             {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras})
+                             {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras},
+                             None if opt_states is None else cat("opt_states"))
 
     def _schedule(self, clients: list[int], round_: int, epochs: list[int]) -> list[list[torch.Tensor]]:
         """Each client's batches (index tensors), in the sequential engine's order."""
@@ -87,13 +92,19 @@ class BatchedEngine:
         return out
 
     def _train_chunk(self, params: Params, buffers: Params, clients: list[int], round_: int,
-                     epochs: list[int]) -> ClientResults:
+                     epochs: list[int], lr: float | None = None, opt_states: Params | None = None) -> ClientResults:
         m, local = len(clients), self.local
         names = list(params)
         stacked = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in params.items()}
         bufs = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in buffers.items()}
         optimizer = local.make_optimizer()
         state = optimizer.init([stacked[k] for k in names])
+        if "step" in state:  # one Adam step counter per client: clients may finish at different steps
+            state["step"] = torch.zeros(m, dtype=torch.float64, device=state["step"].device)
+        if opt_states is not None:
+            state = load_state({k: v.clone() for k, v in opt_states.items()}, state, names)
+        augment = local.augment
+        draws = [torch_generator(self.seed, "augment", round_, k) for k in clients] if augment else None
         schedule = self._schedule(clients, round_, epochs)
         steps = torch.tensor([len(b) for b in schedule])
         device = next(iter(params.values())).device
@@ -109,7 +120,6 @@ class BatchedEngine:
             for j, batches in enumerate(schedule):
                 if s < len(batches):
                     groups.setdefault(len(batches[s]), []).append(j)
-            step_state = _scalars(state)
             starting = [j for j in range(m) if s < steps[j] and s % per_epoch[j] == 0]
             if reg is not None and starting:  # FedLap recomputes lambda when a client starts an epoch
                 first = torch.tensor([s == 0 for _ in starting], device=device)
@@ -120,7 +130,10 @@ class BatchedEngine:
                 p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
                 b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
                 batch = torch.stack([schedule[j][s] for j in rows])  # [g, b]
-                logits = self._forward(p_g, b_g, self.x[batch])  # [g, b, C]
+                x = self.x[batch]
+                if augment is not None:  # each client's own draws, in the sequential engine's order
+                    x = torch.stack([augment(x[i], draws[j]) for i, j in enumerate(rows)])
+                logits = self._forward(p_g, b_g, x)  # [g, b, C]
                 loss = F.cross_entropy(logits.flatten(0, 1), self.y[batch].flatten(),
                                        reduction="none").view(len(rows), b).mean(1)  # [g]
                 total = loss.sum()
@@ -133,10 +146,10 @@ class BatchedEngine:
                 with torch.no_grad():
                     weights = [p_g[k].detach() for k in names]
                     if whole:
-                        optimizer.step(weights, list(grads), state)
+                        optimizer.step(weights, list(grads), state, lr)
                     else:
-                        sub = _gather(state, idx, step_state)
-                        optimizer.step(weights, list(grads), sub)
+                        sub = _gather(state, idx)
+                        optimizer.step(weights, list(grads), sub, lr)
                         _scatter(state, sub, idx)
                         for k, w in zip(names, weights):
                             stacked[k][idx] = w
@@ -153,18 +166,15 @@ class BatchedEngine:
             extras["reg_loss"] = (reg_sum / steps.clamp_min(1).to(reg_sum)).cpu()
             extras.update(reg.stacked_metrics(reg_state))
         loss = (loss_sum / (sizes * n_epochs).to(loss_sum)).cpu()
-        return ClientResults(list(clients), deltas, bufs, sizes, loss, steps, n_epochs, extras)
+        final = None if opt_states is None else state_dict(state, names)
+        return ClientResults(list(clients), deltas, bufs, sizes, loss, steps, n_epochs, extras, final)
 
 
-# Optimizer state: lists of stacked [m, ...] tensors are per client; 0-d tensors (Adam's step
-# counter) are shared, since every active client takes its s-th step together.
+# Optimizer state: every entry is per client, lists of stacked [m, ...] tensors or an [m] tensor
+# (Adam's step counters).
 
-def _scalars(state: dict) -> dict:
-    return {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def _gather(state: dict, idx: torch.Tensor, scalars: dict) -> dict:
-    return {k: ([t[idx] for t in v] if isinstance(v, list) else scalars[k].clone()) for k, v in state.items()}
+def _gather(state: dict, idx: torch.Tensor) -> dict:
+    return {k: ([t[idx] for t in v] if isinstance(v, list) else v[idx]) for k, v in state.items()}
 
 
 def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
@@ -173,7 +183,7 @@ def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
             for full, part in zip(state[k], v):
                 full[idx] = part
         else:
-            state[k] = v
+            state[k][idx] = v
 
 
 def supports(model: nn.Module, regularizer: Regularizer | None) -> bool:

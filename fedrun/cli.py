@@ -7,6 +7,7 @@ what is allowed, with a non-zero exit, before any run directory is touched.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -20,6 +21,8 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from fedrun.augment import make_augmentation
+from fedrun import partition as partitions
 from fedrun.data import prepare
 from fedrun.engine import LocalTraining
 from fedrun.errors import ConfigError, DataError, DivergenceError, check
@@ -71,23 +74,35 @@ def resolve_device(name: str) -> torch.device:
 def build(cfg: DictConfig) -> dict:
     """Validate the config and build everything but the data: cheap, so it also runs before Hydra."""
     h = "hyperparams."
+    # Centralized ("vanilla") training, the parameter-divergence paper's baseline column: one
+    # learner holds the whole training set and a round is its E local epochs, so FedAvg's
+    # average is that learner's model and the same loop, CSVs and scripts serve both.
+    centralized = _typed(cfg, "centralized", bool)
     federation = Federation(rounds=_typed(cfg, h + "rounds", int),
-                            num_clients=_typed(cfg, h + "num_clients", int),
-                            client_fraction=_typed(cfg, h + "client_fraction", float),
-                            eval_every=_typed(cfg, h + "eval_every", int))
+                            num_clients=1 if centralized else _typed(cfg, h + "num_clients", int),
+                            client_fraction=1.0 if centralized else _typed(cfg, h + "client_fraction", float),
+                            eval_every=_typed(cfg, h + "eval_every", int),
+                            vanilla_every=0 if centralized else _typed(cfg, "vanilla_every", int),
+                            snapshots=tuple(_typed(cfg, f"snapshots.{i}", int) for i in range(len(cfg.snapshots))))
     local = LocalTraining(epochs=_typed(cfg, h + "local_epochs", int),
                           batch_size=_typed(cfg, h + "batch_size", int),
                           lr=_typed(cfg, h + "lr", float), momentum=_typed(cfg, h + "momentum", float),
                           nesterov=_typed(cfg, h + "nesterov", bool),
                           weight_decay=_typed(cfg, h + "weight_decay", float),
                           optimizer=str(cfg.hyperparams.optimizer),
-                          betas=tuple(_typed(cfg, f"{h}betas.{i}", float) for i in range(2)))
+                          betas=tuple(_typed(cfg, f"{h}betas.{i}", float) for i in range(2)),
+                          weight_decay_mode=str(cfg.hyperparams.weight_decay_mode),
+                          optimizer_state=str(cfg.hyperparams.optimizer_state),
+                          lr_milestones=tuple(_typed(cfg, f"{h}lr_milestones.{i}", float)
+                                              for i in range(len(cfg.hyperparams.lr_milestones))),
+                          lr_gamma=_typed(cfg, h + "lr_gamma", float))
+    make_augmentation(cfg.hyperparams.augment)  # validates it; built with the data's std in run()
     participation = Participation(stragglers=_typed(cfg, h + "stragglers", float),
                                   dropouts=_typed(cfg, h + "dropouts", float))
     validation = _typed(cfg, h + "validation_fraction", float)
     check(0 <= validation < 1, h + "validation_fraction", validation, "must be in [0, 1)")
     aggregator = _instantiate(cfg.aggregator, "aggregator")
-    partition = _instantiate(cfg.partition, "partition")
+    partition = functools.partial(partitions.iid) if centralized else _instantiate(cfg.partition, "partition")
     k = OmegaConf.select(cfg, "partition.classes_per_client")
     classes = _typed(cfg, "dataset.num_classes", int)
     if k is not None:
@@ -127,6 +142,9 @@ def run(cfg: DictConfig) -> dict:
     std = None if cfg.dataset.std is None else list(cfg.dataset.std)
     data = prepare(raw, mean, std, objects["validation"], objects["seed"], objects["device"],
                    cfg.dataset.max_train, cfg.dataset.max_test)
+    # Augmentation's brightness is in raw pixel units: it needs the std the data was divided by.
+    objects["local"] = dataclasses.replace(objects["local"],
+                                           augment=make_augmentation(cfg.hyperparams.augment, data.std))
     model_cfg = cfg.model
     summary = simulate(run_dir, data, functools.partial(instantiate, model_cfg), objects["partition"],
                        objects["aggregator"], objects["local"], objects["federation"],
@@ -151,6 +169,10 @@ def _write_config(cfg: DictConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.yaml"
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    # Which option of each config group made this run (model: neta_baseline, experiment: pd/iid):
+    # scripts file runs by it.
+    resolved["choices"] = {k: v for k, v in HydraConfig.get().runtime.choices.items()
+                           if not k.startswith("hydra")}
     ignore = ("resume", "progress", "device")
     if cfg.resume and path.exists():
         old = OmegaConf.to_container(OmegaConf.load(path), resolve=True)

@@ -52,6 +52,7 @@ class FederatedData:
     val_x: torch.Tensor | None
     val_y: torch.Tensor | None
     num_classes: int
+    std: tuple[float, ...] | None = None  # the per-channel std the images were divided by
 
 
 # ----------------------------------------------------------------------------- IDX files
@@ -274,4 +275,4 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
         return None if y is None else y.to(device)
 
     return FederatedData(norm(train_x), to(train_y), norm(test_x), to(test_y), norm(val_x), to(val_y),
-                         raw.num_classes)
+                         raw.num_classes, tuple(float(v) for v in std))

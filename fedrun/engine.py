@@ -8,8 +8,11 @@ stacked ``[m, *shape]`` tensors.
 Local training is the client side of FedAvg (Nagura et al., Alg. 2): split the client's data into
 batches of B, run E epochs of ``w <- w - eta grad l(w; batch)`` (SGD, optionally with momentum,
 Nesterov and weight decay, or Adam: :mod:`fedrun.optim`), plus the method's regularizer.  The
-optimizer state starts from zero every round.  A straggler runs fewer epochs.  The batch order of client k in round t
-comes from a generator seeded by ``(seed, round, client)``, so every method sees the same batches.
+optimizer state starts from zero every round (``optimizer_state: reset``), or is passed in and
+returned stacked, for the server to average (``average``: the parameter-divergence paper's "-A")
+or for each client to keep (``local``: its "-WB").  A straggler runs fewer epochs.  The batch
+order of client k in round t comes from a generator seeded by ``(seed, round, client)``, and so do
+its dropout masks and data augmentation, so every method sees the same batches.
 """
 from __future__ import annotations
 
@@ -19,16 +22,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedrun.errors import check
+from fedrun.errors import ConfigError, check
 from fedrun.norms import Params
-from fedrun.optim import make_optimizer
+from fedrun.optim import load_state, lr_factor, make_optimizer, state_dict
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
 
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """The client optimizer (Nagura et al. Table 1: E, B, eta, lambda; Adam for FedLayerWise)."""
+    """How clients train: Nagura et al. Table 1 (E, B, eta, lambda), Adam for FedLayerWise, and
+    the parameter-divergence paper's optimizer-state averaging, decoupled weight decay, step
+    learning-rate decay and data augmentation (its sec. 2.2, 4.2, Appendix A.2, C.6)."""
 
     epochs: int = 1
     batch_size: int = 50
@@ -38,6 +43,11 @@ class LocalTraining:
     weight_decay: float = 0.0
     optimizer: str = "sgd"  # sgd | adam
     betas: tuple[float, float] = (0.9, 0.999)  # Adam
+    weight_decay_mode: str = "coupled"  # coupled (L2 in the gradient) | decoupled (SGDW/AdamW)
+    optimizer_state: str = "reset"  # reset every round | average (-A) | local (-WB)
+    lr_milestones: tuple[float, ...] = ()  # fractions of the rounds after which lr *= lr_gamma
+    lr_gamma: float = 0.1
+    augment: object = None  # fedrun.augment.Augmentation applied to every training batch, or None
 
     def __post_init__(self):
         check(self.epochs >= 1, "hyperparams.local_epochs", self.epochs, "must be >= 1")
@@ -47,11 +57,35 @@ class LocalTraining:
         check(not self.nesterov or self.momentum > 0, "hyperparams.nesterov", self.nesterov,
               "needs hyperparams.momentum > 0")
         check(self.weight_decay >= 0, "hyperparams.weight_decay", self.weight_decay, "must be >= 0")
+        if self.optimizer_state not in OPTIMIZER_STATES:
+            raise ConfigError("hyperparams.optimizer_state", self.optimizer_state,
+                              f"choose one of: {', '.join(OPTIMIZER_STATES)}")
+        check(all(0 < f < 1 for f in self.lr_milestones), "hyperparams.lr_milestones",
+              list(self.lr_milestones), "fractions of the rounds, each in (0, 1)")
+        check(0 < self.lr_gamma <= 1, "hyperparams.lr_gamma", self.lr_gamma, "must be in (0, 1]")
         self.make_optimizer()  # validates the optimizer's name and settings
 
     def make_optimizer(self):
         return make_optimizer(self.optimizer, self.lr, self.momentum, self.nesterov,
-                              self.weight_decay, tuple(self.betas))
+                              self.weight_decay, tuple(self.betas), weight_decay_mode=self.weight_decay_mode)
+
+    def lr_at(self, round_: int, rounds: int) -> float:
+        """Round ``round_``'s learning rate under the step decay (:func:`fedrun.optim.lr_factor`)."""
+        return self.lr * lr_factor(round_, rounds, tuple(self.lr_milestones), self.lr_gamma)
+
+    @property
+    def carries_state(self) -> bool:
+        """Whether the optimizer state outlives a round (it has one, and it is not reset)."""
+        return self.optimizer_state != "reset" and bool(self.fresh_state({"w": torch.zeros(1)}))
+
+    def fresh_state(self, params: Params) -> Params:
+        """A zero optimizer state as named tensors (``momentum.<p>``, ``exp_avg.<p>``, ``step``...):
+        what a client starts from when it has no state; zeros are exactly ``init``'s state."""
+        names = list(params)
+        return state_dict(self.make_optimizer().init([params[k] for k in names]), names)
+
+
+OPTIMIZER_STATES = ("reset", "average", "local")
 
 
 @dataclass
@@ -66,6 +100,7 @@ class ClientResults:
     steps: torch.Tensor  # [m] optimizer steps taken
     epochs: torch.Tensor  # [m] local epochs run (fewer than E for stragglers)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # [m] regularizer diagnostics
+    opt_states: Params | None = None  # final optimizer states [m, ...] when they outlive the round
 
 
 def split_state(model: nn.Module) -> tuple[Params, Params]:
@@ -94,17 +129,31 @@ class SequentialEngine:
         self.indices, self.local, self.regularizer, self.seed = client_indices, local, regularizer, seed
 
     def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
-              epochs: list[int] | None = None) -> ClientResults:
-        """Train ``clients`` from ``w_t = params``; client j runs ``epochs[j]`` epochs (default E)."""
+              epochs: list[int] | None = None, lr: float | None = None,
+              opt_states: Params | None = None) -> ClientResults:
+        """Train ``clients`` from ``w_t = params``.
+
+        Args:
+          epochs: client j runs ``epochs[j]`` epochs (default E).
+          lr: this round's learning rate (default ``local.lr``; the schedule is the caller's).
+          opt_states: the clients' starting optimizer states, named tensors stacked ``[m, ...]``
+            (:meth:`LocalTraining.fresh_state`); their final states come back in
+            ``ClientResults.opt_states``.  None: a fresh state each, nothing returned.
+        """
         m = len(clients)
         epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         deltas = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
         stacked_buffers = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device)
                            for k, v in buffers.items()}
+        final_states = None if opt_states is None else {k: v.clone() for k, v in opt_states.items()}
         losses, steps = torch.zeros(m, dtype=torch.float64), torch.zeros(m, dtype=torch.long)
         extras: dict[str, torch.Tensor] = {}
         for j, k in enumerate(clients):
-            losses[j], steps[j], metrics = self._train_client(params, buffers, k, round_, epochs[j])
+            start = None if opt_states is None else {name: v[j].clone() for name, v in opt_states.items()}
+            losses[j], steps[j], metrics, end = self._train_client(params, buffers, k, round_, epochs[j], lr, start)
+            if final_states is not None:
+                for name, v in end.items():
+                    final_states[name][j] = v
             for name, value in metrics.items():
                 extras.setdefault(name, torch.full((m,), float("nan"), dtype=torch.float64))[j] = value
             for name, p in self.model.named_parameters():
@@ -113,9 +162,10 @@ class SequentialEngine:
                 stacked_buffers[name][j] = b
         sizes = torch.tensor([len(self.indices[k]) for k in clients])
         return ClientResults(list(clients), deltas, stacked_buffers, sizes, losses, steps,
-                             torch.tensor(epochs), extras)
+                             torch.tensor(epochs), extras, final_states)
 
-    def _train_client(self, params: Params, buffers: Params, client: int, round_: int, epochs: int):
+    def _train_client(self, params: Params, buffers: Params, client: int, round_: int, epochs: int,
+                      lr: float | None = None, start_state: Params | None = None):
         model, local, reg = self.model, self.local, self.regularizer
         model.load_state_dict({**params, **buffers})
         model.train()
@@ -124,9 +174,13 @@ class SequentialEngine:
         live = dict(zip(names, weights))
         optimizer = local.make_optimizer()
         opt_state = optimizer.init(weights)
+        if start_state is not None:
+            opt_state = load_state(start_state, opt_state, names)
         # Dropout (and any other randomness in the forward pass) is seeded per (round, client).
         torch.manual_seed(derive_seed(self.seed, "forward", round_, client))
         shuffle = torch_generator(self.seed, "shuffle", round_, client)
+        augment = local.augment
+        augment_draws = torch_generator(self.seed, "augment", round_, client) if augment else None
         idx = self.indices[client]
         n = len(idx)
         loss_sum = torch.zeros((), dtype=torch.float64, device=idx.device)
@@ -140,18 +194,20 @@ class SequentialEngine:
             order = idx[torch.randperm(n, generator=shuffle).to(idx.device)]
             for start in range(0, n, local.batch_size):
                 batch = order[start : start + local.batch_size]
-                loss = F.cross_entropy(model(self.x[batch]), self.y[batch])
+                x = self.x[batch] if augment is None else augment(self.x[batch], augment_draws)
+                loss = F.cross_entropy(model(x), self.y[batch])
                 total = loss
                 if reg is not None:
                     penalty = reg.penalty(live, params)
                     total = loss + penalty
                     reg_sum += penalty.detach()
                 grads = torch.autograd.grad(total, weights)
-                optimizer.step(weights, grads, opt_state)
+                optimizer.step(weights, grads, opt_state, lr)
                 loss_sum += loss.detach() * len(batch)
                 steps += 1
         metrics = {} if reg is None else {"reg_loss": float(reg_sum) / max(steps, 1), **reg.metrics()}
-        return float(loss_sum) / (n * epochs), steps, metrics
+        end_state = None if start_state is None else state_dict(opt_state, names)
+        return float(loss_sum) / (n * epochs), steps, metrics, end_state
 
 
 @torch.no_grad()

@@ -16,6 +16,19 @@ import torch
 from fedrun.errors import ConfigError, check
 
 OPTIMIZERS = ("sgd", "adam")
+WEIGHT_DECAY_MODES = ("coupled", "decoupled")
+
+
+def _decay(p: torch.Tensor, optimizer, lr) -> None:
+    """Decoupled weight decay (Loshchilov & Hutter 2019, Alg. 1-2 line 12): ``w <- w - s_t wd w``.
+
+    ``s_t`` is the learning-rate schedule's multiplier ``lr / lr_0`` (1, then 0.1, 0.01 after the
+    drops), not the learning rate itself: the decay is independent of ``lr`` as in SGDW/AdamW and
+    TensorFlow's ``DecoupledWeightDecayExtension`` that the parameter-divergence paper used
+    (sec. 2.2; "weight decay is equivalent to L2 regularization only for pure SGD").  Applied to
+    the weights before the step's update, which was computed from the gradient at the old weights.
+    """
+    p.mul_(1 - (lr / optimizer.lr) * optimizer.weight_decay)  # lr may be a per-client tensor
 
 
 @dataclass(frozen=True)
@@ -23,12 +36,14 @@ class SGD:
     """``g = grad + wd w``; ``b = mu b + g``; ``w -= lr (g + mu b if nesterov else b)``.
 
     With ``momentum = 0`` this is the plain step of FedAvg's client (Nagura et al. Alg. 2 line 4).
+    ``decoupled=True`` drops ``wd w`` from ``g`` and decays the weights directly (:func:`_decay`).
     """
 
     lr: float
     momentum: float = 0.0
     nesterov: bool = False
     weight_decay: float = 0.0
+    decoupled: bool = False
 
     def init(self, params: list[torch.Tensor]) -> dict:
         return {"momentum": [torch.zeros_like(p) for p in params]} if self.momentum else {}
@@ -38,24 +53,33 @@ class SGD:
              lr: float | torch.Tensor | None = None) -> None:
         lr = self.lr if lr is None else lr
         for i, (p, g) in enumerate(zip(params, grads)):
-            if self.weight_decay:
+            if self.weight_decay and not self.decoupled:
                 g = g.add(p, alpha=self.weight_decay)
             if self.momentum:
                 buf = state["momentum"][i]
                 buf.mul_(self.momentum).add_(g)
                 g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
+            if self.weight_decay and self.decoupled:
+                _decay(p, self, lr)
             _descend(p, g, lr)
 
 
 @dataclass(frozen=True)
 class Adam:
-    """Adam (Kingma & Ba) with bias correction, as ``torch.optim.Adam``; ``wd`` is coupled L2."""
+    """Adam (Kingma & Ba) with bias correction, as ``torch.optim.Adam``; ``wd`` is coupled L2,
+    or decoupled (AdamW's decay, :func:`_decay`) with ``decoupled=True``.
+
+    The step counter is a 0-d tensor for one client, or ``[m]`` (one per stacked client) when
+    clients carry their own optimizer state across rounds and may have taken different numbers
+    of steps; the bias corrections then broadcast per client.
+    """
 
     lr: float
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.0
+    decoupled: bool = False
 
     def init(self, params: list[torch.Tensor]) -> dict:
         return {"step": torch.zeros((), dtype=torch.float64),
@@ -66,14 +90,22 @@ class Adam:
     def step(self, params, grads, state, lr=None) -> None:
         lr = self.lr if lr is None else lr
         state["step"] += 1
-        t = float(state["step"])
-        correction1, correction2 = 1 - self.beta1 ** t, 1 - self.beta2 ** t
+        step = state["step"]
         for p, g, m, v in zip(params, grads, state["exp_avg"], state["exp_avg_sq"]):
-            if self.weight_decay:
+            if step.ndim == 0:  # one client: Python floats, exactly torch.optim.Adam's arithmetic
+                t = float(step)
+                correction1, correction2 = 1 - self.beta1 ** t, (1 - self.beta2 ** t) ** 0.5
+            else:  # [m] stacked clients with their own counters
+                shape = (-1,) + (1,) * (p.ndim - 1)
+                correction1 = (1 - self.beta1 ** step).to(p.dtype).view(shape)
+                correction2 = (1 - self.beta2 ** step).sqrt().to(p.dtype).view(shape)
+            if self.weight_decay and not self.decoupled:
                 g = g.add(p, alpha=self.weight_decay)
             m.lerp_(g, 1 - self.beta1)
             v.mul_(self.beta2).addcmul_(g, g, value=1 - self.beta2)
-            denom = (v.sqrt() / correction2 ** 0.5).add_(self.eps)
+            denom = (v.sqrt() / correction2).add_(self.eps)
+            if self.weight_decay and self.decoupled:
+                _decay(p, self, lr)
             _descend(p, m / denom, lr / correction1)
 
 
@@ -87,11 +119,48 @@ def _descend(p: torch.Tensor, direction: torch.Tensor, lr) -> None:
 
 def make_optimizer(name: str, lr: float, momentum: float = 0.0, nesterov: bool = False,
                    weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
-                   eps: float = 1e-8):
+                   eps: float = 1e-8, weight_decay_mode: str = "coupled"):
     """The client optimizer named by ``hyperparams.optimizer``."""
+    if weight_decay_mode not in WEIGHT_DECAY_MODES:
+        raise ConfigError("hyperparams.weight_decay_mode", weight_decay_mode,
+                          f"choose one of: {', '.join(WEIGHT_DECAY_MODES)}")
+    decoupled = weight_decay_mode == "decoupled"
     if name == "sgd":
-        return SGD(lr, momentum, nesterov, weight_decay)
+        return SGD(lr, momentum, nesterov, weight_decay, decoupled)
     if name == "adam":
         check(0 <= betas[0] < 1 and 0 <= betas[1] < 1, "hyperparams.betas", list(betas), "each in [0, 1)")
-        return Adam(lr, betas[0], betas[1], eps, weight_decay)
+        return Adam(lr, betas[0], betas[1], eps, weight_decay, decoupled)
     raise ConfigError("hyperparams.optimizer", name, f"choose one of: {', '.join(OPTIMIZERS)}")
+
+
+# ----------------------------------------------------------------------------- state as named tensors
+
+def state_dict(state: dict, names: list[str]) -> dict[str, torch.Tensor]:
+    """An optimizer state as flat named tensors: ``momentum.<param>``, ``exp_avg.<param>``,
+    ``exp_avg_sq.<param>``, ``step``; what a server averages and a checkpoint stores."""
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, list):
+            out.update({f"{key}.{name}": t for name, t in zip(names, value)})
+        else:
+            out[key] = value
+    return out
+
+
+def load_state(flat: dict[str, torch.Tensor], template: dict, names: list[str]) -> dict:
+    """The inverse of :func:`state_dict`, shaped like ``template`` (an ``init`` result)."""
+    return {key: ([flat[f"{key}.{name}"] for name in names] if isinstance(value, list) else flat[key])
+            for key, value in template.items()}
+
+
+def lr_factor(round_: int, rounds: int, milestones: tuple[float, ...] = (), gamma: float = 0.1) -> float:
+    """Step decay: the learning rate times ``gamma`` per milestone passed.
+
+    ``milestones`` are fractions of the training: the parameter-divergence paper drops the rate
+    "by 0.1 at 50% and 75% of the total training iterations" (Appendix A.2), i.e. milestones
+    ``(0.5, 0.75)``.  A round has the same number of local iterations throughout, so the drop at
+    a fraction f happens after round ``f * rounds``: with 300 rounds, rounds 1-150 use ``lr``,
+    151-225 ``0.1 lr`` and 226-300 ``0.01 lr`` (round ``t`` runs iterations ``(t-1)R .. tR``).
+    """
+    passed = sum(1 for f in milestones if round_ > f * rounds + 1e-9)
+    return gamma ** passed

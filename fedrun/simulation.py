@@ -15,9 +15,11 @@ from tqdm import tqdm
 
 from fedrun.aggregators import Aggregator, RoundOutcome, init_rule_state, server_round
 from fedrun.data import FederatedData
+from fedrun.divergence import Divergence, mean_size, parameter_divergence, vanilla_indices
 from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
 from fedrun.errors import ConfigError, DivergenceError, check
 from fedrun.models import layers as model_layers
+from fedrun.norms import Params
 from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
 from fedrun.recorder import CsvLog, atomic_save, summarize, write_json
@@ -28,10 +30,11 @@ log = logging.getLogger(__name__)
 ROUND_COLUMNS = [
     "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
     "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step", "server_step_sum",
-    "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "skipped",
-    "dropped", "stragglers", "wall_s",
+    "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "pd_ls", "pd_vl",
+    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", "wall_s",
 ]
-LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step"]
+LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl"]
+OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
 CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
                   "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
 CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
@@ -47,8 +50,14 @@ class Federation:
     client_fraction: float = 0.1  # C; m = max(C K, 1) clients a round
     eval_every: int = 1
 
+    vanilla_every: int = 0  # PD-VL's vanilla reference learner every n rounds (0: never)
+    snapshots: tuple[int, ...] = ()  # rounds whose evaluated global model is saved to models/
+
     def __post_init__(self):
         check(self.rounds >= 1, "hyperparams.rounds", self.rounds, "must be >= 1")
+        check(self.vanilla_every >= 0, "vanilla_every", self.vanilla_every, "must be >= 0 (0: off)")
+        check(all(1 <= r <= self.rounds for r in self.snapshots), "snapshots", list(self.snapshots),
+              f"rounds between 1 and hyperparams.rounds ({self.rounds})")
         check(self.num_clients >= 1, "hyperparams.num_clients", self.num_clients, "must be >= 1")
         check(0 < self.client_fraction <= 1, "hyperparams.client_fraction", self.client_fraction,
               "must be in (0, 1]")
@@ -57,6 +66,10 @@ class Federation:
     @property
     def per_round(self) -> int:
         return clients_per_round(self.num_clients, self.client_fraction)
+
+    def vanilla_round(self, t: int) -> bool:
+        """Rounds 1, 1 + n, 1 + 2n, ... get the PD-VL reference (round 1 shows the early divergence)."""
+        return self.vanilla_every > 0 and (t - 1) % self.vanilla_every == 0
 
 
 def refuse_existing_run(run_dir: Path) -> None:
@@ -109,6 +122,10 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     print_ = fingerprint(parts)
     counts = class_counts(parts, labels, data.num_classes)
     client_indices = [torch.as_tensor(p, dtype=torch.long, device=device) for p in parts]
+    # One more slot: the PD-VL vanilla reference learner, client K to the engine, whose IID data
+    # is redrawn on the rounds that compute it (its batches then derive from (seed, round, K)).
+    reference = federation.num_clients
+    client_indices.append(client_indices[0][:0])
     engine = make_engine(model, data.train_x, data.train_y, client_indices, local,
                          aggregator.regularizer, seed)
     log.info("engine: %s", type(engine).__name__)
@@ -116,6 +133,8 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     params, buffers = split_state(model)
     server_state = aggregator.server.init(params)
     rule_state = init_rule_state(aggregator, federation.num_clients, layers)
+    opt = OptimizerStates(local, params)
+    output_layer = _output_layer(model, layers)
     step_sum, first_round, offsets = 0.0, 1, None
     if resume and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
@@ -123,7 +142,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
             raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt['partition']}) differs "
                               f"from this config's ({print_}); use the run's original settings")
         params, buffers, server_state = ckpt["params"], ckpt["buffers"], ckpt["server_state"]
-        rule_state = ckpt["rule_state"]
+        rule_state, opt.state = ckpt["rule_state"], ckpt.get("optimizer_state")
         step_sum, first_round, offsets = ckpt["step_sum"], ckpt["round"] + 1, ckpt["offsets"]
         log.info("resuming %s after round %d", run_dir, ckpt["round"])
 
@@ -134,6 +153,8 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
         "clients": CsvLog(run_dir / "clients.csv", CLIENT_COLUMNS, offsets and offsets["clients"]),
         "client_layers": CsvLog(run_dir / "client_layers.csv", CLIENT_LAYER_COLUMNS,
                                 offsets and offsets["client_layers"]),
+        "output_layer": CsvLog(run_dir / "output_layer.csv", OUTPUT_COLUMNS,
+                               offsets and offsets.get("output_layer")),
     }
     m = federation.per_round
     log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters",
@@ -152,18 +173,32 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
         t0 = time.perf_counter()
         sampled = sample_clients(seed, t, federation.num_clients, m)
         clients, epochs, dropped, stragglers = participation.draw(seed, t, sampled, local.epochs)
-        row = {"round": t, "clients": len(clients), "dropped": len(dropped), "stragglers": len(stragglers)}
+        lr = local.lr_at(t, federation.rounds)
+        row = {"round": t, "clients": len(clients), "dropped": len(dropped), "stragglers": len(stragglers),
+               "lr": lr}
         client_rows = [{"round": t, "client": k, "examples": len(parts[k]), "dropped": 1} for k in dropped]
         if clients:
-            results = engine.train(params, buffers, clients, t, epochs)
+            starts = opt.starting(clients)
+            results = engine.train(params, buffers, clients, t, epochs, lr, starts)
+            learners = {k: params[k] + results.deltas[k] for k in params}  # w_k^t
+            vanilla = None
+            if federation.vanilla_round(t):  # the vanilla-updated w_{-1}^t of Definition 1
+                client_indices[reference] = vanilla_indices(len(data.train_y), mean_size(results.num_examples),
+                                                            seed, t, device)
+                start = None if starts is None else {k: v.mean(0, keepdim=True) for k, v in starts.items()}
+                vanilla = engine.train(params, buffers, [reference], t, [local.epochs], lr, start)
+                row["vanilla_loss"] = float(vanilla.loss[0])
+            divergence = parameter_divergence(
+                learners, layers, None if vanilla is None else {k: params[k] + vanilla.deltas[k][0] for k in params})
             out = server_round(aggregator, params, server_state, results.deltas, results.buffers,
                                results.num_examples, layers, clients, rule_state)
             _check_finite(out, results.loss, t, aggregator.name)
             step_sum += out.server_step
             row.update(_norm_columns(out, types))
             row.update(train_loss=float(out.stats_weights @ results.loss), server_step_sum=step_sum,
-                       skipped=int(out.skipped))
+                       skipped=int(out.skipped), pd_ls=divergence.ls, pd_vl=divergence.vl)
             client_rows += _client_rows(t, results, out, stragglers)
+            opt.finish(clients, results.opt_states, out.stats_weights)
             params, buffers, server_state, rule_state = out.sent, out.buffers, out.server_state, out.rule_state
             models = {"average": out.average, "sent": out.sent}
         else:  # everyone dropped out: the server keeps w_t
@@ -176,13 +211,19 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
 
         logs["rounds"].append([row])
         if clients:
-            logs["layers"].append(_layer_rows(t, out, layers, sizes))
+            logs["layers"].append(_layer_rows(t, out, layers, sizes, divergence))
             logs["client_layers"].append(_client_layer_rows(t, results, out, layers))
+            if output_layer is not None:
+                logs["output_layer"].append(_output_rows(t, clients, learners, *output_layer))
         logs["clients"].append(sorted(client_rows, key=lambda r: r["client"]))
+        if t in federation.snapshots:
+            (run_dir / "models").mkdir(exist_ok=True)
+            atomic_save({"round": t, "params": models[aggregator.evaluate], "buffers": buffers},
+                        run_dir / "models" / f"round_{t:04d}.pt")
 
         atomic_save({"round": t, "params": params, "buffers": buffers, "server_state": server_state,
-                     "rule_state": rule_state, "step_sum": step_sum, "partition": print_,
-                     "offsets": {name: lg.size() for name, lg in logs.items()}}, ckpt_path)
+                     "rule_state": rule_state, "optimizer_state": opt.state, "step_sum": step_sum,
+                     "partition": print_, "offsets": {name: lg.size() for name, lg in logs.items()}}, ckpt_path)
         bar.set_postfix(acc=f"{last_acc:.4f}", N_E=f"{row.get('N_over_E', float('nan')):.3f}")
     bar.close()
 
@@ -208,12 +249,68 @@ def _evaluate(model, models: dict, buffers, evaluate_which: str, data: Federated
     return row
 
 
-def _layer_rows(t: int, out: RoundOutcome, layers, sizes: list[int]) -> list[dict]:
+class OptimizerStates:
+    """Client optimizer state across rounds (``hyperparams.optimizer_state``).
+
+    ``reset``: none (every client starts from zero each round).  ``average`` (the
+    parameter-divergence paper's "-A"): the server averages the clients' final states with the
+    aggregation's base weights, as it averages weights and biases, and sends the mean to the next
+    round's clients.  ``local`` ("-WB"): only weights and biases are averaged; each client keeps
+    its own state for the next time it is sampled (zero before its first round).
+    """
+
+    def __init__(self, local: LocalTraining, params: Params):
+        self.mode = local.optimizer_state if local.carries_state else "reset"
+        self.fresh = local.fresh_state(params)
+        self.state = None if self.mode == "reset" else {} if self.mode == "local" else self.fresh
+
+    def starting(self, clients: list[int]) -> Params | None:
+        """The round's starting states, stacked ``[m, ...]`` in client order (None: reset)."""
+        if self.mode == "reset":
+            return None
+        if self.mode == "average":
+            return {k: v.unsqueeze(0).expand(len(clients), *v.shape).clone() for k, v in self.state.items()}
+        own = [self.state.get(k, self.fresh) for k in clients]
+        return {name: torch.stack([s[name] for s in own]) for name in self.fresh}
+
+    def finish(self, clients: list[int], final: Params | None, weights: torch.Tensor) -> None:
+        if self.mode == "average":
+            self.state = {k: torch.tensordot(weights.to(v.dtype), v, dims=1) for k, v in final.items()}
+        elif self.mode == "local":
+            for j, k in enumerate(clients):
+                self.state[k] = {name: v[j].clone() for name, v in final.items()}
+
+
+def _output_layer(model: nn.Module, layers) -> tuple[str, str | None] | None:
+    """The last fully connected layer's weight and bias names (the neurons d_q of the paper's
+    Appendix B, one row per class q), or None when the model ends otherwise."""
+    last = [layer for layer in layers if layer.type == "fc"]
+    if not last:
+        return None
+    weight = next((p for p in last[-1].params if p.endswith("weight")), None)
+    bias = next((p for p in last[-1].params if p.endswith("bias")), None)
+    return None if weight is None else (weight, bias)
+
+
+def _output_rows(t: int, clients: list[int], learners: Params, weight: str, bias: str | None) -> list[dict]:
+    """Per learner and class: the norm of the output neuron's weight row (the paper's Fig. 1)."""
+    norms = learners[weight].double().flatten(2).norm(dim=2)  # [m, classes]
+    rows = []
+    for j, k in enumerate(clients):
+        for q in range(norms.shape[1]):
+            rows.append({"round": t, "client": k, "class": q, "weight_norm": float(norms[j, q]),
+                         "bias": float(learners[bias][j, q]) if bias else None})
+    return rows
+
+
+def _layer_rows(t: int, out: RoundOutcome, layers, sizes: list[int], divergence: Divergence) -> list[dict]:
     s = out.stats
+    vl = divergence.layer_vl
     return [{"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i],
              "N": float(s.layer_N[i]), "E": float(s.layer_E[i]),
              "N_over_E": _ratio(float(s.layer_N[i]), float(s.layer_E[i])),
-             "server_step": float(out.step_layer_norms[i])}
+             "server_step": float(out.step_layer_norms[i]), "pd_ls": float(divergence.layer_ls[i]),
+             "pd_vl": None if vl is None else float(vl[i])}
             for i, layer in enumerate(layers)]
 
 

@@ -164,9 +164,9 @@ def simulate_recording(run_dir, data, monkeypatch, participation, aggregator=Non
     calls = []
     original = SequentialEngine.train
 
-    def spy(self, params, buffers, clients, round_, epochs=None):
+    def spy(self, params, buffers, clients, round_, epochs=None, *args):
         calls.append((round_, list(clients), None if epochs is None else list(epochs)))
-        return original(self, params, buffers, clients, round_, epochs)
+        return original(self, params, buffers, clients, round_, epochs, *args)
 
     monkeypatch.setattr(SequentialEngine, "train", spy)
     simulate(run_dir, data, functools.partial(tiny_mlp, 0), functools.partial(P.iid),

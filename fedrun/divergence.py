@@ -1,0 +1,101 @@
+"""Parameter divergence between learners (the parameter-divergence paper, Definition 1).
+
+Both metrics are cosine distances between the learners' *parameters* ``w_k^t = w^{t-1} + dw_k``
+after local training (not between their updates), for one layer ``z_k`` (a subset of ``w_k``)
+or for the whole model:
+
+* PD-Ls, between local updates::
+
+      zeta = C(K, 2)^-1 sum_{i<j} (1 - z_i . z_j / (|z_i| |z_j|))
+
+* PD-VL, between the vanilla update and the local updates::
+
+      xi = 1/K sum_k (1 - z_{-1} . z_k / (|z_{-1}| |z_k|))
+
+  where ``w_{-1}^t`` is the round's global model trained on IID data for as many iterations as
+  a learner (:func:`vanilla_indices` draws that data).
+
+Definition 1 assumes equally sized learners, so both are plain (unweighted) means over the
+round's learners.  The "universal set" is the trainable parameters (BatchNorm scales and shifts
+included, running statistics not).  With u_k = z_k / |z_k| the pairwise sum is
+``sum_{i<j} u_i . u_j = (|sum_k u_k|^2 - K) / 2``, so PD-Ls costs O(K d) per layer, not O(K^2 d).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedrun.models import Layer
+from fedrun.norms import Params
+from fedrun.seeding import torch_generator
+
+
+@dataclass
+class Divergence:
+    """One round's parameter divergence: per layer ``[L]`` and for the whole model."""
+
+    layer_ls: torch.Tensor  # [L] PD-Ls per layer
+    ls: float  # PD-Ls of the whole model
+    layer_vl: torch.Tensor | None = None  # [L] PD-VL per layer (None: no vanilla reference)
+    vl: float | None = None
+
+
+def _groups(layers: list[Layer]) -> list[tuple[str, ...]]:
+    """The layers' parameter names, then every parameter as the last group (the whole model)."""
+    return [layer.params for layer in layers] + [tuple(p for layer in layers for p in layer.params)]
+
+
+def _flat(z: torch.Tensor) -> torch.Tensor:
+    """``[K, *shape]`` -> ``[K, d]`` in float64."""
+    return z.double().reshape(z.shape[0], -1)
+
+
+def parameter_divergence(client_params: Params, layers: list[Layer], reference: Params | None = None,
+                         eps: float = 1e-30) -> Divergence:
+    """PD-Ls (and PD-VL when a ``reference`` ``w_{-1}`` is given) per layer and for the model.
+
+    Args:
+      client_params: the learners' parameters ``w_k``, stacked ``[K, *shape]`` per name.
+      layers: the model's layers (:func:`fedrun.models.layers`).
+      reference: the vanilla-updated parameters ``w_{-1}``, one ``[*shape]`` tensor per name.
+
+    Returns:
+      :class:`Divergence`; PD-Ls is NaN with fewer than two learners.  A zero vector's cosine is
+      taken as 0 (distance 1), which only happens for an all-zero layer.
+    """
+    groups = _groups(layers)
+    k = next(iter(client_params.values())).shape[0]
+    ls, vl = [], []
+    for group in groups:
+        norms = sum(_flat(client_params[p]).pow(2).sum(1) for p in group).sqrt().clamp_min(eps)  # [K]
+        # |sum_k u_k|^2, summed over the group's tensors
+        total = sum(float((_flat(client_params[p]) / norms[:, None]).sum(0).pow(2).sum()) for p in group)
+        ls.append(1 - (total - k) / (k * (k - 1)) if k > 1 else float("nan"))
+        if reference is not None:
+            ref_norm = max(sum(float(reference[p].double().pow(2).sum()) for p in group) ** 0.5, eps)
+            dots = sum(_flat(client_params[p]) @ reference[p].double().flatten() for p in group)  # [K]
+            vl.append(float((1 - dots / (norms * ref_norm)).mean()))
+    layer_ls = torch.tensor(ls[:-1], dtype=torch.float64)
+    if reference is None:
+        return Divergence(layer_ls, ls[-1])
+    return Divergence(layer_ls, ls[-1], torch.tensor(vl[:-1], dtype=torch.float64), vl[-1])
+
+
+def vanilla_indices(num_train: int, size: int, seed: int, round_: int, device) -> torch.Tensor:
+    """The IID training data of round ``round_``'s vanilla reference learner.
+
+    ``size`` examples drawn uniformly without replacement from the whole training set (the
+    population distribution), from a generator seeded by ``(seed, "vanilla", round)``.  Trained
+    for E epochs at batch B this takes ``size / B`` iterations a round, as many as a learner
+    holding ``size`` examples (Definition 1: "the same number of iterations with the actual
+    learners (i.e. |P_k|/B)").
+    """
+    perm = torch.randperm(num_train, generator=torch_generator(seed, "vanilla", round_))
+    return perm[: min(size, num_train)].sort().values.to(device)
+
+
+def mean_size(num_examples: torch.Tensor) -> int:
+    """The reference learner's data size: the round's mean learner size, rounded half up."""
+    return int(np.floor(float(num_examples.double().mean()) + 0.5))
