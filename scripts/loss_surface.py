@@ -1,0 +1,244 @@
+#!/usr/bin/env python
+"""The loss surface of a run's global model (the parameter-divergence paper's Figure 4 and
+Figures 31-32; footnote 9, after Li et al., "Visualizing the loss landscape of neural nets", 2018).
+
+``L(a, b) = loss(theta + a d1 + b d2)`` on a ``--grid`` x ``--grid`` grid of ``a, b`` in
+``[-span, span]``, where theta is the global model of the run (``checkpoint.pt``, the last round,
+or ``--snapshot ROUND``: ``models/round_XXXX.pt``, written when the run had ``snapshots: [...]``)
+and d1, d2 are two filter-normalized Gaussian directions (each conv filter / fc row scaled to the
+norm of the model's; biases and normalization parameters not moved), made orthogonal
+(``--no-orthogonalize`` keeps Li et al.'s plain random pair).  The loss is the mean cross-entropy
+in eval mode (BatchNorm's running statistics of the checkpoint) on ``--samples`` training examples
+drawn with ``--seed``.  Model and data are rebuilt from the run's ``config.yaml`` exactly as
+``fedrun`` built them (``hydra.utils.instantiate(cfg.model)``, ``cfg.dataset.load`` and
+``fedrun.data.prepare`` with the config's mean/std, validation split and seed).
+
+Writes to ``--out``: ``loss_surface.csv`` (alpha, beta, loss, accuracy), ``loss_surface.png``
+(contours with their levels marked; ``+`` the centre, ``x`` the grid's minimum; ``--mark-level``
+adds red dashed contours at fixed loss values, as the paper's red boxes, to compare runs) and
+``loss_surface.json`` (the summary below).  Prints the centre and minimum loss and two sharpness
+figures: Keskar et al.'s (2017) ``100 (max_{|(a,b)| <= r} L - L(0,0)) / (1 + L(0,0))`` over the disc
+of radius ``r = span/2`` and the mean second difference of L at the centre along d1 and d2.
+
+Example: ``python scripts/loss_surface.py outputs/pd/cifar10/noniid2/neta_baseline_adam-wb_seed0
+--snapshot 25 --grid 21 --span 1 --out outputs/pd_surfaces/adam_wb_r25``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from runs import Run  # noqa: E402
+
+
+def load_state(run_dir: Path, snapshot: int | None, device) -> tuple[dict, dict, int, Path]:
+    """``(params, buffers, round, path)`` of the run's checkpoint or of ``models/round_XXXX.pt``."""
+    if snapshot is None:
+        path = run_dir / "checkpoint.pt"
+    else:
+        path = run_dir / "models" / f"round_{snapshot:04d}.pt"
+    if not path.is_file():
+        have = sorted(p.name for p in (run_dir / "models").glob("round_*.pt")) if (run_dir / "models").is_dir() else []
+        hint = f"; snapshots there: {', '.join(have)}" if have else \
+            " (set `snapshots: [ROUND, ...]` in the run's config to save them)" if snapshot is not None else ""
+        raise SystemExit(f"loss_surface: no {path}{hint}")
+    # The run's own files (written by fedrun), so the full pickle is trusted.
+    state = torch.load(path, map_location=device, weights_only=False)
+    return dict(state["params"]), dict(state.get("buffers") or {}), int(state.get("round", -1)), path
+
+
+def build(run_dir: Path, device, data_root: str | None = None):
+    """The run's model and prepared data, rebuilt from its ``config.yaml`` as ``fedrun`` does."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from fedrun.data import prepare
+
+    cfg = OmegaConf.create(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if data_root is not None and OmegaConf.select(cfg, "dataset.load.root") is not None:
+        cfg.dataset.load.root = data_root
+    model = instantiate(cfg.model).to(device)
+    raw = instantiate(cfg.dataset.load)
+    mean = None if cfg.dataset.get("mean") is None else list(cfg.dataset.mean)
+    std = None if cfg.dataset.get("std") is None else list(cfg.dataset.std)
+    validation = float(OmegaConf.select(cfg, "hyperparams.validation_fraction", default=0.0) or 0.0)
+    data = prepare(raw, mean, std, validation, int(cfg.get("seed", 0)), device,
+                   cfg.dataset.get("max_train"), cfg.dataset.get("max_test"))
+    return model, data
+
+
+def training_subset(data, samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``samples`` training examples drawn without replacement with ``seed`` (all when fewer)."""
+    n = len(data.train_y)
+    if samples <= 0 or samples >= n:
+        return data.train_x, data.train_y
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:samples].sort().values
+    idx = idx.to(data.train_y.device)
+    return data.train_x[idx], data.train_y[idx]
+
+
+def grid_coordinates(points: int, span: float) -> list[float]:
+    """``points`` evenly spaced values in ``[-span, span]`` with an exact 0 in the middle."""
+    if points < 3 or points % 2 == 0:
+        raise SystemExit("loss_surface: --grid must be odd and >= 3 (the centre must be a grid point)")
+    half = points // 2
+    return [span * i / half for i in range(-half, half + 1)]
+
+
+def _title(run_dir: Path) -> str:
+    try:
+        import pd_tables
+
+        run = Run.load(run_dir) if (run_dir / "summary.json").is_file() else \
+            Run(run_dir, yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, {})
+        key = pd_tables.identify(run)[0]
+        if key is not None:
+            dataset, network, optimizer, variant, setting = key
+            return (f"{network} {pd_tables.OPTIMIZER_LABELS[optimizer]}{' ' + variant if variant else ''}, "
+                    f"{pd_tables.DATASET_LABELS.get(dataset, dataset)} {pd_tables.SETTING_LABELS.get(setting, setting)}")
+    except Exception:  # noqa: BLE001 - a title is optional
+        pass
+    return run_dir.name
+
+
+def _notes(run_dir: Path) -> list[str]:
+    try:
+        import pd_tables
+
+        run = Run(run_dir, yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, {})
+        key = pd_tables.identify(run)[0]
+        return pd_tables.run_notes(run, key) if key is not None else []
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def plot(losses: np.ndarray, alphas: list[float], betas: list[float], summary: dict, title: str,
+         levels: int, mark: list[float], notes: list[str], path: Path) -> None:
+    """Figure 4 style: contour lines of L(a, b) with their values, filled beneath."""
+    A, B = np.meshgrid(alphas, betas, indexing="ij")
+    finite = losses[np.isfinite(losses)]
+    lo, hi = float(finite.min()), float(finite.max())
+    fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    if hi > lo:
+        lv = np.linspace(lo, hi, levels + 2)[1:-1]
+        ax.contourf(B, A, losses, levels=np.linspace(lo, hi, 4 * levels), cmap="viridis", alpha=0.85)
+        cs = ax.contour(B, A, losses, levels=lv, colors="white", linewidths=0.7)
+        ax.clabel(cs, fmt="%.2f", fontsize=6)
+        for level in mark:
+            if lo < level < hi:
+                m = ax.contour(B, A, losses, levels=[level], colors="red", linestyles="dashed", linewidths=1.4)
+                ax.clabel(m, fmt="%.2f", fontsize=7)
+    ax.plot(0, 0, "+", color="red", markersize=10, label=f"centre: {summary['centre']:.3f}")
+    a_min, b_min = summary["argmin"]
+    ax.plot(b_min, a_min, "x", color="orange", markersize=8, label=f"minimum: {summary['min']:.3f}")
+    ax.set_xlabel(r"$\beta$ (direction $\gamma$)")
+    ax.set_ylabel(r"$\alpha$ (direction $\delta$)")
+    ax.set_aspect("equal")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"{title}\nround {summary['round']}: Keskar sharpness {summary['keskar']:.1f}, "
+                 f"curvature {summary['curvature']:.2f}", fontsize=8)
+    if notes:
+        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
+                 va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loss_surface.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a fedrun run directory (config.yaml, checkpoint.pt)")
+    p.add_argument("--snapshot", type=int, default=None, metavar="ROUND",
+                   help="use models/round_XXXX.pt of this round (default: checkpoint.pt, the last round)")
+    p.add_argument("--grid", type=int, default=21, help="points per axis, odd (default 21)")
+    p.add_argument("--span", type=float, default=1.0, help="alpha and beta range over [-span, span] (default 1)")
+    p.add_argument("--samples", type=int, default=2000,
+                   help="training examples the loss is averaged over (default 2000; 0 = all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the directions and of the examples (default 0)")
+    p.add_argument("--batch-size", type=int, default=1000, help="evaluation batch size (default 1000)")
+    p.add_argument("--no-orthogonalize", action="store_true",
+                   help="keep the two random directions as drawn (Li et al.), not made exactly orthogonal")
+    p.add_argument("--levels", type=int, default=10, help="contour lines drawn and labelled (default 10)")
+    p.add_argument("--mark-level", type=float, action="append", default=[], metavar="LOSS",
+                   help="a red dashed contour at this loss (repeatable), to compare surfaces at one level")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ... or auto (default cpu)")
+    p.add_argument("--data-root", default=None, help="where the dataset is (default: the run's data_root)")
+    p.add_argument("--out", required=True, help="folder for loss_surface.csv / .png / .json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fedrun.landscape import filter_normalized_direction, loss_surface, orthogonalize, sharpness
+
+    args = parser().parse_args(argv)
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        print(f"loss_surface: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
+        return 2
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    coords = grid_coordinates(args.grid, args.span)
+    params, buffers, round_, state_path = load_state(run_dir, args.snapshot, device)
+    model, data = build(run_dir, device, args.data_root)
+    try:
+        model.load_state_dict({**params, **buffers})
+    except RuntimeError as e:
+        print(f"loss_surface: {state_path} does not fit the model of config.yaml: {str(e).splitlines()[0]}",
+              file=sys.stderr)
+        return 2
+    x, y = training_subset(data, args.samples, args.seed)
+    g = torch.Generator().manual_seed(args.seed)
+    d1 = filter_normalized_direction(params, g)
+    d2 = filter_normalized_direction(params, g)
+    if not args.no_orthogonalize:
+        d2 = orthogonalize(d1, d2)
+    t0 = time.perf_counter()
+    losses, accs = loss_surface(model, params, buffers, x, y, d1, d2, coords, coords, args.batch_size,
+                                return_accuracy=True)
+    seconds = time.perf_counter() - t0
+    summary = sharpness(losses, coords, coords, radius=args.span / 2)
+    summary.update(round=round_, state=str(state_path), run_dir=str(run_dir.resolve()), grid=args.grid,
+                   span=args.span, samples=len(y), seed=args.seed, orthogonal=not args.no_orthogonalize,
+                   seconds=seconds, centre_accuracy=float(accs[len(coords) // 2, len(coords) // 2]))
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "loss_surface.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["alpha", "beta", "loss", "accuracy"])
+        for i, a in enumerate(coords):
+            for j, b in enumerate(coords):
+                w.writerow([f"{a:.6g}", f"{b:.6g}", f"{float(losses[i, j]):.8g}", f"{float(accs[i, j]):.6g}"])
+    (out / "loss_surface.json").write_text(json.dumps(summary, indent=2) + "\n")
+    notes = _notes(run_dir)
+    plot(losses.numpy(), coords, coords, summary, _title(run_dir), args.levels, args.mark_level, notes,
+         out / "loss_surface.png")
+
+    print(f"{run_dir} round {round_} ({state_path.name}), {len(y)} training examples, "
+          f"{args.grid}x{args.grid} grid over [-{args.span:g}, {args.span:g}]^2 in {seconds:.0f} s")
+    print(f"centre loss   {summary['centre']:.4f} (accuracy {100 * summary['centre_accuracy']:.2f}%)")
+    print(f"minimum loss  {summary['min']:.4f} at alpha={summary['argmin'][0]:g}, beta={summary['argmin'][1]:g}")
+    print(f"sharpness     Keskar {summary['keskar']:.2f} (radius {summary['radius']:g}), "
+          f"curvature {summary['curvature']:.4f}")
+    for n in notes:
+        print(f"NOTE: not the paper's setting: {n}")
+    for name in ("loss_surface.csv", "loss_surface.png", "loss_surface.json"):
+        print(out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,971 @@
+#!/usr/bin/env python
+"""Reproduce Tables 4-10 of "On federated learning of deep networks from non-IID data: parameter
+divergence and the effects of hyperparametric methods": test accuracy of NetA/B/C and ResNet
+models under vanilla (centralized) training with batch 50 / 500, and federated training (10
+learners x 5000 examples, B = 50, E = 1) with IID and non-IID(2) data, for each optimizer
+(pure SGD, Nesterov momentum and Adam, with the optimizer state averaged (-A) or kept per learner
+(-WB)), network depth and width, weight decay, Batch (Re)Normalization, data augmentation and
+Dropout.  Each printed cell is ``final (best)`` in %, beside the paper's ``final (best)`` and the
+difference of the final accuracies.
+
+Every row of the paper's tables (``../shared/papers/targets/parameter_divergence_tables4-10_accuracy.csv``,
+transcribed below as ``PAPER_CSV``) is one fedrun run:
+
+=====================  ==========================================================================
+table column           fedrun override
+=====================  ==========================================================================
+dataset                ``dataset=cifar10`` / ``dataset=svhn``
+network                ``model=neta_baseline`` ... (NetA-Baseline -> neta_baseline, ResNet-14 -> resnet14)
+optimizer              ``hyperparams=pd_sgd | pd_nmom_a | pd_nmom_wb | pd_adam_a | pd_adam_wb``
+variant                ``wd=X`` -> ``hyperparams.weight_decay=X``; ``bn`` / ``brn`` -> ``model.norm=bn|brn``;
+                       ``da`` -> ``hyperparams.augment=true``; ``do`` -> ``model.dropout=true``
+setting                ``experiment=pd/vanilla_bs50 | pd/vanilla_bs500 | pd/iid | pd/noniid2``
+=====================  ==========================================================================
+
+Identical runs are run once: NetA-Baseline with NMom-A appears in every table, ``wd=0.00005`` is
+the baseline weight decay (no override), and in vanilla training (a single learner) -WB and -A
+are the same run (the paper prints the same numbers for both), so the -A run stands for both.
+
+``run --out DIR``
+    Launch every run of the chosen tables still missing, one ``fedrun`` process each, into
+    ``DIR/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>``
+    (``hydra.run.dir=...``; logs in ``DIR/logs``), then collect ``DIR``.  A finished run
+    (``summary.json``) is never redone; one that started but did not finish is skipped and
+    reported unless ``--resume`` continues it (``resume=true``).  ``--tables 4,8`` and
+    ``--settings iid,noniid2`` / ``--datasets cifar10`` pick a subset; ``--smoke`` adds
+    ``scale=smoke``; ``--substitute cifar10=synthetic`` runs ``dataset=synthetic
+    dataset.channels=3 dataset.image_size=32`` in place of an unavailable dataset (the run keeps
+    the tag ``tags.dataset=cifar10`` it stands for and is marked as substituted); ``--dry-run``
+    prints the plan and the commands.
+    Cost at the paper's scale: a federated NetA-Baseline run is 200-300 rounds of 10 x 100 local
+    steps, a vanilla run 100 epochs of CIFAR-10: a GPU job; the whole of Tables 4-10 is about
+    200 distinct runs.
+
+``collect DIR [DIR ...]``
+    Find every run directory below the DIRs, identify its row from its ``config.yaml``
+    (``choices`` -> experiment, model, hyperparams; ``hyperparams.weight_decay``, ``model.norm``,
+    ``model.dropout``, ``hyperparams.augment``; ``tags.dataset`` or ``dataset.name``), and print
+    each table as the paper lays it out, with NOTES on smoke-scale runs, substituted data, other
+    departures from the paper's setting, missing runs and runs that match no row.  Several seeds of
+    one run are averaged (``xN``).  Writes a tidy CSV (``--csv``; default ``DIR/pd_tables.csv``).
+
+Examples (from the repository root)::
+
+    python scripts/pd_tables.py run --out outputs/pd --tables 4 --settings iid,noniid2   # GPU
+    python scripts/pd_tables.py run --out outputs/pd_smoke --smoke --substitute cifar10=synthetic \\
+        --substitute svhn=synthetic --tables 4                                         # CPU check
+    python scripts/pd_tables.py run --out outputs/pd --dry-run                        # the plan
+    python scripts/pd_tables.py collect outputs/pd --csv outputs/pd/pd_tables.csv
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import shlex
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grid  # noqa: E402
+from runs import Run, count_notes, find_runs, missing_dirs, setting_deviations  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = REPO.parent / "shared" / "papers" / "targets" / "parameter_divergence_tables4-10_accuracy.csv"
+
+TABLES = ("table4", "table5", "table6", "table7", "table8", "table9", "table10")
+TABLE_TITLES = {
+    "table4": "Table 4: NetA-Baseline, optimizers",
+    "table5": "Table 5: network depth",
+    "table6": "Table 6: network width",
+    "table7": "Table 7: NetA-Baseline, weight decay levels",
+    "table8": "Table 8: NetA-Baseline with/without Batch Normalization (BN) / Renormalization (BRN)",
+    "table9": "Table 9: NetA-Baseline with/without data augmentation (DA)",
+    "table10": "Table 10: NetA-Baseline with/without Dropout (DO)",
+}
+DATASETS = ("cifar10", "svhn")
+DATASET_LABELS = {"cifar10": "CIFAR-10", "svhn": "SVHN"}
+SETTINGS = ("vanilla_bs50", "vanilla_bs500", "iid", "noniid2")  # the tables' columns
+EXTRA_SETTINGS = ("noniid1",)  # a preset of the study with no table column
+SETTING_LABELS = {"vanilla_bs50": "Vanilla BS:50", "vanilla_bs500": "Vanilla BS:500", "iid": "IID",
+                  "noniid2": "Non-IID(2)", "noniid1": "Non-IID(1)"}
+NETWORKS = {
+    "NetA-Baseline": "neta_baseline", "NetA-Deeper": "neta_deeper", "NetA-Deepest": "neta_deepest",
+    "NetA-Narrower": "neta_narrower", "NetA-Narrowest": "neta_narrowest",
+    "NetB-Baseline": "netb_baseline", "NetB-Wider": "netb_wider", "NetB-Widest": "netb_widest",
+    "NetC-Baseline": "netc_baseline", "NetC-Wider": "netc_wider", "NetC-Widest": "netc_widest",
+    "ResNet-14": "resnet14", "ResNet-20": "resnet20",
+}
+NETWORK_BY_OPTION = {v: k for k, v in NETWORKS.items()}
+OPTIMIZERS = {"pure-sgd": "pd_sgd", "nmom-wb": "pd_nmom_wb", "nmom-a": "pd_nmom_a",
+              "adam-wb": "pd_adam_wb", "adam-a": "pd_adam_a"}
+OPTIMIZER_BY_OPTION = {v: k for k, v in OPTIMIZERS.items()}
+OPTIMIZER_LABELS = {"pure-sgd": "pure SGD", "nmom-wb": "NMom-WB", "nmom-a": "NMom-A",
+                    "adam-wb": "Adam-WB", "adam-a": "Adam-A"}
+VARIANT_LABELS = {"bn": "BN", "brn": "BRN", "da": "DA", "do": "DO"}
+BASE_WEIGHT_DECAY = 5e-5  # sec. 2.2: "The baseline value of the weight decay factor is set to 0.00005"
+# The paper's setting (sec. 2.2, Table 1, Appendix A.2 and C), for the NOTES on departures.
+PAPER_SETTING = {
+    "iid": {"rounds": 200, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50},
+    "noniid2": {"rounds": 300, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50},
+    "noniid1": {"rounds": 300, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50},
+    # Vanilla: one learner holding the whole training set (``centralized: true``), 100 epochs.
+    "vanilla_bs50": {"rounds": 100, "local_epochs": 1, "batch_size": 50},
+    "vanilla_bs500": {"rounds": 100, "local_epochs": 1, "batch_size": 500},
+}
+PAPER_LR = {"pure-sgd": 0.05, "nmom-wb": 0.01, "nmom-a": 0.01, "adam-wb": 0.001, "adam-a": 0.001}
+SHAPES = {"cifar10": (3, 32), "svhn": (3, 32)}  # a synthetic stand-in of the same shape
+CSV_COLUMNS = ["table", "dataset", "network", "optimizer", "variant", "setting", "final", "best",
+               "paper_final", "paper_best", "diff_final", "diff_best", "n_runs", "run_dirs", "notes"]
+
+# The paper's Tables 4-10 (accuracy in %), transcribed: the same rows as TARGETS (tested).
+PAPER_CSV = """\
+table,dataset,network,optimizer,variant,setting,final_acc_pct,best_acc_pct
+table4,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs50,82.47,82.72
+table4,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs500,78.97,79.06
+table4,cifar10,NetA-Baseline,pure-sgd,,iid,81.12,81.36
+table4,cifar10,NetA-Baseline,pure-sgd,,noniid2,68.92,69.57
+table4,cifar10,NetA-Baseline,nmom-wb,,vanilla_bs50,83.89,83.9
+table4,cifar10,NetA-Baseline,nmom-wb,,vanilla_bs500,79.39,79.49
+table4,cifar10,NetA-Baseline,nmom-wb,,iid,81.56,81.99
+table4,cifar10,NetA-Baseline,nmom-wb,,noniid2,74.21,74.31
+table4,cifar10,NetA-Baseline,nmom-a,,vanilla_bs50,83.89,83.9
+table4,cifar10,NetA-Baseline,nmom-a,,vanilla_bs500,79.39,79.49
+table4,cifar10,NetA-Baseline,nmom-a,,iid,81.49,81.82
+table4,cifar10,NetA-Baseline,nmom-a,,noniid2,74.11,74.23
+table4,cifar10,NetA-Baseline,adam-wb,,vanilla_bs50,81.97,82.35
+table4,cifar10,NetA-Baseline,adam-wb,,vanilla_bs500,80.73,80.76
+table4,cifar10,NetA-Baseline,adam-wb,,iid,80.99,81.0
+table4,cifar10,NetA-Baseline,adam-wb,,noniid2,67.51,67.82
+table4,cifar10,NetA-Baseline,adam-a,,vanilla_bs50,81.97,82.35
+table4,cifar10,NetA-Baseline,adam-a,,vanilla_bs500,80.73,80.76
+table4,cifar10,NetA-Baseline,adam-a,,iid,81.18,81.45
+table4,cifar10,NetA-Baseline,adam-a,,noniid2,75.32,75.45
+table4,svhn,NetA-Baseline,adam-wb,,iid,92.82,93.12
+table4,svhn,NetA-Baseline,adam-wb,,noniid2,88.7,88.91
+table4,svhn,NetA-Baseline,adam-a,,iid,92.89,93.28
+table4,svhn,NetA-Baseline,adam-a,,noniid2,90.72,90.95
+table5,cifar10,NetA-Baseline,nmom-a,,vanilla_bs50,83.89,83.9
+table5,cifar10,NetA-Baseline,nmom-a,,vanilla_bs500,79.39,79.49
+table5,cifar10,NetA-Baseline,nmom-a,,iid,81.49,81.82
+table5,cifar10,NetA-Baseline,nmom-a,,noniid2,74.11,74.23
+table5,cifar10,NetA-Deeper,nmom-a,,vanilla_bs50,85.94,86.0
+table5,cifar10,NetA-Deeper,nmom-a,,vanilla_bs500,81.23,81.29
+table5,cifar10,NetA-Deeper,nmom-a,,iid,83.4,83.63
+table5,cifar10,NetA-Deeper,nmom-a,,noniid2,73.67,73.89
+table5,cifar10,NetA-Deepest,nmom-a,,vanilla_bs50,86.2,86.33
+table5,cifar10,NetA-Deepest,nmom-a,,vanilla_bs500,79.48,79.53
+table5,cifar10,NetA-Deepest,nmom-a,,iid,83.12,83.58
+table5,cifar10,NetA-Deepest,nmom-a,,noniid2,68.98,69.64
+table5,svhn,NetA-Baseline,nmom-a,,iid,93.02,93.26
+table5,svhn,NetA-Baseline,nmom-a,,noniid2,89.28,89.7
+table5,svhn,NetA-Deepest,nmom-a,,iid,94.42,94.71
+table5,svhn,NetA-Deepest,nmom-a,,noniid2,89.12,89.84
+table5,cifar10,NetC-Baseline,adam-a,,vanilla_bs50,82.59,83.42
+table5,cifar10,NetC-Baseline,adam-a,,vanilla_bs500,79.71,80.89
+table5,cifar10,NetC-Baseline,adam-a,,iid,81.72,81.8
+table5,cifar10,NetC-Baseline,adam-a,,noniid2,68.41,68.75
+table5,cifar10,ResNet-14,adam-a,,iid,89.15,89.46
+table5,cifar10,ResNet-14,adam-a,,noniid2,64.46,64.92
+table5,cifar10,ResNet-20,adam-a,,iid,90.33,90.49
+table5,cifar10,ResNet-20,adam-a,,noniid2,63.5,64.06
+table6,cifar10,NetA-Narrowest,pure-sgd,,vanilla_bs50,81.64,81.76
+table6,cifar10,NetA-Narrowest,pure-sgd,,vanilla_bs500,76.68,77.06
+table6,cifar10,NetA-Narrowest,pure-sgd,,iid,78.78,78.93
+table6,cifar10,NetA-Narrowest,pure-sgd,,noniid2,67.66,67.98
+table6,cifar10,NetA-Narrower,pure-sgd,,vanilla_bs50,82.46,82.68
+table6,cifar10,NetA-Narrower,pure-sgd,,vanilla_bs500,78.32,78.38
+table6,cifar10,NetA-Narrower,pure-sgd,,iid,79.58,79.72
+table6,cifar10,NetA-Narrower,pure-sgd,,noniid2,68.93,69.28
+table6,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs50,82.47,82.72
+table6,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs500,78.97,79.06
+table6,cifar10,NetA-Baseline,pure-sgd,,iid,81.12,81.36
+table6,cifar10,NetA-Baseline,pure-sgd,,noniid2,68.92,69.57
+table6,cifar10,NetB-Baseline,pure-sgd,,vanilla_bs50,84.18,84.61
+table6,cifar10,NetB-Baseline,pure-sgd,,vanilla_bs500,69.22,69.22
+table6,cifar10,NetB-Baseline,pure-sgd,,iid,74.58,74.59
+table6,cifar10,NetB-Baseline,pure-sgd,,noniid2,54.39,54.84
+table6,cifar10,NetB-Wider,pure-sgd,,vanilla_bs50,81.41,81.59
+table6,cifar10,NetB-Wider,pure-sgd,,vanilla_bs500,76.69,77.57
+table6,cifar10,NetB-Wider,pure-sgd,,iid,79.49,79.81
+table6,cifar10,NetB-Wider,pure-sgd,,noniid2,65.06,65.29
+table6,cifar10,NetB-Widest,pure-sgd,,vanilla_bs50,82.6,82.65
+table6,cifar10,NetB-Widest,pure-sgd,,vanilla_bs500,79.1,79.27
+table6,cifar10,NetB-Widest,pure-sgd,,iid,80.31,80.37
+table6,cifar10,NetB-Widest,pure-sgd,,noniid2,68.77,69.2
+table6,cifar10,NetC-Baseline,pure-sgd,,vanilla_bs50,83.64,83.69
+table6,cifar10,NetC-Baseline,pure-sgd,,vanilla_bs500,68.46,68.47
+table6,cifar10,NetC-Baseline,pure-sgd,,iid,72.64,72.7
+table6,cifar10,NetC-Baseline,pure-sgd,,noniid2,58.13,58.51
+table6,cifar10,NetC-Wider,pure-sgd,,vanilla_bs50,79.88,79.96
+table6,cifar10,NetC-Wider,pure-sgd,,vanilla_bs500,76.69,76.87
+table6,cifar10,NetC-Wider,pure-sgd,,iid,78.08,78.24
+table6,cifar10,NetC-Wider,pure-sgd,,noniid2,68.3,68.65
+table6,cifar10,NetC-Widest,pure-sgd,,vanilla_bs50,82.11,82.21
+table6,cifar10,NetC-Widest,pure-sgd,,vanilla_bs500,78.28,78.34
+table6,cifar10,NetC-Widest,pure-sgd,,iid,79.94,79.97
+table6,cifar10,NetC-Widest,pure-sgd,,noniid2,70.33,70.51
+table6,cifar10,NetA-Narrowest,nmom-a,,vanilla_bs50,82.03,82.06
+table6,cifar10,NetA-Narrowest,nmom-a,,vanilla_bs500,77.75,77.92
+table6,cifar10,NetA-Narrowest,nmom-a,,iid,80.75,81.02
+table6,cifar10,NetA-Narrowest,nmom-a,,noniid2,72.57,72.64
+table6,cifar10,NetA-Narrower,nmom-a,,vanilla_bs50,83.5,83.5
+table6,cifar10,NetA-Narrower,nmom-a,,vanilla_bs500,78.11,78.59
+table6,cifar10,NetA-Narrower,nmom-a,,iid,81.29,81.44
+table6,cifar10,NetA-Narrower,nmom-a,,noniid2,73.44,73.6
+table6,cifar10,NetA-Baseline,nmom-a,,vanilla_bs50,83.89,83.9
+table6,cifar10,NetA-Baseline,nmom-a,,vanilla_bs500,79.39,79.49
+table6,cifar10,NetA-Baseline,nmom-a,,iid,81.49,81.82
+table6,cifar10,NetA-Baseline,nmom-a,,noniid2,74.11,74.23
+table6,cifar10,NetB-Baseline,nmom-a,,vanilla_bs50,85.05,85.13
+table6,cifar10,NetB-Baseline,nmom-a,,vanilla_bs500,79.74,79.79
+table6,cifar10,NetB-Baseline,nmom-a,,iid,82.57,82.65
+table6,cifar10,NetB-Baseline,nmom-a,,noniid2,62.82,63.08
+table6,cifar10,NetB-Wider,nmom-a,,vanilla_bs50,82.74,82.9
+table6,cifar10,NetB-Wider,nmom-a,,vanilla_bs500,77.29,77.47
+table6,cifar10,NetB-Wider,nmom-a,,iid,80.03,80.43
+table6,cifar10,NetB-Wider,nmom-a,,noniid2,72.24,72.32
+table6,cifar10,NetB-Widest,nmom-a,,vanilla_bs50,83.59,83.6
+table6,cifar10,NetB-Widest,nmom-a,,vanilla_bs500,79.31,79.77
+table6,cifar10,NetB-Widest,nmom-a,,iid,81.47,81.73
+table6,cifar10,NetB-Widest,nmom-a,,noniid2,74.35,74.52
+table6,cifar10,NetC-Baseline,nmom-a,,vanilla_bs50,84.25,84.5
+table6,cifar10,NetC-Baseline,nmom-a,,vanilla_bs500,76.7,76.82
+table6,cifar10,NetC-Baseline,nmom-a,,iid,80.6,80.75
+table6,cifar10,NetC-Baseline,nmom-a,,noniid2,64.06,64.55
+table6,cifar10,NetC-Wider,nmom-a,,vanilla_bs50,81.48,81.53
+table6,cifar10,NetC-Wider,nmom-a,,vanilla_bs500,77.0,77.14
+table6,cifar10,NetC-Wider,nmom-a,,iid,79.59,79.85
+table6,cifar10,NetC-Wider,nmom-a,,noniid2,72.61,72.97
+table6,cifar10,NetC-Widest,nmom-a,,vanilla_bs50,83.16,83.36
+table6,cifar10,NetC-Widest,nmom-a,,vanilla_bs500,78.39,78.56
+table6,cifar10,NetC-Widest,nmom-a,,iid,80.9,81.14
+table6,cifar10,NetC-Widest,nmom-a,,noniid2,73.64,73.91
+table6,cifar10,NetA-Narrowest,adam-a,,vanilla_bs50,80.62,81.02
+table6,cifar10,NetA-Narrowest,adam-a,,vanilla_bs500,79.72,79.72
+table6,cifar10,NetA-Narrowest,adam-a,,iid,79.82,79.88
+table6,cifar10,NetA-Narrowest,adam-a,,noniid2,75.06,75.18
+table6,cifar10,NetA-Narrower,adam-a,,vanilla_bs50,82.23,82.51
+table6,cifar10,NetA-Narrower,adam-a,,vanilla_bs500,80.8,80.8
+table6,cifar10,NetA-Narrower,adam-a,,iid,81.04,81.09
+table6,cifar10,NetA-Narrower,adam-a,,noniid2,74.88,74.88
+table6,cifar10,NetA-Baseline,adam-a,,vanilla_bs50,81.97,82.35
+table6,cifar10,NetA-Baseline,adam-a,,vanilla_bs500,80.73,80.76
+table6,cifar10,NetA-Baseline,adam-a,,iid,81.18,81.45
+table6,cifar10,NetA-Baseline,adam-a,,noniid2,75.32,75.45
+table6,cifar10,NetB-Baseline,adam-a,,vanilla_bs50,83.52,83.62
+table6,cifar10,NetB-Baseline,adam-a,,vanilla_bs500,80.98,81.61
+table6,cifar10,NetB-Baseline,adam-a,,iid,81.68,82.29
+table6,cifar10,NetB-Baseline,adam-a,,noniid2,71.4,71.45
+table6,cifar10,NetB-Wider,adam-a,,vanilla_bs50,81.2,81.39
+table6,cifar10,NetB-Wider,adam-a,,vanilla_bs500,79.49,79.62
+table6,cifar10,NetB-Wider,adam-a,,iid,80.22,80.39
+table6,cifar10,NetB-Wider,adam-a,,noniid2,74.42,74.67
+table6,cifar10,NetB-Widest,adam-a,,vanilla_bs50,82.08,82.29
+table6,cifar10,NetB-Widest,adam-a,,vanilla_bs500,80.87,80.87
+table6,cifar10,NetB-Widest,adam-a,,iid,81.02,81.2
+table6,cifar10,NetB-Widest,adam-a,,noniid2,74.93,75.41
+table6,cifar10,NetC-Baseline,adam-a,,vanilla_bs50,82.59,83.42
+table6,cifar10,NetC-Baseline,adam-a,,vanilla_bs500,79.71,80.89
+table6,cifar10,NetC-Baseline,adam-a,,iid,81.72,81.8
+table6,cifar10,NetC-Baseline,adam-a,,noniid2,68.41,68.75
+table6,cifar10,NetC-Wider,adam-a,,vanilla_bs50,80.77,80.94
+table6,cifar10,NetC-Wider,adam-a,,vanilla_bs500,77.31,77.48
+table6,cifar10,NetC-Wider,adam-a,,iid,78.81,79.09
+table6,cifar10,NetC-Wider,adam-a,,noniid2,75.09,75.22
+table6,cifar10,NetC-Widest,adam-a,,vanilla_bs50,81.53,81.59
+table6,cifar10,NetC-Widest,adam-a,,vanilla_bs500,78.8,78.92
+table6,cifar10,NetC-Widest,adam-a,,iid,79.91,80.08
+table6,cifar10,NetC-Widest,adam-a,,noniid2,76.57,76.57
+table6,svhn,NetC-Baseline,nmom-a,,iid,92.64,92.85
+table6,svhn,NetC-Baseline,nmom-a,,noniid2,82.69,83.35
+table6,svhn,NetC-Widest,nmom-a,,iid,92.19,92.5
+table6,svhn,NetC-Widest,nmom-a,,noniid2,89.55,90.62
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0,vanilla_bs50,81.33,81.33
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0,vanilla_bs500,78.0,78.16
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0,iid,79.88,80.09
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0,noniid2,68.85,69.79
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.00005,vanilla_bs50,82.47,82.72
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.00005,vanilla_bs500,78.97,79.06
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.00005,iid,81.12,81.36
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.00005,noniid2,68.92,69.57
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0001,vanilla_bs50,82.0,82.19
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0001,vanilla_bs500,79.58,79.74
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0001,iid,81.28,81.4
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0001,noniid2,68.95,69.03
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0005,vanilla_bs50,82.39,82.54
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0005,vanilla_bs500,78.92,78.95
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0005,iid,80.28,80.28
+table7,cifar10,NetA-Baseline,pure-sgd,wd=0.0005,noniid2,47.43,47.66
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0,vanilla_bs50,81.13,81.15
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0,vanilla_bs500,79.09,79.25
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0,iid,81.68,81.9
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0,noniid2,73.95,64.27
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.00005,vanilla_bs50,83.89,83.9
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.00005,vanilla_bs500,79.39,79.49
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.00005,iid,81.49,81.82
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.00005,noniid2,74.11,74.23
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0001,vanilla_bs50,84.29,84.46
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0001,vanilla_bs500,79.13,79.74
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0001,iid,82.22,82.25
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0001,noniid2,72.65,72.79
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0005,vanilla_bs50,83.66,84.6
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0005,vanilla_bs500,80.48,80.79
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0005,iid,82.69,83.14
+table7,cifar10,NetA-Baseline,nmom-a,wd=0.0005,noniid2,54.11,54.15
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0,vanilla_bs50,80.7,80.73
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0,vanilla_bs500,80.01,80.01
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0,iid,80.11,80.19
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0,noniid2,74.77,74.93
+table7,cifar10,NetA-Baseline,adam-a,wd=0.00005,vanilla_bs50,81.97,82.35
+table7,cifar10,NetA-Baseline,adam-a,wd=0.00005,vanilla_bs500,80.73,80.76
+table7,cifar10,NetA-Baseline,adam-a,wd=0.00005,iid,81.18,81.45
+table7,cifar10,NetA-Baseline,adam-a,wd=0.00005,noniid2,75.32,75.45
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0001,vanilla_bs50,82.79,83.19
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0001,vanilla_bs500,81.27,81.3
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0001,iid,81.74,81.84
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0001,noniid2,75.95,76.02
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0005,vanilla_bs50,82.93,84.44
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0005,vanilla_bs500,81.34,81.54
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0005,iid,82.33,83.06
+table7,cifar10,NetA-Baseline,adam-a,wd=0.0005,noniid2,69.75,69.75
+table7,svhn,NetA-Baseline,nmom-a,wd=0.00005,iid,93.02,93.26
+table7,svhn,NetA-Baseline,nmom-a,wd=0.00005,noniid2,89.28,89.7
+table7,svhn,NetA-Baseline,nmom-a,wd=0.0005,iid,93.23,93.72
+table7,svhn,NetA-Baseline,nmom-a,wd=0.0005,noniid2,76.31,76.82
+table8,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs50,82.47,82.72
+table8,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs500,78.97,79.06
+table8,cifar10,NetA-Baseline,pure-sgd,,iid,81.12,81.36
+table8,cifar10,NetA-Baseline,pure-sgd,,noniid2,68.92,69.57
+table8,cifar10,NetA-Baseline,pure-sgd,bn,vanilla_bs50,85.06,85.17
+table8,cifar10,NetA-Baseline,pure-sgd,bn,vanilla_bs500,78.33,78.7
+table8,cifar10,NetA-Baseline,pure-sgd,bn,iid,82.91,83.02
+table8,cifar10,NetA-Baseline,pure-sgd,bn,noniid2,57.56,58.68
+table8,cifar10,NetA-Baseline,pure-sgd,brn,vanilla_bs50,85.67,85.72
+table8,cifar10,NetA-Baseline,pure-sgd,brn,vanilla_bs500,81.49,81.65
+table8,cifar10,NetA-Baseline,pure-sgd,brn,iid,84.0,84.19
+table8,cifar10,NetA-Baseline,pure-sgd,brn,noniid2,66.19,66.32
+table8,cifar10,NetA-Baseline,nmom-a,,vanilla_bs50,83.89,83.9
+table8,cifar10,NetA-Baseline,nmom-a,,vanilla_bs500,79.39,79.49
+table8,cifar10,NetA-Baseline,nmom-a,,iid,81.49,81.82
+table8,cifar10,NetA-Baseline,nmom-a,,noniid2,74.11,74.23
+table8,cifar10,NetA-Baseline,nmom-a,bn,vanilla_bs50,85.22,85.25
+table8,cifar10,NetA-Baseline,nmom-a,bn,vanilla_bs500,79.58,80.14
+table8,cifar10,NetA-Baseline,nmom-a,bn,iid,83.54,83.8
+table8,cifar10,NetA-Baseline,nmom-a,bn,noniid2,50.46,59.31
+table8,cifar10,NetA-Baseline,nmom-a,brn,vanilla_bs50,86.36,86.43
+table8,cifar10,NetA-Baseline,nmom-a,brn,vanilla_bs500,82.03,82.46
+table8,cifar10,NetA-Baseline,nmom-a,brn,iid,84.24,84.7
+table8,cifar10,NetA-Baseline,nmom-a,brn,noniid2,70.32,70.38
+table8,cifar10,NetA-Baseline,adam-a,,vanilla_bs50,81.97,82.35
+table8,cifar10,NetA-Baseline,adam-a,,vanilla_bs500,80.73,80.76
+table8,cifar10,NetA-Baseline,adam-a,,iid,81.18,81.45
+table8,cifar10,NetA-Baseline,adam-a,,noniid2,75.32,75.45
+table8,cifar10,NetA-Baseline,adam-a,bn,vanilla_bs50,85.76,85.93
+table8,cifar10,NetA-Baseline,adam-a,bn,vanilla_bs500,83.84,83.93
+table8,cifar10,NetA-Baseline,adam-a,bn,iid,84.88,85.17
+table8,cifar10,NetA-Baseline,adam-a,bn,noniid2,39.31,47.67
+table8,cifar10,NetA-Baseline,adam-a,brn,vanilla_bs50,85.86,86.11
+table8,cifar10,NetA-Baseline,adam-a,brn,vanilla_bs500,83.18,83.36
+table8,cifar10,NetA-Baseline,adam-a,brn,iid,84.68,84.91
+table8,cifar10,NetA-Baseline,adam-a,brn,noniid2,72.49,72.71
+table8,svhn,NetA-Baseline,nmom-a,,iid,93.02,93.26
+table8,svhn,NetA-Baseline,nmom-a,,noniid2,89.28,89.7
+table8,svhn,NetA-Baseline,nmom-a,bn,iid,92.96,93.34
+table8,svhn,NetA-Baseline,nmom-a,bn,noniid2,74.5,79.73
+table9,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs50,82.47,82.72
+table9,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs500,78.97,79.06
+table9,cifar10,NetA-Baseline,pure-sgd,,iid,81.12,81.36
+table9,cifar10,NetA-Baseline,pure-sgd,,noniid2,68.92,69.57
+table9,cifar10,NetA-Baseline,pure-sgd,da,vanilla_bs50,86.79,86.97
+table9,cifar10,NetA-Baseline,pure-sgd,da,vanilla_bs500,77.66,78.03
+table9,cifar10,NetA-Baseline,pure-sgd,da,iid,80.39,80.48
+table9,cifar10,NetA-Baseline,pure-sgd,da,noniid2,68.33,68.69
+table9,cifar10,NetA-Baseline,nmom-a,,vanilla_bs50,83.89,83.9
+table9,cifar10,NetA-Baseline,nmom-a,,vanilla_bs500,79.39,79.49
+table9,cifar10,NetA-Baseline,nmom-a,,iid,81.49,81.82
+table9,cifar10,NetA-Baseline,nmom-a,,noniid2,74.11,74.23
+table9,cifar10,NetA-Baseline,nmom-a,da,vanilla_bs50,87.16,87.41
+table9,cifar10,NetA-Baseline,nmom-a,da,vanilla_bs500,83.07,83.35
+table9,cifar10,NetA-Baseline,nmom-a,da,iid,84.85,84.89
+table9,cifar10,NetA-Baseline,nmom-a,da,noniid2,73.95,74.46
+table9,cifar10,NetA-Baseline,adam-a,,vanilla_bs50,81.97,82.35
+table9,cifar10,NetA-Baseline,adam-a,,vanilla_bs500,80.73,80.76
+table9,cifar10,NetA-Baseline,adam-a,,iid,81.18,81.45
+table9,cifar10,NetA-Baseline,adam-a,,noniid2,75.32,75.45
+table9,cifar10,NetA-Baseline,adam-a,da,vanilla_bs50,83.27,83.54
+table9,cifar10,NetA-Baseline,adam-a,da,vanilla_bs500,84.84,84.96
+table9,cifar10,NetA-Baseline,adam-a,da,iid,82.63,82.99
+table9,cifar10,NetA-Baseline,adam-a,da,noniid2,72.79,73.67
+table9,svhn,NetA-Baseline,nmom-a,,iid,93.02,93.26
+table9,svhn,NetA-Baseline,nmom-a,,noniid2,89.28,89.7
+table9,svhn,NetA-Baseline,nmom-a,da,iid,94.51,94.66
+table9,svhn,NetA-Baseline,nmom-a,da,noniid2,90.61,91.59
+table10,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs50,82.47,82.72
+table10,cifar10,NetA-Baseline,pure-sgd,,vanilla_bs500,78.97,79.06
+table10,cifar10,NetA-Baseline,pure-sgd,,iid,81.12,81.36
+table10,cifar10,NetA-Baseline,pure-sgd,,noniid2,68.92,69.57
+table10,cifar10,NetA-Baseline,pure-sgd,do,vanilla_bs50,85.76,85.79
+table10,cifar10,NetA-Baseline,pure-sgd,do,vanilla_bs500,82.48,82.53
+table10,cifar10,NetA-Baseline,pure-sgd,do,iid,83.4,83.52
+table10,cifar10,NetA-Baseline,pure-sgd,do,noniid2,73.02,73.04
+table10,cifar10,NetA-Baseline,nmom-a,,vanilla_bs50,83.89,83.9
+table10,cifar10,NetA-Baseline,nmom-a,,vanilla_bs500,79.39,79.49
+table10,cifar10,NetA-Baseline,nmom-a,,iid,81.49,81.82
+table10,cifar10,NetA-Baseline,nmom-a,,noniid2,74.11,74.23
+table10,cifar10,NetA-Baseline,nmom-a,do,vanilla_bs50,86.55,86.63
+table10,cifar10,NetA-Baseline,nmom-a,do,vanilla_bs500,84.29,84.32
+table10,cifar10,NetA-Baseline,nmom-a,do,iid,84.34,84.53
+table10,cifar10,NetA-Baseline,nmom-a,do,noniid2,75.8,75.89
+table10,cifar10,NetA-Baseline,adam-a,,vanilla_bs50,81.97,82.35
+table10,cifar10,NetA-Baseline,adam-a,,vanilla_bs500,80.73,80.76
+table10,cifar10,NetA-Baseline,adam-a,,iid,81.18,81.45
+table10,cifar10,NetA-Baseline,adam-a,,noniid2,75.32,75.45
+table10,cifar10,NetA-Baseline,adam-a,do,vanilla_bs50,84.27,84.46
+table10,cifar10,NetA-Baseline,adam-a,do,vanilla_bs500,83.09,83.2
+table10,cifar10,NetA-Baseline,adam-a,do,iid,82.01,82.11
+table10,cifar10,NetA-Baseline,adam-a,do,noniid2,76.63,76.68
+table10,svhn,NetA-Baseline,nmom-a,,iid,93.02,93.26
+table10,svhn,NetA-Baseline,nmom-a,,noniid2,89.28,89.7
+table10,svhn,NetA-Baseline,nmom-a,do,iid,94.14,94.36
+table10,svhn,NetA-Baseline,nmom-a,do,noniid2,90.61,91.45
+"""
+
+
+# ----------------------------------------------------------------------------- rows and runs
+
+@dataclass(frozen=True)
+class Target:
+    """One row of the targets CSV: a cell of one of the paper's tables."""
+
+    table: str
+    dataset: str
+    network: str
+    optimizer: str
+    variant: str
+    setting: str
+    final: float | None
+    best: float | None
+
+    @property
+    def key(self) -> tuple:
+        return run_key(self.dataset, self.network, self.optimizer, self.variant, self.setting)
+
+
+def _float(text: str | None) -> float | None:
+    return None if text in (None, "", "-") else float(text)
+
+
+def paper_rows(path: str | Path | None = None) -> list[Target]:
+    """The paper's rows, in order: from ``path`` (a CSV like the targets file) or the transcription."""
+    text = Path(path).read_text() if path else PAPER_CSV
+    return [Target(r["table"], r["dataset"], r["network"], r["optimizer"], r["variant"] or "", r["setting"],
+                   _float(r["final_acc_pct"]), _float(r["best_acc_pct"]))
+            for r in csv.DictReader(io.StringIO(text))]
+
+
+def canonical_variant(variant: str) -> str:
+    """``wd=0.00005`` (the baseline) -> ``''``; ``wd=0.0`` -> ``wd=0``; parts sorted and joined by ``+``."""
+    parts = []
+    for part in filter(None, (variant or "").split("+")):
+        if part.startswith("wd="):
+            value = float(part[3:])
+            if math.isclose(value, BASE_WEIGHT_DECAY, rel_tol=1e-9, abs_tol=1e-15):
+                continue
+            part = f"wd={value:g}"
+        parts.append(part)
+    return "+".join(sorted(parts))
+
+
+def run_key(dataset: str, network: str, optimizer: str, variant: str, setting: str) -> tuple:
+    """What identifies one fedrun run: (dataset, network, optimizer, variant, setting), canonical.
+
+    Vanilla training has a single learner, so averaging its optimizer state (-A) or not (-WB)
+    is the same run: -WB maps to -A there.
+    """
+    if setting.startswith("vanilla") and optimizer.endswith("-wb"):
+        optimizer = optimizer[: -len("-wb")] + "-a"
+    return dataset, network, optimizer, canonical_variant(variant), setting
+
+
+def variant_overrides(variant: str) -> list[str]:
+    """The fedrun overrides of a (canonical) variant."""
+    out = []
+    for part in filter(None, variant.split("+")):
+        if part.startswith("wd="):
+            out.append(f"hyperparams.weight_decay={float(part[3:])!r}")
+        elif part in ("bn", "brn"):
+            out.append(f"model.norm={part}")
+        elif part == "da":
+            out.append("hyperparams.augment=true")
+        elif part == "do":
+            out.append("model.dropout=true")
+        else:
+            raise ValueError(f"unknown variant {part!r}")
+    return out
+
+
+def run_name(key: tuple, seed) -> str:
+    """``<network option>_<optimizer>[_<variant>]_seed<seed>``, e.g. ``neta_baseline_nmom-a_wd0.0005_seed0``."""
+    _dataset, network, optimizer, variant, _setting = key
+    slug = variant.replace("=", "").replace("+", "_")
+    return f"{NETWORKS[network]}_{optimizer}{'_' + slug if slug else ''}_seed{seed}"
+
+
+def run_dir(out: Path, key: tuple, seed) -> Path:
+    return out / key[0] / key[4] / run_name(key, seed)
+
+
+def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[str]:
+    """The overrides that run ``substitutes[dataset]`` in place of ``dataset`` (none without one)."""
+    option = substitutes.get(dataset)
+    if option is None:
+        return [f"dataset={dataset}"]
+    out = [f"dataset={option}"]
+    if option == "synthetic":
+        channels, size = SHAPES[dataset]
+        out += [f"dataset.channels={channels}", f"dataset.image_size={size}"]
+    return out
+
+
+def run_overrides(key: tuple, seed, substitutes: dict[str, str] | None = None, scale: str | None = None) -> list[str]:
+    """Every override of one run but ``hydra.run.dir`` (and ``progress``/extras).  ``tags.dataset``
+    records the dataset the run stands for, also when another one is substituted."""
+    dataset, network, optimizer, variant, setting = key
+    return [f"experiment=pd/{setting}", *substitution_overrides(substitutes or {}, dataset),
+            f"model={NETWORKS[network]}", f"hyperparams={OPTIMIZERS[optimizer]}", *variant_overrides(variant),
+            f"seed={seed}", f"++tags.dataset={dataset}", *([f"scale={scale}"] if scale else [])]
+
+
+def select(rows: list[Target], tables=None, settings=None, datasets=None, networks=None, optimizers=None,
+           variants=None) -> list[Target]:
+    """The rows in every given list (None: any); ``variants`` names the baseline ``none``."""
+    return [r for r in rows if (not tables or r.table in tables) and (not settings or r.setting in settings)
+            and (not datasets or r.dataset in datasets) and (not networks or r.network in networks)
+            and (not optimizers or r.optimizer in optimizers)
+            and (not variants or (canonical_variant(r.variant) or "none") in variants)]
+
+
+def plan(rows: list[Target]) -> list[tuple]:
+    """The distinct run keys of ``rows``, in the order they first appear."""
+    return list(dict.fromkeys(r.key for r in rows))
+
+
+# ----------------------------------------------------------------------------- identifying a run
+
+def identify(run: Run) -> tuple[tuple | None, str]:
+    """The run key of a run directory, from its ``config.yaml``; ``(None, why)`` if it is not one
+    of the study's runs."""
+    cfg = run.config
+    choices = cfg.get("choices")
+    if not isinstance(choices, dict):
+        return None, "no `choices` in config.yaml"
+    experiment = str(choices.get("experiment") or "")
+    if not experiment.startswith("pd/"):
+        return None, f"experiment={experiment or 'none'} is not a pd/* preset"
+    setting = experiment.split("/", 1)[1]
+    network = NETWORK_BY_OPTION.get(str(choices.get("model")))
+    optimizer = OPTIMIZER_BY_OPTION.get(str(choices.get("hyperparams")))
+    if network is None or optimizer is None:
+        return None, f"model={choices.get('model')} hyperparams={choices.get('hyperparams')} is not in the tables"
+    hp, model = cfg.get("hyperparams") or {}, cfg.get("model") or {}
+    parts = []
+    wd = hp.get("weight_decay")
+    if wd is not None:
+        parts.append(f"wd={float(wd)!r}")
+    if str(model.get("norm") or "").lower() in ("bn", "brn"):
+        parts.append(str(model["norm"]).lower())
+    if _true(model.get("dropout")):
+        parts.append("do")
+    if _true(hp.get("augment")):
+        parts.append("da")
+    return run_key(paper_dataset(run), network, optimizer, "+".join(parts), setting), ""
+
+
+def _true(value) -> bool:
+    if isinstance(value, str):
+        return value.lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def paper_dataset(run: Run) -> str:
+    """The dataset a run stands for: ``tags.dataset`` (set by ``run``, also when substituted), else
+    the dataset it read."""
+    tagged = (run.config.get("tags") or {}).get("dataset")
+    if tagged:
+        return str(tagged)
+    return str((run.config.get("dataset") or {}).get("name") or (run.config.get("choices") or {}).get("dataset"))
+
+
+def run_notes(run: Run, key: tuple) -> list[str]:
+    """How a run departs from the paper's setting of its row (smoke scale, data, rounds, lr ...)."""
+    dataset, _network, optimizer, _variant, setting = key
+    notes = []
+    scale = scale_of(run)
+    if scale:
+        notes.append(f"{scale} scale (scale={scale})")
+    if setting.startswith("vanilla") and run.config.get("centralized") is False:
+        notes.append("centralized=false (the paper's vanilla training is one learner on all the data)")
+    reference = dict(PAPER_SETTING.get(setting, {}), lr=PAPER_LR[optimizer])
+    notes += setting_deviations(run, reference, data=dataset)
+    return notes
+
+
+def scale_of(run: Run) -> str | None:
+    """The ``scale`` option a run was shrunk with (smoke, tiny), or None at full scale."""
+    scale = (run.config.get("choices") or {}).get("scale")
+    return None if scale in (None, "null", "None") else str(scale)
+
+
+# ----------------------------------------------------------------------------- collect
+
+def load(dirs: list[str]) -> tuple[dict[tuple, list[Run]], list[tuple[Path, str]]]:
+    """Finished runs under ``dirs`` grouped by run key, and ``(path, why)`` for the others."""
+    by_key: dict[tuple, list[Run]] = defaultdict(list)
+    skipped = []
+    for path in find_runs(dirs):
+        try:
+            run = Run.load(path)
+        except Exception as e:  # noqa: BLE001 - a half-written or foreign file
+            skipped.append((path, f"unreadable: {e}"))
+            continue
+        key, why = identify(run)
+        if key is None:
+            skipped.append((path, why))
+        elif run.accuracy("final") is None:
+            skipped.append((path, "no final_test_acc in summary.json"))
+        else:
+            by_key[key].append(run)
+    return dict(by_key), skipped
+
+
+def table_rows(targets: list[Target], by_key: dict[tuple, list[Run]]) -> list[dict]:
+    """One tidy row per target row (ours averaged over seeds, in %)."""
+    rows = []
+    for t in targets:
+        group = by_key.get(t.key, [])
+        final = _mean([100 * r.accuracy("final") for r in group])
+        best = _mean([100 * r.accuracy("best") for r in group if r.accuracy("best") is not None])
+        notes = sorted({n for r in group for n in run_notes(r, t.key)})
+        rows.append({
+            "table": t.table, "dataset": t.dataset, "network": t.network, "optimizer": t.optimizer,
+            "variant": t.variant, "setting": t.setting, "final": final, "best": best,
+            "paper_final": t.final, "paper_best": t.best,
+            "diff_final": None if final is None or t.final is None else final - t.final,
+            "diff_best": None if best is None or t.best is None else best - t.best,
+            "n_runs": len(group), "run_dirs": ";".join(str(r.path) for r in group), "notes": "; ".join(notes),
+        })
+    return rows
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _pair(final: float | None, best: float | None) -> str:
+    if final is None:
+        return "-"
+    return f"{final:.2f}" + (f" ({best:.2f})" if best is not None else "")
+
+
+def format_cell(row: dict | None) -> str:
+    """``ours final (best)[*][ xN] vs paper final (best) diff``; ``-`` where a side is missing."""
+    if row is None:
+        return "-"
+    ours = _pair(row["final"], row["best"])
+    if row["final"] is not None:
+        ours += ("*" if row["notes"] else "") + (f" x{row['n_runs']}" if row["n_runs"] > 1 else "")
+    if row["paper_final"] is None:
+        return ours
+    paper = _pair(row["paper_final"], row["paper_best"])
+    if row["final"] is None:
+        return f"- vs {paper}"
+    # The difference between the printed (rounded) values, so it checks by hand.
+    return f"{ours} vs {paper} {round(row['final'], 2) - row['paper_final']:+.2f}"
+
+
+def _row_label(table_rows_: list[dict], r: dict) -> list[str]:
+    """The label cells of a table row: dataset, network (depth/width tables), method, WD factor."""
+    networks = {x["network"] for x in table_rows_}
+    has_wd = any(x["variant"].startswith("wd=") for x in table_rows_)
+    method = OPTIMIZER_LABELS.get(r["optimizer"], r["optimizer"])
+    extra = [VARIANT_LABELS.get(v, v) for v in r["variant"].split("+") if v and not v.startswith("wd=")]
+    if extra:
+        method += " + " + " + ".join(extra)
+    label = [DATASET_LABELS.get(r["dataset"], r["dataset"])]
+    if len(networks) > 1:
+        label.append(r["network"])
+    label.append(method)
+    if has_wd:
+        wd = next((v[3:] for v in r["variant"].split("+") if v.startswith("wd=")), f"{BASE_WEIGHT_DECAY:g}")
+        label.append(wd)
+    return label
+
+
+def format_table(table: str, rows: list[dict]) -> str:
+    """One of the paper's tables as text: rows = dataset/network/method/variant, columns = settings."""
+    mine = [r for r in rows if r["table"] == table]
+    order: dict[tuple, list[str]] = {}
+    cells: dict[tuple, dict] = {}
+    for r in mine:
+        ident = (r["dataset"], r["network"], r["optimizer"], r["variant"])
+        order.setdefault(ident, _row_label(mine, r))
+        cells[(*ident, r["setting"])] = r
+    head = ["Dataset"] + (["Network"] if len({r["network"] for r in mine}) > 1 else []) + ["Method"]
+    if any(r["variant"].startswith("wd=") for r in mine):
+        head.append("WD Factor")
+    head += [SETTING_LABELS[s] for s in SETTINGS]
+    body = [label + [format_cell(cells.get((*ident, s))) for s in SETTINGS] for ident, label in order.items()]
+    widths = [max(len(head[i]), *(len(b[i]) for b in body)) for i in range(len(head))]
+    n_label = len(head) - len(SETTINGS)
+    lines = [" | ".join(h.ljust(w) if i < n_label else h.center(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    lines.append("-+-".join("-" * w for w in widths))
+    for b in body:
+        lines.append(" | ".join(v.ljust(w) if i < n_label else v.rjust(w) for i, (v, w) in enumerate(zip(b, widths))))
+    done = sum(r["final"] is not None for r in mine)
+    title = (f"{TABLE_TITLES.get(table, table)} -- test accuracy (%), each cell: ours final (best) vs "
+             f"paper final (best) ours-paper final; * = not the paper's setting (NOTES); xN = mean of N seeds; "
+             f"{done}/{len(mine)} cells run")
+    return title + "\n" + "\n".join(lines)
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    grid.write_csv(rows, path, CSV_COLUMNS, ".4f")
+
+
+def collect(dirs: list[str], csv_path: str | None = None, tables=None, paper_csv: str | None = None,
+            out=None) -> list[dict]:
+    """Find, identify, print and write Tables 4-10 for the runs under ``dirs``; return the tidy rows."""
+    out = out or sys.stdout
+    targets = paper_rows(paper_csv)
+    by_key, skipped = load(dirs)
+    chosen = [t for t in TABLES if not tables or t in tables]
+    rows = table_rows([t for t in targets if t.table in chosen], by_key)
+    shown = [t for t in chosen if any(r["table"] == t and r["n_runs"] for r in rows)] or chosen
+    for table in shown:
+        print(format_table(table, rows) + "\n", file=out)
+    n_runs = sum(len(v) for v in by_key.values())
+    print(f"{n_runs} run(s) of {len(by_key)} distinct setting(s) found under {', '.join(map(str, dirs))}", file=out)
+
+    notes = []
+    used = {k for t in targets for k in [t.key]}
+    scales = count_notes([[f"scale={scale_of(r)}"] for rs in by_key.values() for r in rs if scale_of(r)])
+    if scales:
+        notes.append(f"SMOKE SCALE: {', '.join(scales)} (few rounds, learners and examples): a check that the "
+                     "pipeline runs, NOT comparable with the paper's accuracies.")
+    subst = count_notes([[n for n in run_notes(r, k) if n.startswith("data substituted")]
+                         for k, rs in by_key.items() for r in rs])
+    for n in subst:
+        notes.append(f"SUBSTITUTED DATA: {n}: these numbers say nothing about the paper's dataset.")
+    other = count_notes([[n for n in run_notes(r, k) if not n.startswith("data substituted") and " scale (scale=" not in n]
+                         for k, rs in by_key.items() for r in rs])
+    if other:
+        notes.append("NOT THE PAPER'S SETTING: " + "; ".join(other))
+    for table in chosen:
+        missing = [r for r in rows if r["table"] == table and r["n_runs"] == 0]
+        if missing:
+            notes.append(f"MISSING: {len(missing)} of {sum(r['table'] == table for r in rows)} cells of {table} "
+                         f"have no run (e.g. {_describe(missing[0])})")
+    unmatched = [(k, rs) for k, rs in by_key.items() if k not in used]
+    if unmatched:
+        notes.append("IN NO TABLE (ignored): " + "; ".join(f"{_describe_key(k)} ({len(rs)} run(s))"
+                                                          for k, rs in unmatched[:6])
+                     + (" ..." if len(unmatched) > 6 else ""))
+    if skipped:
+        notes.append(f"SKIPPED {len(skipped)} run director{'ies' if len(skipped) > 1 else 'y'} (not runs of the "
+                     "study): " + "; ".join(f"{p} ({why})" for p, why in skipped[:4])
+                     + (" ..." if len(skipped) > 4 else ""))
+    if notes:
+        print("\nNOTES:", file=out)
+        for n in notes:
+            print(f"  - {n}", file=out)
+    if csv_path:
+        write_csv(rows, Path(csv_path))
+        print(f"\nwrote {csv_path}", file=out)
+    return rows
+
+
+def _describe(row: dict) -> str:
+    return _describe_key(run_key(row["dataset"], row["network"], row["optimizer"], row["variant"], row["setting"]))
+
+
+def _describe_key(key: tuple) -> str:
+    dataset, network, optimizer, variant, setting = key
+    return f"{dataset} {network} {optimizer}{' ' + variant if variant else ''} {setting}"
+
+
+# ----------------------------------------------------------------------------- run
+
+def run_state(path: Path) -> str:
+    """``done`` (summary.json), ``started`` (config.yaml or a checkpoint, no summary) or ``todo``."""
+    if (path / "summary.json").is_file():
+        return "done"
+    if (path / "config.yaml").is_file() or (path / "checkpoint.pt").is_file():
+        return "started"
+    return "todo"
+
+
+def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str, str], scale: str | None,
+           extra: list[str], dry_run: bool, resume: bool = False) -> list[tuple[tuple, str, str]]:
+    """Run every (key, seed) not finished in ``out``, one fedrun process each.  Returns the
+    ``(key, seed, state)`` that are not finished afterwards."""
+    jobs = [(k, s) for k in keys for s in seeds]
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    counts = defaultdict(int)
+    for k, s in jobs:
+        counts[run_state(run_dir(out, k, s))] += 1
+    print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs)} fedrun run(s): "
+          f"{counts['done']} done, {counts['started']} started but unfinished, {counts['todo']} to run", flush=True)
+    unfinished = []
+    for i, (key, seed) in enumerate(jobs, 1):
+        path = run_dir(out, key, seed)
+        where = path.relative_to(out)
+        state = run_state(path)
+        if state == "done" or (state == "started" and not resume):
+            print(f"[{i}/{len(jobs)}] {where}: {'done' if state == 'done' else 'started but unfinished: skipped '}"
+                  f"{'' if state == 'done' else '(--resume continues it; delete the folder to redo it)'}", flush=True)
+            if state != "done":
+                unfinished.append((key, seed, state))
+            continue
+        cmd = [*grid.fedrun_command(), *run_overrides(key, seed, substitutes, scale),
+               *(["resume=true"] if state == "started" else []), "progress=false", *extra,
+               f"hydra.run.dir={path}"]
+        print(f"[{i}/{len(jobs)}] {where}: {shlex.join(cmd)}", flush=True)
+        if dry_run:
+            continue
+        log_path = out / "logs" / f"{key[0]}_{key[4]}_{path.name}.log"
+        t0 = time.perf_counter()
+        with open(log_path, "a") as log:
+            rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+        after = run_state(path)
+        print(f"    exit {rc}, {after} in {time.perf_counter() - t0:.0f} s (log: {log_path})", flush=True)
+        if after != "done":
+            errors = [line for line in log_path.read_text().splitlines() if "error" in line.lower()]
+            if errors:
+                print("    " + "\n    ".join(errors[-3:]), flush=True)
+            unfinished.append((key, seed, after))
+    return unfinished
+
+
+def _list(text: str | None, allowed, prefix: str = "") -> list[str] | None:
+    if not text:
+        return None
+    items = [prefix + x.strip() if not x.strip().startswith(prefix) else x.strip()
+             for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad:
+        raise SystemExit(f"pd_tables: unknown {bad}; choose from {', '.join(allowed)}")
+    return items
+
+
+def run_grid(args) -> int:
+    out = Path(args.out).resolve()
+    substitutes = dict(args.substitute)
+    tables = _list(args.tables, TABLES, "table")
+    settings = _list(args.settings, SETTINGS)
+    datasets = _list(args.datasets, DATASETS)
+    networks = _list(args.networks, list(NETWORKS))
+    optimizers = _list(args.optimizers, list(OPTIMIZERS))
+    all_rows = paper_rows(args.paper_csv)
+    variants = _list(args.variants, sorted({canonical_variant(r.variant) or "none" for r in all_rows}))
+    seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
+    rows = select(all_rows, tables, settings, datasets, networks, optimizers, variants)
+    if not rows:
+        print("pd_tables: no table cell matches the selection", file=sys.stderr)
+        return 2
+    keys = plan(rows)
+    scale = args.scale or ("smoke" if args.smoke else None)
+    banner = []
+    if scale:
+        banner.append(f"SMOKE SCALE (scale={scale}: few rounds, learners and examples): a check that the pipeline "
+                      "runs, NOT the paper's setting.")
+    for real, option in substitutes.items():
+        banner.append(f"SUBSTITUTED DATA: {real} runs read {' '.join(substitution_overrides(substitutes, real))}, "
+                      f"not the real {real}.")
+    if args.set:
+        banner.append(f"EXTRA OVERRIDES: {' '.join(args.set)}")
+    for line in banner:
+        print("NOTE: " + line, flush=True)
+    print(f"{len(rows)} table cell(s) of {', '.join(sorted({r.table for r in rows}, key=TABLES.index))} "
+          f"-> {len(keys)} distinct run(s) (shared baselines, wd=0.00005 and vanilla -WB = -A run once)", flush=True)
+    t0 = time.perf_counter()
+    unfinished = launch(keys, seeds, out, substitutes, scale, args.set, args.dry_run, args.resume)
+    if args.dry_run:
+        return 0
+    print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n", flush=True)
+    collect([str(out)], str(out / "pd_tables.csv") if args.csv is None else args.csv or None, tables,
+            args.paper_csv)
+    for key, seed, state in unfinished:
+        print(f"MISSING ({'failed or unfinished' if state == 'started' else 'not run'}): {_describe_key(key)} "
+              f"seed {seed} in {run_dir(out, key, seed)} (see {out / 'logs'} and the run's fedrun.log)")
+    return 1 if unfinished else 0
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _substitute(text: str) -> tuple[str, str]:
+    return grid.dataset_substitute(text, DATASETS)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pd_tables.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+
+    def common(q):
+        q.add_argument("--tables", default=None, metavar="N[,N...]",
+                       help="which tables, e.g. 4,8 (default: 4-10)")
+        q.add_argument("--paper-csv", default=None,
+                       help="read the paper's rows from this CSV (table,dataset,network,optimizer,variant,setting,"
+                            f"final_acc_pct,best_acc_pct, e.g. {TARGETS}) instead of the built-in transcription")
+
+    c = sub.add_parser("collect", help="print Tables 4-10 from existing run directories",
+                       description="Find run directories under DIRs and print Tables 4-10 (ours vs paper).")
+    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+    c.add_argument("--csv", default=None, help="tidy CSV to write (default: DIR/pd_tables.csv; '' for none)")
+    common(c)
+
+    r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect",
+                       description="Launch one fedrun per missing run of the chosen tables, then collect.")
+    r.add_argument("--out", required=True,
+                   help="runs go to OUT/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>")
+    r.add_argument("--settings", default=None, metavar="S[,S...]",
+                   help=f"which columns: {','.join(SETTINGS)} (default: all)")
+    r.add_argument("--datasets", default=None, metavar="D[,D...]", help="cifar10 and/or svhn (default: both)")
+    r.add_argument("--networks", default=None, metavar="NET[,NET...]",
+                   help=f"only these networks, as the paper names them ({', '.join(NETWORKS)})")
+    r.add_argument("--optimizers", default=None, metavar="OPT[,OPT...]",
+                   help=f"only these optimizers ({', '.join(OPTIMIZERS)})")
+    r.add_argument("--variants", default=None, metavar="V[,V...]",
+                   help="only these variants: none (the baseline), wd=0, wd=0.0001, wd=0.0005, bn, brn, da, do")
+    r.add_argument("--smoke", action="store_true", help="add scale=smoke: checks the pipeline, not the paper's setting")
+    r.add_argument("--scale", default=None, choices=sorted(p.stem for p in (REPO / "conf" / "scale").glob("*.yaml")),
+                   help="add scale=SCALE (e.g. tiny: 2 rounds on 200 images, the whole grid in minutes)")
+    r.add_argument("--substitute", action="append", type=_substitute, default=[], metavar="DATASET=OPTION",
+                   help="run conf/dataset OPTION in place of DATASET, e.g. cifar10=synthetic (adds "
+                        "dataset.channels=3 dataset.image_size=32); repeatable. Marked as substituted")
+    r.add_argument("--resume", action="store_true",
+                   help="continue runs that started but did not finish (resume=true) instead of skipping them")
+    grid.add_launch_arguments(r, "pd_tables.csv")
+    common(r)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.mode == "run":
+        return run_grid(args)
+    if missing_dirs(args.dirs, "pd_tables"):
+        return 2
+    csv_path = grid.default_csv(args.dirs, "pd_tables.csv") if args.csv is None else args.csv
+    collect(args.dirs, csv_path or None, _list(args.tables, TABLES, "table"), args.paper_csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

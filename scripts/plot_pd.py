@@ -1,0 +1,353 @@
+#!/usr/bin/env python
+"""Plot the parameter-divergence paper's figures from fedrun run directories.
+
+Every run directory found below the DIRs is one curve (seeds of one configuration and setting are
+averaged round by round).  As in the paper's figures, IID runs are dotted and non-IID(2) runs solid
+(non-IID(1) dashed, vanilla dash-dotted), with one colour per configuration; a configuration is
+labelled by what differs between the runs (network, optimizer, variant, dataset), read from each
+run's ``config.yaml`` as ``pd_tables.py collect`` does (runs of other presets are labelled by
+their folder).  Writes to ``--out``:
+
+``pd_ls_layers.png``
+    PD-Ls (Definition 1: mean pairwise cosine distance between the learners' local updates) per
+    layer vs round, one panel per layer (``layers.csv`` column ``pd_ls``; panels named C$_{11}$ ..
+    F$_3$ as in the paper; ``--layers F3,C11`` picks them, default every conv and fc layer):
+    Figures 2, 3 and 7-30.
+``pd_vl_layers.png``
+    PD-VL (mean cosine distance of the local updates from the vanilla update) per layer, where the
+    runs recorded it (``pd_vl``).
+``pd_model.png``
+    PD-Ls and PD-VL of the whole model (``rounds.csv``).
+``train_loss.png``
+    the mean local training loss of the learners vs round (``train_loss``): Figure 5.
+``test_accuracy.png``
+    test accuracy (%) vs round.
+``neurons_<run>.png``
+    per run with ``output_layer.csv``: the magnitude of the output-layer neurons (the norm of the
+    last Linear layer's weight row of each class) of every learner after round ``--neuron-round``
+    (default 1), learners x classes, brighter = larger: Figure 1.
+
+Runs that depart from the paper's setting (smoke scale, substituted data) say so under each plot.
+Example: ``python scripts/plot_pd.py outputs/pd/cifar10/iid outputs/pd/cifar10/noniid2 --out
+outputs/pd_figs --layers C11,C21,C31,F1,F2,F3``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import pd_tables  # noqa: E402
+from runs import Run, find_runs, integer_rounds, mean_by_round, missing_dirs, read_csv  # noqa: E402
+
+STYLES = {"iid": ":", "noniid2": "-", "noniid1": "--", "vanilla_bs50": "-.", "vanilla_bs500": "-.", None: "-"}
+STYLE_NAMES = {"iid": "IID", "noniid2": "Non-IID(2)", "noniid1": "Non-IID(1)", "vanilla_bs50": "Vanilla BS:50",
+               "vanilla_bs500": "Vanilla BS:500", None: "other"}
+SETTING_ORDER = ("vanilla_bs50", "vanilla_bs500", "iid", "noniid2", "noniid1", None)
+FIELDS = ("dataset", "network", "optimizer", "variant")
+
+
+def layer_label(name: str) -> str:
+    """``C11`` -> ``C$_{11}$``, ``F3`` -> ``F$_{3}$``, ``BN21`` -> ``BN$_{21}$``; other names as they are."""
+    m = re.fullmatch(r"([A-Za-z]+)(\d+)", str(name))
+    return f"{m.group(1)}$_{{{m.group(2)}}}$" if m else str(name)
+
+
+class Curve:
+    """The runs of one configuration under one setting (seeds), with their label and style."""
+
+    def __init__(self, label: str, setting: str | None, runs: list[Run]):
+        self.label, self.setting, self.runs = label, setting, runs
+
+    @property
+    def style(self) -> str:
+        return STYLES.get(self.setting, "-")
+
+    def rounds(self) -> pd.DataFrame | None:
+        return mean_by_round([r.rounds() for r in self.runs])
+
+    def layer(self, name: str) -> pd.DataFrame | None:
+        frames = []
+        for r in self.runs:
+            df = read_csv(r, "layers.csv")
+            if df is not None and "layer" in df:
+                sel = df[df["layer"].astype(str) == name]
+                if len(sel):
+                    frames.append(sel.drop(columns=[c for c in ("layer", "type") if c in sel]))
+        return mean_by_round(frames)
+
+
+def _key_label(key: tuple, fields: list[str]) -> str:
+    dataset, network, optimizer, variant, _setting = key
+    parts = []
+    if "dataset" in fields:
+        parts.append(pd_tables.DATASET_LABELS.get(dataset, dataset))
+    if "network" in fields:
+        parts.append(network)
+    if "optimizer" in fields:
+        parts.append(pd_tables.OPTIMIZER_LABELS.get(optimizer, optimizer))
+    if "variant" in fields:
+        shown = [("WD " + v[3:]) if v.startswith("wd=") else pd_tables.VARIANT_LABELS.get(v, v)
+                 for v in variant.split("+") if v]
+        parts.append("+ " + " + ".join(shown) if shown else "baseline")
+    return " ".join(parts)
+
+
+def curves(runs: list[Run]) -> list[Curve]:
+    """Group runs into curves: one per (configuration, setting), labelled by what differs."""
+    keys = {r.path: pd_tables.identify(r)[0] for r in runs}
+    known = [k for k in keys.values() if k is not None]
+    differing = [f for i, f in enumerate(FIELDS) if len({k[i] for k in known}) > 1]
+    if not differing:
+        differing = ["network", "optimizer", "variant"]
+    groups: dict[tuple, list[Run]] = defaultdict(list)
+    for r in runs:
+        key = keys[r.path]
+        if key is None:
+            groups[(r.path.name, None)].append(r)
+        else:
+            groups[(_key_label(key, differing), key[4])].append(r)
+    out = [Curve(label, setting, rs) for (label, setting), rs in groups.items()]
+    labels = list(dict.fromkeys(c.label for c in out))
+    out.sort(key=lambda c: (labels.index(c.label), SETTING_ORDER.index(c.setting)
+                            if c.setting in SETTING_ORDER else len(SETTING_ORDER)))
+    return out
+
+
+def _colors(cs: list[Curve]) -> dict[str, str]:
+    labels = list(dict.fromkeys(c.label for c in cs))
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+
+
+def _legend(fig, cs: list[Curve], colors: dict) -> None:
+    """Colours (configurations) and line styles (settings) of the curves drawn."""
+    drawn = dict.fromkeys(c.label for c in cs)
+    handles = [Line2D([], [], color=colors[lab], lw=2, label=lab) for lab in drawn]
+    settings = [s for s in SETTING_ORDER if any(c.setting == s for c in cs)]
+    if len(settings) > 1 or settings != [None]:
+        handles += [Line2D([], [], color="black", ls=STYLES[s], label=STYLE_NAMES[s]) for s in settings]
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 5), fontsize=7,
+               bbox_to_anchor=(0.5, 1.0), frameon=False)
+
+
+def _notes(cs: list[Curve]) -> list[str]:
+    notes = set()
+    for c in cs:
+        for r in c.runs:
+            key = pd_tables.identify(r)[0]
+            if key is not None:
+                notes.update(pd_tables.run_notes(r, key))
+            elif (r.config.get("choices") or {}).get("scale") == "smoke":
+                notes.add("smoke scale (scale=smoke)")
+    return sorted(notes)
+
+
+def _save(fig, notes: list[str], path: Path, written: list[Path], legend_rows: int = 1) -> None:
+    if notes:
+        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
+                 va="bottom", wrap=True)
+    top = 1 - 0.05 * legend_rows * (6 / max(fig.get_figheight(), 1))
+    fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, top))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+
+def _plot(ax, df: pd.DataFrame | None, column: str, curve: Curve, color, scale: float = 1.0) -> bool:
+    if df is None or column not in df:
+        return False
+    d = df[["round", column]].dropna()
+    if d.empty:
+        return False
+    ax.plot(d["round"], scale * d[column], ls=curve.style, color=color, lw=1.3,
+            **({"marker": "o", "markersize": 3} if len(d) <= 30 else {}))
+    return True
+
+
+def default_layers(cs: list[Curve]) -> list[str]:
+    """Every conv and fc layer of the runs' ``layers.csv``, in the order the first run lists them."""
+    names: dict[str, None] = {}
+    for c in cs:
+        for r in c.runs:
+            df = read_csv(r, "layers.csv")
+            if df is None or "layer" not in df:
+                continue
+            sel = df[df["type"].isin(("conv", "fc"))] if "type" in df else df
+            names.update(dict.fromkeys(sel["layer"].astype(str)))
+    return list(names)
+
+
+def _legend_rows(cs: list[Curve], colors: dict) -> int:
+    n = len(colors) + len({c.setting for c in cs})
+    return math.ceil(n / 5)
+
+
+def plot_layers(cs: list[Curve], layers: list[str], column: str, title: str, path: Path,
+                notes: list[str], written: list[Path]) -> bool:
+    """One panel per layer of ``column`` (pd_ls or pd_vl) vs round; False if no run has it."""
+    colors = _colors(cs)
+    panels = []
+    for name in layers:
+        data = [(c, c.layer(name)) for c in cs]
+        if any(df is not None and column in df and df[column].notna().any() for _c, df in data):
+            panels.append((name, data))
+    if not panels:
+        return False
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows + 0.8), squeeze=False)
+    drawn = set()
+    for ax, (name, data) in zip(axes.flat, panels):
+        for c, df in data:
+            if _plot(ax, df, column, c, colors[c.label]):
+                drawn.add(id(c))
+        ax.set_title(layer_label(name), fontsize=10)
+        ax.set_xlabel("Communication rounds", fontsize=8)
+        ax.set_ylabel(title, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        integer_rounds(ax)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    _legend(fig, [c for c in cs if id(c) in drawn], colors)
+    _save(fig, notes, path, written, _legend_rows(cs, colors))
+    return True
+
+
+def plot_rounds(cs: list[Curve], panels: list[tuple[str, str, float]], path: Path, notes: list[str],
+                written: list[Path]) -> bool:
+    """Panels of ``rounds.csv`` columns ``(column, y label, scale)`` vs round; False if none has data."""
+    colors = _colors(cs)
+    frames = [(c, c.rounds()) for c in cs]
+    have = [(col, ylabel, scale) for col, ylabel, scale in panels
+            if any(df is not None and col in df and df[col].notna().any() for _c, df in frames)]
+    if not have:
+        return False
+    fig, axes = plt.subplots(1, len(have), figsize=(5.2 * len(have), 4.0), squeeze=False)
+    drawn = set()
+    for ax, (col, ylabel, scale) in zip(axes.flat, have):
+        for c, df in frames:
+            if _plot(ax, df, col, c, colors[c.label], scale):
+                drawn.add(id(c))
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("Communication rounds")
+        ax.grid(alpha=0.3)
+        integer_rounds(ax)
+    _legend(fig, [c for c in cs if id(c) in drawn], colors)
+    _save(fig, notes, path, written, _legend_rows(cs, colors))
+    return True
+
+
+def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str], written: list[Path]) -> bool:
+    """Figure 1: learners x classes heatmap of the output-layer neuron magnitudes after ``round_``."""
+    df = read_csv(run, "output_layer.csv")
+    if df is None or not {"round", "client", "class", "weight_norm"} <= set(df.columns):
+        return False
+    sel = df[df["round"] == round_]
+    if sel.empty:
+        return False
+    grid = sel.pivot_table(index="client", columns="class", values="weight_norm", aggfunc="mean").sort_index()
+    fig, ax = plt.subplots(figsize=(0.45 * grid.shape[1] + 2.6, 0.35 * grid.shape[0] + 1.8))
+    im = ax.imshow(grid.to_numpy(), cmap="gray", aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns], fontsize=7)
+    ax.set_yticks(range(grid.shape[0]), [str(k) for k in grid.index], fontsize=7)
+    ax.set_xlabel("class (output neuron)")
+    ax.set_ylabel("learner")
+    ax.set_title(f"{title}\noutput-layer neuron magnitude after round {round_}", fontsize=8)
+    fig.colorbar(im, ax=ax, label=r"$\|d_q\|$ (weight row norm)")
+    _save(fig, notes, path, written, 0)
+    return True
+
+
+def _run_title(run: Run) -> tuple[str, str]:
+    """A title and a file stem for one run."""
+    key = pd_tables.identify(run)[0]
+    if key is None:
+        return run.path.name, run.path.name
+    seed = run.config.get("seed", 0)
+    title = f"{_key_label(key, list(FIELDS))}, {STYLE_NAMES.get(key[4], key[4])}, seed {seed}"
+    return title, f"{key[0]}_{key[4]}_{pd_tables.run_name(key, seed)}"
+
+
+def plot_all(runs: list[Run], out: Path, layers: list[str] | None = None, neuron_round: int = 1) -> list[Path]:
+    """Every figure for ``runs``; returns the PNGs written."""
+    out.mkdir(parents=True, exist_ok=True)
+    cs = curves(runs)
+    notes = _notes(cs)
+    written: list[Path] = []
+    chosen = layers or default_layers(cs)
+    plot_layers(cs, chosen, "pd_ls", "PD-Ls", out / "pd_ls_layers.png", notes, written)
+    plot_layers(cs, chosen, "pd_vl", "PD-VL", out / "pd_vl_layers.png", notes, written)
+    plot_rounds(cs, [("pd_ls", "PD-Ls (whole model)", 1.0), ("pd_vl", "PD-VL (whole model)", 1.0)],
+                out / "pd_model.png", notes, written)
+    plot_rounds(cs, [("train_loss", "Training loss (mean of the learners)", 1.0)], out / "train_loss.png",
+                notes, written)
+    plot_rounds(cs, [("test_acc", "Test accuracy (%)", 100.0)], out / "test_accuracy.png", notes, written)
+    stems: dict[str, int] = defaultdict(int)
+    for c in cs:
+        for r in c.runs:
+            title, stem = _run_title(r)
+            stems[stem] += 1
+            if stems[stem] > 1:
+                stem += f"_{stems[stem]}"
+            key = pd_tables.identify(r)[0]
+            run_notes = pd_tables.run_notes(r, key) if key is not None else []
+            plot_neurons(r, title, neuron_round, out / f"neurons_{stem}.png", run_notes, written)
+    return written
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plot_pd.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders searched for them")
+    p.add_argument("--out", required=True, help="folder for the PNGs")
+    p.add_argument("--layers", default=None, metavar="NAME[,NAME...]",
+                   help="the layer panels, as named in layers.csv, e.g. F3,C11 (default: every conv and fc layer)")
+    p.add_argument("--neuron-round", type=int, default=1,
+                   help="the round of the output-layer neuron heatmaps (Figure 1: the first round; default 1)")
+    p.add_argument("--settings", default=None, metavar="S[,S...]",
+                   help="only runs of these settings, e.g. iid,noniid2 (default: all)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if missing_dirs(args.dirs, "plot_pd"):
+        return 2
+    runs = []
+    for path in find_runs(args.dirs):
+        try:
+            run = Run.load(path)
+        except Exception as e:  # noqa: BLE001
+            print(f"plot_pd: skipping {path}: {e}", file=sys.stderr)
+            continue
+        if not (path / "rounds.csv").is_file():
+            continue
+        if args.settings:
+            key = pd_tables.identify(run)[0]
+            if key is None or key[4] not in args.settings.split(","):
+                continue
+        runs.append(run)
+    if not runs:
+        print(f"plot_pd: no run directories with rounds.csv under {', '.join(args.dirs)}", file=sys.stderr)
+        return 1
+    layers = [x.strip() for x in args.layers.split(",") if x.strip()] if args.layers else None
+    for path in plot_all(runs, Path(args.out), layers, args.neuron_round):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
