@@ -31,15 +31,18 @@ are the same run (the paper prints the same numbers for both), so the -A run sta
     ``DIR/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>``
     (``hydra.run.dir=...``; logs in ``DIR/logs``), then collect ``DIR``.  A finished run
     (``summary.json``) is never redone; one that started but did not finish is skipped and
-    reported unless ``--resume`` continues it (``resume=true``).  ``--tables 4,8`` and
-    ``--settings iid,noniid2`` / ``--datasets cifar10`` pick a subset; ``--smoke`` adds
-    ``scale=smoke``; ``--substitute cifar10=synthetic`` runs ``dataset=synthetic
+    reported unless ``--resume`` continues it (``resume=true``).  ``--tables 4,8``,
+    ``--settings iid,noniid2``, ``--datasets cifar10``, ``--networks NetA-Baseline``,
+    ``--optimizers nmom-a,adam-a`` and ``--variants none,bn`` pick a subset; ``--smoke`` adds
+    ``scale=smoke`` (``--scale tiny``: 2 rounds on 200 images); ``--seeds 0,1,2`` repeats every
+    run; ``--set KEY=VALUE`` adds an override to every run (e.g. ``device=cuda``);
+    ``--substitute cifar10=synthetic`` runs ``dataset=synthetic
     dataset.channels=3 dataset.image_size=32`` in place of an unavailable dataset (the run keeps
     the tag ``tags.dataset=cifar10`` it stands for and is marked as substituted); ``--dry-run``
     prints the plan and the commands.
     Cost at the paper's scale: a federated NetA-Baseline run is 200-300 rounds of 10 x 100 local
-    steps, a vanilla run 100 epochs of CIFAR-10: a GPU job; the whole of Tables 4-10 is about
-    200 distinct runs.
+    steps, a vanilla run 100 epochs of CIFAR-10: a GPU job; the whole of Tables 4-10 is
+    228 distinct runs (one seed).
 
 ``collect DIR [DIR ...]``
     Find every run directory below the DIRs, identify its row from its ``config.yaml``
@@ -52,7 +55,7 @@ are the same run (the paper prints the same numbers for both), so the -A run sta
 Examples (from the repository root)::
 
     python scripts/pd_tables.py run --out outputs/pd --tables 4 --settings iid,noniid2   # GPU
-    python scripts/pd_tables.py run --out outputs/pd_smoke --smoke --substitute cifar10=synthetic \\
+    python scripts/pd_tables.py run --out outputs/pd_tiny --scale tiny --substitute cifar10=synthetic \\
         --substitute svhn=synthetic --tables 4                                         # CPU check
     python scripts/pd_tables.py run --out outputs/pd --dry-run                        # the plan
     python scripts/pd_tables.py collect outputs/pd --csv outputs/pd/pd_tables.csv
