@@ -9,12 +9,12 @@ run's ``config.yaml`` as ``pd_tables.py collect`` does (runs of other presets ar
 their folder).  Writes to ``--out``:
 
 ``pd_ls_layers.png``
-    PD-Ls (Definition 1: mean pairwise cosine distance between the learners' local updates) per
+    PD-Ls (Definition 1: mean pairwise cosine distance between the learners' local models w_k) per
     layer vs round, one panel per layer (``layers.csv`` column ``pd_ls``; panels named C$_{11}$ ..
     F$_3$ as in the paper; ``--layers F3,C11`` picks them, default every conv and fc layer):
     Figures 2, 3 and 7-30.
 ``pd_vl_layers.png``
-    PD-VL (mean cosine distance of the local updates from the vanilla update) per layer, where the
+    PD-VL (mean cosine distance of the local models from the vanilla-updated model) per layer, where the
     runs recorded it (``pd_vl``).
 ``pd_model.png``
     PD-Ls and PD-VL of the whole model (``rounds.csv``).
