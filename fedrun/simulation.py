@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from fedrun.aggregators import Aggregator, RoundOutcome, init_rule_state, server_round
 from fedrun.data import FederatedData
-from fedrun.divergence import Divergence, mean_size, parameter_divergence, vanilla_indices
+from fedrun.divergence import Divergence, LearnerParams, mean_size, parameter_divergence, vanilla_indices
 from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
 from fedrun.errors import ConfigError, DivergenceError, check
 from fedrun.models import layers as model_layers
@@ -180,7 +180,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
         if clients:
             starts = opt.starting(clients)
             results = engine.train(params, buffers, clients, t, epochs, lr, starts)
-            learners = {k: params[k] + results.deltas[k] for k in params}  # w_k^t
+            learners = LearnerParams(params, results.deltas)  # w_k^t = w^{t-1} + dw_k, read lazily
             vanilla = None
             if federation.vanilla_round(t):  # the vanilla-updated w_{-1}^t of Definition 1
                 client_indices[reference] = vanilla_indices(len(data.train_y), mean_size(results.num_examples),
@@ -292,15 +292,13 @@ def _output_layer(model: nn.Module, layers) -> tuple[str, str | None] | None:
     return None if weight is None else (weight, bias)
 
 
-def _output_rows(t: int, clients: list[int], learners: Params, weight: str, bias: str | None) -> list[dict]:
+def _output_rows(t: int, clients: list[int], learners, weight: str, bias: str | None) -> list[dict]:
     """Per learner and class: the norm of the output neuron's weight row (the paper's Fig. 1)."""
-    norms = learners[weight].double().flatten(2).norm(dim=2)  # [m, classes]
-    rows = []
-    for j, k in enumerate(clients):
-        for q in range(norms.shape[1]):
-            rows.append({"round": t, "client": k, "class": q, "weight_norm": float(norms[j, q]),
-                         "bias": float(learners[bias][j, q]) if bias else None})
-    return rows
+    norms = learners[weight].double().flatten(2).norm(dim=2).tolist()  # [m][classes]
+    biases = learners[bias].tolist() if bias else None
+    return [{"round": t, "client": k, "class": q, "weight_norm": norms[j][q],
+             "bias": biases[j][q] if bias else None}
+            for j, k in enumerate(clients) for q in range(len(norms[j]))]
 
 
 def _layer_rows(t: int, out: RoundOutcome, layers, sizes: list[int], divergence: Divergence) -> list[dict]:
