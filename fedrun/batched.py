@@ -17,23 +17,46 @@ Exactly the sequential engine's computation, reorganized:
 
 Results equal the sequential engine's to float rounding (the tests check this for every
 aggregator and model family).  ``clients_per_step`` bounds memory by training the round's
-clients in chunks, with the same results.
+clients in chunks, with the same results; ``"auto"`` chooses the chunk from the free GPU memory
+(:func:`choose_chunk`).
+
+Dropout is the exception to equality.  Under ``vmap(..., randomness="different")`` every client
+draws its own masks, but from one global random stream for the whole chunk (vmap cannot give
+each client its own generator), seeded at the start of each chunk from
+``(seed, "forward-batched", round, first client of the chunk)``.  So a batched run with dropout
+is reproducible (same seed, same chunks: identical updates), its masks are independent across
+clients and have the right rate, but they are not the sequential engine's masks (one stream per
+client, ``(seed, "forward", round, client)``): the two engines agree in distribution, not
+bitwise, and changing ``clients_per_step`` changes the draws.
+
+``precision`` (``fp32`` | ``tf32`` | ``bf16``) and ``compile`` are off by default; see
+:func:`fedrun.engine.precision_scope`, :func:`fedrun.engine.autocast`.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedrun.engine import ClientResults, LocalTraining, SequentialEngine
+from fedrun.engine import (ClientResults, LocalTraining, SequentialEngine, autocast, check_engine_options,
+                           compile_errors, precision_scope)
 from fedrun.errors import ConfigError, check
 from fedrun.norms import Params
 from fedrun.optim import load_state, state_dict
 from fedrun.regularizers import Regularizer
-from fedrun.seeding import torch_generator
+from fedrun.seeding import derive_seed, torch_generator
+
+log = logging.getLogger(__name__)
+
+# clients_per_step="auto" uses at most this fraction of the free GPU memory: the per-client
+# estimate (client_bytes) leaves out the kernels' workspaces and the allocator's fragmentation.
+MEMORY_SAFETY = 0.7
 
 
 class BatchedEngine:
@@ -41,34 +64,45 @@ class BatchedEngine:
 
     Args:
       model, train_x, train_y, client_indices, local, regularizer, seed: as ``SequentialEngine``.
-      clients_per_step: train at most this many clients at once (None: all of the round's).
+      clients_per_step: train at most this many clients at once (None: all of the round's;
+        ``"auto"``: as many as fit in the free GPU memory, all of them on a CPU).
+      precision, compile: as ``SequentialEngine``; ``compile`` compiles the vmapped forward.
     """
 
     def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor,
                  client_indices: list[torch.Tensor], local: LocalTraining,
-                 regularizer: Regularizer | None, seed: int, clients_per_step: int | None = None):
+                 regularizer: Regularizer | None, seed: int, clients_per_step: int | str | None = None,
+                 precision: str = "fp32", compile: bool = False):
         if not supports(model, regularizer):
-            raise ConfigError("engine", "batched", "does not support dropout yet; use engine=sequential")
-        check(clients_per_step is None or clients_per_step >= 1, "engine.clients_per_step",
-              clients_per_step, "must be >= 1 (or null: all clients at once)")
+            raise ConfigError("engine", "batched", f"the regularizer {type(regularizer).__name__} has no "
+                              "batched form; use engine=sequential")
+        check_clients_per_step(clients_per_step)
+        check_engine_options(precision, compile)
         self.model, self.x, self.y = model, train_x, train_y
         self.indices, self.local, self.regularizer, self.seed = client_indices, local, regularizer, seed
-        self.clients_per_step = clients_per_step
+        self.clients_per_step, self.precision, self.compile = clients_per_step, precision, compile
+        self._fit: int | None = None  # clients that fit in memory at once (clients_per_step="auto")
+        if precision == "tf32" and train_x.device.type != "cuda":
+            log.info("engine.precision=tf32 has no effect on %s (TF32 is a CUDA mode): training in FP32",
+                     train_x.device.type)
 
         def forward(params, buffers, x):
             return functional_call(self.model, (params, buffers), (x,))
 
         self._forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+        if compile:
+            self._forward = torch.compile(self._forward)
 
     def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
               epochs: list[int] | None = None, lr: float | None = None,
               opt_states: Params | None = None) -> ClientResults:
         """As :meth:`fedrun.engine.SequentialEngine.train`."""
         epochs = [self.local.epochs] * len(clients) if epochs is None else list(epochs)
-        size = self.clients_per_step or len(clients)
-        parts = [self._train_chunk(params, buffers, clients[i : i + size], round_, epochs[i : i + size], lr,
-                                   None if opt_states is None else {k: v[i : i + size] for k, v in opt_states.items()})
-                 for i in range(0, len(clients), size)]
+        size = self.chunk_size(params, buffers, len(clients))
+        with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
+            parts = [self._train_chunk(params, buffers, clients[i : i + size], round_, epochs[i : i + size], lr,
+                                       None if opt_states is None else {k: v[i : i + size] for k, v in opt_states.items()})
+                     for i in range(0, len(clients), size)]
         if len(parts) == 1:
             return parts[0]
         cat = lambda key: {k: torch.cat([getattr(p, key)[k] for p in parts]) for k in getattr(parts[0], key)}  # noqa: E731
@@ -77,6 +111,38 @@ class BatchedEngine:
                              torch.cat([p.steps for p in parts]), torch.cat([p.epochs for p in parts]),
                              {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras},
                              None if opt_states is None else cat("opt_states"))
+
+    def chunk_size(self, params: Params, buffers: Params, m: int) -> int:
+        """How many of this call's m clients train at once.
+
+        ``"auto"`` measures once (the first round) and keeps the result for the run, so the chunks
+        do not move with the allocator's state from round to round (they fix dropout's draws).
+        """
+        if self.clients_per_step is None:
+            return m
+        if self.clients_per_step != "auto":
+            return self.clients_per_step
+        if self._fit is None:
+            free = self._free_bytes()
+            if free is None:  # CPU: memory is not the limit, and one chunk is the least overhead
+                self._fit = len(self.indices)
+            else:
+                per = client_bytes(self.model, params, buffers, self.x[: self.local.batch_size],
+                                   self.local, self.regularizer is not None)
+                self._fit = choose_chunk(free, per, len(self.indices), MEMORY_SAFETY)
+                log.info("engine.clients_per_step=auto: %d clients at once (%.1f GiB free, about %.1f MiB "
+                         "per client, %.0f%% of the free memory used at most)", self._fit, free / 2**30,
+                         per / 2**20, 100 * MEMORY_SAFETY)
+        return max(1, min(m, self._fit))
+
+    def _free_bytes(self) -> int | None:
+        """Free device memory in bytes (what the driver reports plus what torch's cache holds
+        unused), or None off CUDA."""
+        device = self.x.device
+        if device.type != "cuda":
+            return None
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
     def _schedule(self, clients: list[int], round_: int, epochs: list[int]) -> list[list[torch.Tensor]]:
         """Each client's batches (index tensors), in the sequential engine's order."""
@@ -114,6 +180,8 @@ class BatchedEngine:
         reg_state = reg.stacked_state(m, params) if reg is not None else None
         per_epoch = [math.ceil(len(self.indices[k]) / local.batch_size) for k in clients]
         self.model.train()
+        # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
+        torch.manual_seed(derive_seed(self.seed, "forward-batched", round_, clients[0]))
 
         for s in range(int(steps.max())):
             groups: dict[int, list[int]] = {}
@@ -133,8 +201,9 @@ class BatchedEngine:
                 x = self.x[batch]
                 if augment is not None:  # each client's own draws, in the sequential engine's order
                     x = torch.stack([augment(x[i], draws[j]) for i, j in enumerate(rows)])
-                logits = self._forward(p_g, b_g, x)  # [g, b, C]
-                loss = F.cross_entropy(logits.flatten(0, 1), self.y[batch].flatten(),
+                with autocast(self.precision, x.device):
+                    logits = self._forward(p_g, b_g, x)  # [g, b, C]
+                loss = F.cross_entropy(logits.float().flatten(0, 1), self.y[batch].flatten(),
                                        reduction="none").view(len(rows), b).mean(1)  # [g]
                 total = loss.sum()
                 if reg is not None:
@@ -187,18 +256,105 @@ def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
 
 
 def supports(model: nn.Module, regularizer: Regularizer | None) -> bool:
-    """Whether the batched engine implements this model and regularizer."""
-    return ((regularizer is None or hasattr(regularizer, "stacked_penalty"))
-            and not any(isinstance(mod, nn.Dropout) for mod in model.modules()))
+    """Whether the batched engine implements this model and regularizer.
+
+    Every fedrun model runs (dropout included, with per-client masks: module docstring); a
+    regularizer needs the stacked interface (``stacked_penalty`` ...), which FedProx and FedLap
+    have.  ``model`` stays in the signature for models that may not vmap in the future.
+    """
+    return regularizer is None or hasattr(regularizer, "stacked_penalty")
+
+
+def check_clients_per_step(value) -> None:
+    check(value is None or value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+          "engine.clients_per_step", value, "an integer >= 1, auto (from the free GPU memory) or null (all clients at once)")
+
+
+# ----------------------------------------------------------------------------- memory
+
+def choose_chunk(free_bytes: float, per_client_bytes: float, m: int, safety: float = MEMORY_SAFETY) -> int:
+    """Clients to train at once: as many of ``m`` as fit in ``safety * free_bytes``, at least 1.
+
+    At least one: a single client that does not fit fails the same way in either engine, with
+    CUDA's out-of-memory error, which names the sizes.
+    """
+    if per_client_bytes <= 0:
+        return m
+    return max(1, min(m, int(safety * free_bytes // per_client_bytes)))
+
+
+class _OutputBytes(TorchDispatchMode):
+    """Sums the bytes of every new (non-view) tensor that the operations under it create."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    self.total += t.numel() * t.element_size()
+        return out
+
+
+def client_bytes(model: nn.Module, params: Params, buffers: Params, batch_x: torch.Tensor,
+                 local: LocalTraining, regularized: bool = False) -> int:
+    """Device memory one more client of a chunk costs, estimated from one probe forward pass.
+
+    Per client: its stacked parameters, their gradients, the copy a partial group gathers, its
+    delta (4 x the parameters; one more with a regularizer's stacked state), its optimizer state
+    (:meth:`LocalTraining.fresh_state`), its batch, and twice the tensors its forward pass creates
+    on ``batch_x`` (counted by a dispatch mode; autograd saves most of them for the backward, which
+    creates gradients of the same sizes while it runs).  FP32 throughout, so an over-estimate for
+    bf16.  The probe runs in eval mode without gradients on copies of the buffers: it changes no
+    running statistics and draws no random numbers.
+    """
+    param_bytes = sum(v.numel() * v.element_size() for v in params.values())
+    opt_bytes = sum(v.numel() * v.element_size() for v in local.fresh_state(params).values())
+    copies = {k: v.clone() for k, v in buffers.items()}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), _OutputBytes() as counter:
+            functional_call(model, (params, copies), (batch_x,))
+    finally:
+        model.train(was_training)
+    return ((5 if regularized else 4) * param_bytes + opt_bytes
+            + batch_x.numel() * batch_x.element_size() + 2 * counter.total)
+
+
+# ----------------------------------------------------------------------------- configuration
+
+ENGINES = ("auto", "sequential", "batched")
+
+
+def configure(kind: str = "auto", clients_per_step: int | str | None = "auto", precision: str = "fp32",
+              compile: bool = False):
+    """The ``engine`` config group: validate the options now, return ``make_engine(model, ...)``.
+
+    Validation happens when the config is built, before the run directory is created, so a bad
+    ``engine.precision`` is one line and nothing on disk (the engines check again when built).
+    """
+    check(kind in ENGINES, "engine.kind", kind, f"choose one of: {', '.join(ENGINES)}")
+    check_clients_per_step(clients_per_step)
+    check_engine_options(precision, compile)
+    options = dict(precision=precision, compile=compile)
+    if kind == "sequential":
+        return functools.partial(SequentialEngine, **options)
+    make = BatchedEngine if kind == "batched" else auto_engine
+    return functools.partial(make, clients_per_step=clients_per_step, **options)
 
 
 def auto_engine(model, train_x, train_y, client_indices, local, regularizer, seed,
-                clients_per_step: int | None = None):
+                clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False):
     """``engine=auto``: batched on CUDA when it supports the run, sequential otherwise.
 
     On a CPU the sequential engine is the default: the conv kernels run at the same rate
     whatever the batch, so stacking clients saves only Python overhead (see scripts/bench.py).
     """
     if train_x.device.type == "cuda" and supports(model, regularizer):
-        return BatchedEngine(model, train_x, train_y, client_indices, local, regularizer, seed, clients_per_step)
-    return SequentialEngine(model, train_x, train_y, client_indices, local, regularizer, seed)
+        return BatchedEngine(model, train_x, train_y, client_indices, local, regularizer, seed, clients_per_step,
+                             precision, compile)
+    return SequentialEngine(model, train_x, train_y, client_indices, local, regularizer, seed, precision, compile)

@@ -16,6 +16,8 @@ its dropout masks and data augmentation, so every method sees the same batches.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +29,8 @@ from fedrun.norms import Params
 from fedrun.optim import load_state, lr_factor, make_optimizer, state_dict
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,78 @@ def split_state(model: nn.Module) -> tuple[Params, Params]:
     return params, buffers
 
 
+# ----------------------------------------------------------------------------- precision, compile
+# Shared by both engines (fedrun.batched imports them).
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def check_engine_options(precision: str, compile: bool) -> None:
+    """One-line errors for ``engine.precision`` / ``engine.compile`` (the CLI prints them)."""
+    check(precision in PRECISIONS, "engine.precision", precision, f"choose one of: {', '.join(PRECISIONS)}")
+    check(isinstance(compile, bool), "engine.compile", compile, "must be true or false")
+
+
+@contextlib.contextmanager
+def precision_scope(precision: str, device: torch.device):
+    """TF32 on or off for local training, restored afterwards (so evaluation is untouched).
+
+    PyTorch lets cuDNN convolutions use TF32 by default (``torch.backends.cudnn.allow_tf32``)
+    while matmuls stay IEEE FP32; here ``fp32`` (and ``bf16``, whose non-autocast ops run in
+    float32) turns both off, so "fp32" really is FP32 and the FLOP-floor figures, which assume an
+    FP32 peak, mean what they say; ``tf32`` turns both on.  A no-op off CUDA.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def autocast(precision: str, device: torch.device):
+    """bf16 autocast around the forward pass; parameters, gradients and optimizer state stay FP32.
+
+    The loss is computed outside it, from the logits cast back to float32.  Caveat measured on
+    CPU: under ``vmap`` (the batched engine) CPU autocast does not reach convolutions (the batching
+    rule calls ``aten::convolution``, which is not in CPU autocast's list; on CUDA it is), so on
+    a CPU only the linear layers' matmuls run in bf16 there.
+    """
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def _is_compile_failure(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it was raised from) comes from torch.compile's machinery."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if any(c.__module__.startswith(("torch._dynamo", "torch._inductor")) for c in type(e).__mro__):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+@contextlib.contextmanager
+def compile_errors(enabled: bool):
+    """Turn a torch.compile failure (no C++ compiler, an unsupported op...) into one line.
+
+    Compilation happens at the first call (and again for each new batch shape), deep inside a
+    round, where a traceback of dynamo internals tells the user nothing actionable; the fix is
+    always the same, so the error says it.
+    """
+    try:
+        yield
+    except Exception as e:
+        if not enabled or not _is_compile_failure(e):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ConfigError("engine.compile", "true", f"torch.compile failed ({type(e).__name__}: {first}); "
+                          "run with engine.compile=false") from e
+
+
 class SequentialEngine:
     """One client after another on one ``nn.Module``: the reference every engine is checked against.
 
@@ -120,13 +196,24 @@ class SequentialEngine:
       local: the client optimizer.
       regularizer: added to the loss (FedProx), or None.
       seed: the run's seed.
+      precision: ``fp32`` (default), ``tf32`` (CUDA only; :func:`precision_scope`) or ``bf16``
+        (autocast of the forward pass, :func:`autocast`).
+      compile: ``torch.compile`` the model's forward (off by default: compiling costs tens of
+        seconds on a CPU and pays only on long GPU runs).
     """
 
     def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor,
                  client_indices: list[torch.Tensor], local: LocalTraining,
-                 regularizer: Regularizer | None, seed: int):
+                 regularizer: Regularizer | None, seed: int, precision: str = "fp32", compile: bool = False):
+        check_engine_options(precision, compile)
         self.model, self.x, self.y = model, train_x, train_y
         self.indices, self.local, self.regularizer, self.seed = client_indices, local, regularizer, seed
+        self.precision, self.compile = precision, compile
+        if precision == "tf32" and train_x.device.type != "cuda":
+            log.info("engine.precision=tf32 has no effect on %s (TF32 is a CUDA mode): training in FP32",
+                     train_x.device.type)
+        # The compiled module shares the model's parameters, which load_state_dict updates in place.
+        self._forward = torch.compile(model) if compile else model
 
     def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
               epochs: list[int] | None = None, lr: float | None = None,
@@ -140,6 +227,10 @@ class SequentialEngine:
             (:meth:`LocalTraining.fresh_state`); their final states come back in
             ``ClientResults.opt_states``.  None: a fresh state each, nothing returned.
         """
+        with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
+            return self._train(params, buffers, clients, round_, epochs, lr, opt_states)
+
+    def _train(self, params, buffers, clients, round_, epochs, lr, opt_states) -> ClientResults:
         m = len(clients)
         epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         deltas = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
@@ -195,7 +286,9 @@ class SequentialEngine:
             for start in range(0, n, local.batch_size):
                 batch = order[start : start + local.batch_size]
                 x = self.x[batch] if augment is None else augment(self.x[batch], augment_draws)
-                loss = F.cross_entropy(model(x), self.y[batch])
+                with autocast(self.precision, x.device):
+                    logits = self._forward(x)
+                loss = F.cross_entropy(logits.float(), self.y[batch])
                 total = loss
                 if reg is not None:
                     penalty = reg.penalty(live, params)

@@ -7,6 +7,12 @@ memory, the batched/sequential speed ratio, and the fraction of the FLOP floor r
 (model FLOPs per sample x samples / device peak; the peak assumed is printed and can be set with
 ``--peak-tflops``).  Data is synthetic, of the workload's shape: speed does not depend on pixels.
 
+``--precision tf32|bf16`` and/or ``--compile`` run every engine twice, in FP32 and in the chosen
+mode, one after the other in the same process, and print the speed ratio (mode / FP32) and the
+relative difference of the first round's updates (same start, same batches), the accuracy check
+a mode needs before it is recommended.  The first (warm-up) round is not timed; with
+``--compile`` it includes the compilation, whose time is printed.
+
 Workloads:
 
 ``small``            MNIST CNN, 20 clients x 100 samples, E = 1, B = 50: under a minute on 2 CPU cores
@@ -16,7 +22,8 @@ Workloads:
 Usage::
 
     python scripts/bench.py small
-    python scripts/bench.py fednnnn_mnist --device cuda --rounds 2
+    python scripts/bench.py small --precision bf16
+    python scripts/bench.py fednnnn_mnist --device cuda --rounds 2 --precision tf32 --compile
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ import torch
 from fedrun.aggregators import fedavg, server_round
 from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
-from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
+from fedrun.engine import PRECISIONS, LocalTraining, SequentialEngine, evaluate, split_state
 from fedrun.models import Cifar10CNN, MnistCNN, layers
 
 
@@ -76,55 +83,82 @@ def peak_memory_mb(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: float, engines: list[str]):
+def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: float, engines: list[str],
+        precision: str = "fp32", compile: bool = False):
     n = w.clients * w.per_client
     raw = synthetic(num_train=n, num_test=w.test, channels=w.channels, image_size=w.side)
     data = prepare(raw, [0.5] * w.channels, [0.5] * w.channels, device=device)
     idx = [torch.arange(k * w.per_client, (k + 1) * w.per_client, device=device) for k in range(w.clients)]
     torch.manual_seed(0)
     model = w.model(in_channels=w.channels, image_size=w.side).to(device)
+    initial = split_state(model)
     per_sample = flops_per_sample(model, (w.channels, w.side, w.side), device)
     local = LocalTraining(epochs=w.epochs, batch_size=w.batch, lr=0.05)
     agg, lays = fedavg(), layers(model)
     clients = list(range(w.clients))
     samples = n * w.epochs
+    modes = [("fp32", False)] + ([(precision, compile)] if (precision, compile) != ("fp32", False) else [])
     print(f"\n== {name}: {w.model.__name__}, {w.clients} clients x {w.per_client} samples, E={w.epochs}, "
           f"B={w.batch}, device={device}")
     print(f"   {per_sample / 1e6:.2f} MFLOP per training sample (fwd+bwd); {samples:,} samples a round; "
-          f"assumed peak {peak_tflops} TFLOP/s")
-    results = {}
+          f"assumed peak {peak_tflops} TFLOP/s (FP32)")
+    results, first_deltas = {}, {}
     for engine_name in engines:
         make = SequentialEngine if engine_name == "sequential" else BatchedEngine
-        params, buffers = split_state(model)
-        engine = make(model, data.train_x, data.train_y, idx, local, None, 0)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        train_s = round_s = 0.0
-        for t in range(rounds + 1):  # round 0 warms up (kernels, allocator), not timed
-            _sync(device)
-            t0 = time.perf_counter()
-            res = engine.train(params, buffers, clients, t + 1)
-            _sync(device)
-            t1 = time.perf_counter()
-            out = server_round(agg, params, {}, res.deltas, res.buffers, res.num_examples, lays)
-            evaluate(model, {**out.average, **out.buffers}, data.test_x, data.test_y,
-                     256 if device.type == "cpu" else 4096)
-            _sync(device)
-            t2 = time.perf_counter()
-            if t > 0:
-                train_s += t1 - t0
-                round_s += t2 - t0
-            params, buffers = out.sent, out.buffers
-        train_s, round_s = train_s / rounds, round_s / rounds
-        results[engine_name] = train_s
-        floor = per_sample * samples / (peak_tflops * 1e12)
-        print(f"   {engine_name:>10}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round | "
-              f"full run ({w.full_rounds} rounds) {_duration(round_s * w.full_rounds)} | "
-              f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
-              f"({floor:.2f} s/round)")
-    if len(results) == 2:
-        print(f"   batched/sequential speed: {results['sequential'] / results['batched']:.2f}x "
-              "(local training, same process, same clients and batches)")
+        for prec, comp in modes:
+            label = _label(prec, comp)
+            params, buffers = (dict(t) for t in initial)
+            engine = make(model, data.train_x, data.train_y, idx, local, None, 0, precision=prec, compile=comp)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            train_s = round_s = warm_s = 0.0
+            for t in range(rounds + 1):  # round 0 warms up (kernels, allocator, compilation), not timed
+                _sync(device)
+                t0 = time.perf_counter()
+                res = engine.train(params, buffers, clients, t + 1)
+                _sync(device)
+                t1 = time.perf_counter()
+                out = server_round(agg, params, {}, res.deltas, res.buffers, res.num_examples, lays)
+                evaluate(model, {**out.average, **out.buffers}, data.test_x, data.test_y,
+                         256 if device.type == "cpu" else 4096)
+                _sync(device)
+                t2 = time.perf_counter()
+                if t == 0:
+                    warm_s = t1 - t0
+                    first_deltas[engine_name, label] = res.deltas
+                else:
+                    train_s += t1 - t0
+                    round_s += t2 - t0
+                params, buffers = out.sent, out.buffers
+            train_s, round_s = train_s / rounds, round_s / rounds
+            results[engine_name, label] = train_s
+            floor = per_sample * samples / (peak_tflops * 1e12)
+            print(f"   {engine_name:>10} {label:>12}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round | "
+                  f"full run ({w.full_rounds} rounds) {_duration(round_s * w.full_rounds)} | "
+                  f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
+                  f"({floor:.2f} s/round)" + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
+    for prec, comp in modes:
+        label = _label(prec, comp)
+        if ("sequential", label) in results and ("batched", label) in results:
+            print(f"   batched/sequential speed ({label}): "
+                  f"{results['sequential', label] / results['batched', label]:.2f}x "
+                  "(local training, same process, same clients and batches)")
+    if len(modes) == 2:
+        label = _label(precision, compile)
+        for engine_name in engines:
+            diff = _relative_difference(first_deltas[engine_name, "fp32"], first_deltas[engine_name, label])
+            print(f"   {engine_name} {label}/fp32 speed: {results[engine_name, 'fp32'] / results[engine_name, label]:.2f}x"
+                  f" | first round's updates differ from fp32 by {100 * diff:.2f}% (relative norm)")
+
+
+def _label(precision: str, compile: bool) -> str:
+    return precision + ("+compile" if compile else "")
+
+
+def _relative_difference(a: dict, b: dict) -> float:
+    num = sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in a) ** 0.5
+    den = sum(float(a[k].double().pow(2).sum()) for k in a) ** 0.5
+    return num / max(den, 1e-30)
 
 
 def _sync(device):
@@ -143,6 +177,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds per engine (after one warm-up)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="device peak for the FLOP floor")
     parser.add_argument("--engines", default="sequential,batched", help="comma-separated")
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                        help="also run every engine in this precision and compare it with fp32")
+    parser.add_argument("--compile", action="store_true",
+                        help="also run every engine with torch.compile and compare it with fp32 eager")
     args = parser.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
@@ -150,7 +188,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
           + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     for name in args.workloads:
-        run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","))
+        run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","), args.precision, args.compile)
 
 
 if __name__ == "__main__":
