@@ -82,8 +82,8 @@ class PDNet(nn.Module):
     fully-connected layers"): Dropout(0.2) after each conv group's pooling (3 modules ``D1..D3``)
     and Dropout(0.5) after the ReLU of each hidden FC layer (``DF1``, ``DF2``; none when v = 1).
     Dropping once per group rather than after every conv layer keeps the rate per group the same
-    for NetA-Deeper/Deepest as for the baseline.  (The batched engine does not run dropout: runs
-    with it use the sequential engine.)
+    for NetA-Deeper/Deepest as for the baseline.  (The batched engine draws each client's masks
+    independently; with dropout it agrees with the sequential engine in distribution, not bitwise.)
 
     Args:
       in_channels, image_size, num_classes: from the dataset.
