@@ -93,13 +93,15 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     """Run (or resume) one federated simulation and write its run directory.
 
     Args:
-      run_dir: where ``rounds.csv``, ``layers.csv``, ``clients.csv``, ``partition.csv``,
-        ``checkpoint.pt`` and ``summary.json`` go.
+      run_dir: where ``rounds.csv``, ``layers.csv``, ``clients.csv``, ``client_layers.csv``,
+        ``output_layer.csv``, ``partition.csv``, ``checkpoint.pt``, ``models/`` (snapshots) and
+        ``summary.json`` go.
       data: normalized tensors on ``device``.
       make_model: builds the architecture (called once, after seeding with ``seed``).
       partition: ``partition(labels, num_clients, num_classes, seed) -> [indices per client]``.
       aggregator, local, federation: the method, the client optimizer, the schedule.
-      participation: stragglers and drop-outs.
+      participation: stragglers and drop-outs.  ``federation.vanilla_every`` adds the PD-VL
+        reference learner; PD-Ls (:mod:`fedrun.divergence`) is computed every round.
       make_engine: builds the client engine (``SequentialEngine``, ``BatchedEngine``, ...).
       resume: continue from ``checkpoint.pt`` if there is one.
       targets: accuracies whose first round the summary reports.
