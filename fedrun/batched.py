@@ -57,6 +57,12 @@ log = logging.getLogger(__name__)
 # clients_per_step="auto" uses at most this fraction of the free GPU memory: the per-client
 # estimate (client_bytes) leaves out the kernels' workspaces and the allocator's fragmentation.
 MEMORY_SAFETY = 0.7
+# clients_per_step="auto" on a CPU: memory is not the limit there, cache is.  A vmapped conv with
+# per-client weights is one grouped convolution over all the chunk's clients, and on CPU it slows
+# down as the groups grow.  MNIST CNN, 20 clients x 100 samples, B = 50 (samples/s, sequential
+# engine 2,050 on one thread / 3,610 on two): chunks of 20 -> 1,650 / 2,950, 10 -> 2,010 / 3,600,
+# 5 -> 2,280 / 3,940, 2 -> 2,210 / 3,840.
+CPU_CHUNK = 5
 
 
 class BatchedEngine:
@@ -65,7 +71,7 @@ class BatchedEngine:
     Args:
       model, train_x, train_y, client_indices, local, regularizer, seed: as ``SequentialEngine``.
       clients_per_step: train at most this many clients at once (None: all of the round's;
-        ``"auto"``: as many as fit in the free GPU memory, all of them on a CPU).
+        ``"auto"``: as many as fit in the free GPU memory; ``CPU_CHUNK`` on a CPU).
       precision, compile: as ``SequentialEngine``; ``compile`` compiles the vmapped forward.
     """
 
@@ -89,7 +95,11 @@ class BatchedEngine:
         def forward(params, buffers, x):
             return functional_call(self.model, (params, buffers), (x,))
 
-        self._forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+        # The images come sample-major, [b, m, ...] (client dimension 1): then vmap's rule for a
+        # convolution with batched weights (a grouped convolution over [b, m*C, H, W]) finds its
+        # input already in that layout instead of permuting a copy at every layer.  Measured on
+        # the MNIST CNN, 10 clients x 50, one CPU thread: 1.04-1.17x the client-major layout.
+        self._forward = vmap(forward, in_dims=(0, 0, 1), randomness="different")
         if compile:
             self._forward = torch.compile(self._forward)
 
@@ -124,8 +134,8 @@ class BatchedEngine:
             return self.clients_per_step
         if self._fit is None:
             free = self._free_bytes()
-            if free is None:  # CPU: memory is not the limit, and one chunk is the least overhead
-                self._fit = len(self.indices)
+            if free is None:  # CPU: the chunk that keeps the grouped convolutions in cache
+                self._fit = CPU_CHUNK
             else:
                 per = client_bytes(self.model, params, buffers, self.x[: self.local.batch_size],
                                    self.local, self.regularizer is not None)
@@ -198,9 +208,10 @@ class BatchedEngine:
                 p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
                 b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
                 batch = torch.stack([schedule[j][s] for j in rows])  # [g, b]
-                x = self.x[batch]
-                if augment is not None:  # each client's own draws, in the sequential engine's order
-                    x = torch.stack([augment(x[i], draws[j]) for i, j in enumerate(rows)])
+                if augment is None:
+                    x = self.x[batch.t()]  # [b, g, ...]: sample-major (see __init__)
+                else:  # each client's own draws, in the sequential engine's order
+                    x = torch.stack([augment(self.x[batch[i]], draws[j]) for i, j in enumerate(rows)], dim=1)
                 with autocast(self.precision, x.device):
                     logits = self._forward(p_g, b_g, x)  # [g, b, C]
                 loss = F.cross_entropy(logits.float().flatten(0, 1), self.y[batch].flatten(),

@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import time
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ def peak_memory_mb(device) -> float:
 
 
 def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: float, engines: list[str],
-        precision: str = "fp32", compile: bool = False):
+        precision: str = "fp32", compile: bool = False, clients_per_step="auto"):
     n = w.clients * w.per_client
     raw = synthetic(num_train=n, num_test=w.test, channels=w.channels, image_size=w.side)
     data = prepare(raw, [0.5] * w.channels, [0.5] * w.channels, device=device)
@@ -104,7 +105,9 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
           f"assumed peak {peak_tflops} TFLOP/s (FP32)")
     results, first_deltas = {}, {}
     for engine_name in engines:
-        make = SequentialEngine if engine_name == "sequential" else BatchedEngine
+        # The batched engine as fedrun builds it (engine.clients_per_step, default auto).
+        make = (SequentialEngine if engine_name == "sequential" else
+                functools.partial(BatchedEngine, clients_per_step=clients_per_step))
         for prec, comp in modes:
             label = _label(prec, comp)
             params, buffers = (dict(t) for t in initial)
@@ -181,14 +184,20 @@ def main():
                         help="also run every engine in this precision and compare it with fp32")
     parser.add_argument("--compile", action="store_true",
                         help="also run every engine with torch.compile and compare it with fp32 eager")
+    parser.add_argument("--clients-per-step", default="auto",
+                        help="the batched engine's chunk: auto (fedrun's default), all, or a number")
     args = parser.parse_args()
+    chunk = {"auto": "auto", "all": None}.get(args.clients_per_step)
+    if chunk is None and args.clients_per_step != "all":
+        chunk = int(args.clients_per_step)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     peak = args.peak_tflops or PEAKS[device.type]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
           + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     for name in args.workloads:
-        run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","), args.precision, args.compile)
+        run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","), args.precision, args.compile,
+            chunk)
 
 
 if __name__ == "__main__":

@@ -379,7 +379,9 @@ def test_auto_chunk_from_free_memory_gives_the_same_updates(monkeypatch):
     model = MLP(hidden=[16])
     params, buffers = split_state(model)
     whole = BatchedEngine(model, x, y, idx, local, None, 0, "auto")
-    assert whole.chunk_size(params, buffers, 4) == 4  # CPU: all at once
+    from fedrun.batched import CPU_CHUNK
+    assert whole.chunk_size(params, buffers, 4) == min(4, CPU_CHUNK)  # CPU: the cache-friendly chunk
+    assert whole.chunk_size(params, buffers, 100) == CPU_CHUNK
     per = client_bytes(model, params, buffers, x[:8], local)
     small = BatchedEngine(model, x, y, idx, local, None, 0, "auto")
     monkeypatch.setattr(small, "_free_bytes", lambda: 2.5 * per / 0.7)  # as if a GPU had room for 2.5
