@@ -17,8 +17,8 @@ or for the whole model:
 
 Definition 1 assumes equally sized learners, so both are plain (unweighted) means over the
 round's learners.  The "universal set" is the trainable parameters (BatchNorm scales and shifts
-included, running statistics not).  With u_k = z_k / |z_k| the pairwise sum is
-``sum_{i<j} u_i . u_j = (|sum_k u_k|^2 - K) / 2``, so PD-Ls costs O(K d) per layer, not O(K^2 d).
+included, running statistics not).  Computed in float64: late in training the cosines are
+within 1e-8 of 1 and float32 would round the distances away.
 """
 from __future__ import annotations
 
@@ -61,19 +61,37 @@ class LearnerParams(Mapping):
         return len(self.deltas)
 
 
-def _groups(layers: list[Layer]) -> list[tuple[str, ...]]:
-    """The layers' parameter names, then every parameter as the last group (the whole model)."""
-    return [layer.params for layer in layers] + [tuple(p for layer in layers for p in layer.params)]
+def _gram(client_params: Mapping[str, torch.Tensor], names: tuple[str, ...],
+          reference: Params | None) -> torch.Tensor:
+    """The float64 Gram matrix ``[K(+1), K(+1)]`` of the learners' (and the reference's, last)
+    parameter vectors restricted to ``names``: every cosine of Definition 1, and additive over
+    layers, so the whole model's is the sum of its layers'."""
+    gram = 0
+    for p in names:
+        z = client_params[p].double()
+        z = z.reshape(z.shape[0], -1)
+        if reference is not None:
+            z = torch.cat([z, reference[p].double().reshape(1, -1)])
+        gram = gram + z @ z.T
+    return gram
 
 
-def _flat(z: torch.Tensor) -> torch.Tensor:
-    """``[K, *shape]`` -> ``[K, d]`` in float64."""
-    return z.double().reshape(z.shape[0], -1)
+def _distances(gram: torch.Tensor, k: int, with_reference: bool, eps: float) -> tuple[float, float | None]:
+    """PD-Ls and PD-VL from a Gram matrix whose first ``k`` rows are the learners."""
+    norms = gram.diagonal().sqrt().clamp_min(eps)
+    cos = gram / (norms[:, None] * norms[None, :])
+    pairs = torch.triu_indices(k, k, offset=1)
+    ls = float((1 - cos[pairs[0], pairs[1]]).mean()) if k > 1 else float("nan")
+    vl = float((1 - cos[k, :k]).mean()) if with_reference else None
+    return ls, vl
 
 
 def parameter_divergence(client_params: Mapping[str, torch.Tensor], layers: list[Layer], reference: Params | None = None,
                          eps: float = 1e-30) -> Divergence:
     """PD-Ls (and PD-VL when a ``reference`` ``w_{-1}`` is given) per layer and for the model.
+
+    Each layer's cosines come from one Gram matrix of the K learners' (and the reference's)
+    vectors; the whole model's Gram matrix is the sum of the layers', so it costs nothing more.
 
     Args:
       client_params: the learners' parameters ``w_k``, stacked ``[K, *shape]`` per name (a
@@ -85,22 +103,14 @@ def parameter_divergence(client_params: Mapping[str, torch.Tensor], layers: list
       :class:`Divergence`; PD-Ls is NaN with fewer than two learners.  A zero vector's cosine is
       taken as 0 (distance 1), which only happens for an all-zero layer.
     """
-    groups = _groups(layers)
     k = client_params[next(iter(client_params))].shape[0]
-    ls, vl = [], []
-    for group in groups:
-        norms = sum(_flat(client_params[p]).pow(2).sum(1) for p in group).sqrt().clamp_min(eps)  # [K]
-        # |sum_k u_k|^2, summed over the group's tensors
-        total = sum(float((_flat(client_params[p]) / norms[:, None]).sum(0).pow(2).sum()) for p in group)
-        ls.append(1 - (total - k) / (k * (k - 1)) if k > 1 else float("nan"))
-        if reference is not None:
-            ref_norm = max(sum(float(reference[p].double().pow(2).sum()) for p in group) ** 0.5, eps)
-            dots = sum(_flat(client_params[p]) @ reference[p].double().flatten() for p in group)  # [K]
-            vl.append(float((1 - dots / (norms * ref_norm)).mean()))
-    layer_ls = torch.tensor(ls[:-1], dtype=torch.float64)
+    grams = [_gram(client_params, layer.params, reference) for layer in layers]
+    per_layer = [_distances(g, k, reference is not None, eps) for g in grams]
+    ls, vl = _distances(sum(grams), k, reference is not None, eps)
+    layer_ls = torch.tensor([d[0] for d in per_layer], dtype=torch.float64)
     if reference is None:
-        return Divergence(layer_ls, ls[-1])
-    return Divergence(layer_ls, ls[-1], torch.tensor(vl[:-1], dtype=torch.float64), vl[-1])
+        return Divergence(layer_ls, ls)
+    return Divergence(layer_ls, ls, torch.tensor([d[1] for d in per_layer], dtype=torch.float64), vl)
 
 
 def vanilla_indices(num_train: int, size: int, seed: int, round_: int, device) -> torch.Tensor:
