@@ -13,6 +13,17 @@ relative difference of the first round's updates (same start, same batches), the
 a mode needs before it is recommended.  The first (warm-up) round is not timed; with
 ``--compile`` it includes the compilation, whose time is printed.
 
+``--clients N`` trains only the first N of the workload's K clients each round (same samples per
+client, same batches): samples/s is measured on them and the round and full-run times are
+projected to K clients (marked "projected"). That makes the CIFAR-10 workload measurable on a
+CPU, where a full round takes about 15 minutes per engine.
+
+``--profile`` runs one more round per engine under ``torch.profiler`` and prints where the time
+goes: the share of local training spent in convolutions, linear layers, the optimizer step,
+batch gathering, and everything else (Python, autograd bookkeeping, small kernels), then the
+top operators by self time (``--profile-rows``). On CUDA it reports device time and the fraction
+of the wall time the GPU was busy.
+
 Workloads:
 
 ``small``            MNIST CNN, 20 clients x 100 samples, E = 1, B = 50: under a minute on 2 CPU cores
@@ -24,6 +35,7 @@ Usage::
     python scripts/bench.py small
     python scripts/bench.py small --precision bf16
     python scripts/bench.py fednnnn_mnist --device cuda --rounds 2 --precision tf32 --compile
+    python scripts/bench.py fednnnn_cifar10 --clients 10 --profile
 """
 from __future__ import annotations
 
@@ -85,7 +97,8 @@ def peak_memory_mb(device) -> float:
 
 
 def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: float, engines: list[str],
-        precision: str = "fp32", compile: bool = False, clients_per_step="auto"):
+        precision: str = "fp32", compile: bool = False, clients_per_step="auto", clients: int | None = None,
+        profile_rows: int = 0):
     n = w.clients * w.per_client
     raw = synthetic(num_train=n, num_test=w.test, channels=w.channels, image_size=w.side)
     data = prepare(raw, [0.5] * w.channels, [0.5] * w.channels, device=device)
@@ -96,13 +109,18 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
     per_sample = flops_per_sample(model, (w.channels, w.side, w.side), device)
     local = LocalTraining(epochs=w.epochs, batch_size=w.batch, lr=0.05)
     agg, lays = fedavg(), layers(model)
-    clients = list(range(w.clients))
-    samples = n * w.epochs
+    trained = min(clients or w.clients, w.clients)
+    clients = list(range(trained))
+    scale = w.clients / trained  # > 1: time `trained` clients and project the round to all K
+    samples = trained * w.per_client * w.epochs
     modes = [("fp32", False)] + ([(precision, compile)] if (precision, compile) != ("fp32", False) else [])
     print(f"\n== {name}: {w.model.__name__}, {w.clients} clients x {w.per_client} samples, E={w.epochs}, "
           f"B={w.batch}, device={device}")
-    print(f"   {per_sample / 1e6:.2f} MFLOP per training sample (fwd+bwd); {samples:,} samples a round; "
+    print(f"   {per_sample / 1e6:.2f} MFLOP per training sample (fwd+bwd); {samples * scale:,.0f} samples a round; "
           f"assumed peak {peak_tflops} TFLOP/s (FP32)")
+    if scale > 1:
+        print(f"   timing {trained} of the {w.clients} clients a round ({samples:,} samples); "
+              "round and full-run times are projected to all clients")
     results, first_deltas = {}, {}
     for engine_name in engines:
         # The batched engine as fedrun builds it (engine.clients_per_step, default auto).
@@ -135,11 +153,17 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
                 params, buffers = out.sent, out.buffers
             train_s, round_s = train_s / rounds, round_s / rounds
             results[engine_name, label] = train_s
+            # Projection: local training scales with the clients; aggregation and evaluation are
+            # counted once (they are a few percent of a round, and evaluation does not scale).
+            round_s += (scale - 1) * train_s
             floor = per_sample * samples / (peak_tflops * 1e12)
-            print(f"   {engine_name:>10} {label:>12}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round | "
+            print(f"   {engine_name:>10} {label:>12}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round"
+                  f"{' (projected)' if scale > 1 else ''} | "
                   f"full run ({w.full_rounds} rounds) {_duration(round_s * w.full_rounds)} | "
                   f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
-                  f"({floor:.2f} s/round)" + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
+                  f"({floor * scale:.2f} s/round)" + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
+            if profile_rows:
+                profile(lambda: engine.train(params, buffers, clients, rounds + 2), device, profile_rows)
     for prec, comp in modes:
         label = _label(prec, comp)
         if ("sequential", label) in results and ("batched", label) in results:
@@ -152,6 +176,56 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
             diff = _relative_difference(first_deltas[engine_name, "fp32"], first_deltas[engine_name, label])
             print(f"   {engine_name} {label}/fp32 speed: {results[engine_name, 'fp32'] / results[engine_name, label]:.2f}x"
                   f" | first round's updates differ from fp32 by {100 * diff:.2f}% (relative norm)")
+
+
+# Operator families for the profile, matched on aten operator names (first match wins).
+OP_FAMILIES = [
+    ("convolution (fwd + bwd)", ("conv",)),
+    ("linear / matmul", ("addmm", "mm", "matmul", "linear", "bmm", "baddbmm")),
+    ("pooling, activation, loss", ("pool", "relu", "threshold", "softmax", "nll", "cross_entropy",
+                                   "dropout", "batch_norm", "bernoulli")),
+    ("batch gathering, copies", ("index", "gather", "copy", "cat", "stack", "clone", "contiguous",
+                                 "permute", "select", "slice")),
+    ("elementwise (optimizer, grads)", ("add", "mul", "sub", "div", "lerp", "sqrt", "addcmul", "addcdiv",
+                                        "fill", "zero", "neg", "sum", "mean", "pow", "where", "masked")),
+]
+
+
+def profile(train_round, device: torch.device, rows: int) -> None:
+    """Profile one round of local training and print where its time goes.
+
+    Self times (time in an operator minus its children) add up without double counting; on a
+    CPU, the wall time they leave over is Python, autograd and dispatcher overhead.  On CUDA the
+    device self times are what the GPU spent in kernels, so their sum / wall = how busy it was.
+    """
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    _sync(device)
+    t0 = time.perf_counter()
+    with torch_profile(activities=activities) as prof:
+        train_round()
+        _sync(device)
+    wall_us = (time.perf_counter() - t0) * 1e6
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    on_device = device.type == "cuda"
+    own = (lambda e: e.self_device_time_total) if on_device else (lambda e: e.self_cpu_time_total)
+    totals = {family: 0.0 for family, _ in OP_FAMILIES}
+    totals["other operators"] = 0.0
+    for e in events:
+        op = e.key[len("aten::"):].lower()
+        family = next((f for f, keys in OP_FAMILIES if any(k in op for k in keys)), "other operators")
+        totals[family] += own(e)
+    busy = sum(totals.values())
+    where = "GPU kernel time" if on_device else "CPU self time"
+    print(f"      profile of one round (wall {wall_us / 1e6:.2f} s, under the profiler), {where} by family:")
+    for family, us in sorted(totals.items(), key=lambda kv: -kv[1]):
+        print(f"        {family:<32} {us / 1e6:8.2f} s  {100 * us / wall_us:5.1f}% of wall")
+    idle = "GPU idle (launch, Python, sync)" if on_device else "Python, autograd, dispatch"
+    print(f"        {idle:<32} {(wall_us - busy) / 1e6:8.2f} s  {100 * (wall_us - busy) / wall_us:5.1f}% of wall")
+    print(f"      top {rows} operators by {where}:")
+    for e in sorted(events, key=lambda e: -own(e))[:rows]:
+        print(f"        {e.key:<40} {own(e) / 1e6:8.3f} s  {e.count:8d} calls")
 
 
 def _label(precision: str, compile: bool) -> str:
@@ -186,7 +260,14 @@ def main():
                         help="also run every engine with torch.compile and compare it with fp32 eager")
     parser.add_argument("--clients-per-step", default="auto",
                         help="the batched engine's chunk: auto (fedrun's default), all, or a number")
+    parser.add_argument("--clients", type=int, default=None,
+                        help="train only the first N of the K clients a round and project the round to K")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one more round per engine and print where the time goes")
+    parser.add_argument("--profile-rows", type=int, default=12, help="operators listed by --profile")
     args = parser.parse_args()
+    if args.clients is not None and args.clients < 1:
+        parser.error(f"--clients must be a positive number of clients, got {args.clients}")
     chunk = {"auto": "auto", "all": None}.get(args.clients_per_step)
     if chunk is None and args.clients_per_step != "all":
         chunk = int(args.clients_per_step)
@@ -197,7 +278,7 @@ def main():
           + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     for name in args.workloads:
         run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","), args.precision, args.compile,
-            chunk)
+            chunk, args.clients, args.profile_rows if args.profile else 0)
 
 
 if __name__ == "__main__":

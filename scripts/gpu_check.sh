@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU measurements and checks of the batched engine, one stage per call of a borrowed GPU
+# machine (each stage is sized to end within its 10-minute limit on one H100).
+#
+#   bash scripts/gpu_check.sh tests      CUDA tests: engines on the GPU == on the CPU, auto chunk from
+#                                        real free memory, TF32/bf16 bounds, a CLI run (~2 min)
+#   bash scripts/gpu_check.sh bench      bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both
+#                                        engines side by side, with a profile of a round (~6 min)
+#   bash scripts/gpu_check.sh modes      TF32, bf16 and torch.compile vs FP32 (speed and first-round
+#                                        updates), batched engine, both FedNNNN workloads (~6 min)
+#   bash scripts/gpu_check.sh accuracy   precision_check.py: FedNNNN's MNIST preset on FashionMNIST,
+#                                        30 rounds per mode, test accuracy of each mode vs FP32 (~5 min)
+#   bash scripts/gpu_check.sh fullrun    the full FedNNNN MNIST run (100 rounds, K = 100, E = 5) from
+#                                        the CLI on FashionMNIST (same shapes): its wall time (~1-5 min)
+#
+# Logs and CSVs go to $OUT (the folder the device tool brings back) or outputs/gpu_check.
+# The borrowed machine has torch but not hydra-core/omegaconf, and no network: carry them as
+# wheels in .whl/ and FashionMNIST's four .gz files in .gpudata/ (both ignored by git), e.g.
+#   mkdir -p .git/info && printf '/.whl/\n/.gpudata/\n' >> .git/info/exclude
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl hydra-core==1.3.8 omegaconf==2.3.1
+#   pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+#   mkdir -p .gpudata && cp ../shared/data/fashion-mnist/*.gz .gpudata/
+# and name both in the call's carry: ["./.whl", "./.gpudata"].
+set -uo pipefail
+stage=${1:?usage: bash scripts/gpu_check.sh tests|bench|modes|accuracy|fullrun}
+out=${OUT:-outputs/gpu_check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+
+if ! $py -c "import hydra, omegaconf" 2>/dev/null; then
+    [ -d .whl ] || { echo "gpu_check: hydra-core/omegaconf missing and no .whl/ folder to install them from"; exit 2; }
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # fedrun from this checkout, not installed
+[ -d .gpudata ] && export FEDRUN_DATA=$PWD/.gpudata
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$out/device.txt"
+$py -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
+
+case $stage in
+tests)
+    $py -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_augment.py -k "cuda" 2>&1 | tee "$out/tests.log"
+    # The CPU equivalence suite of the engines, on this machine too (fast, and a second platform).
+    $py -m pytest -q -p no:cacheprovider tests/test_batched.py 2>&1 | tail -3 | tee -a "$out/tests.log"
+    ;;
+bench)
+    $py scripts/bench.py small fednnnn_mnist fednnnn_cifar10 --device cuda --profile 2>&1 \
+        | grep -v -e '^USDT' -e 'profiler_st' | tee "$out/bench.log"
+    ;;
+modes)
+    for mode in "--precision tf32" "--precision bf16" "--compile"; do
+        $py scripts/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched $mode 2>&1 \
+            | tee -a "$out/modes.log"
+    done
+    ;;
+accuracy)
+    $py scripts/precision_check.py --out "$out/precision" device=cuda engine=batched \
+        experiment=fednnnn/mnist_noniid_b dataset=fmnist aggregator=fedavg hyperparams.rounds=30 2>&1 \
+        | grep -v INFO | tee "$out/accuracy.log"
+    cp "$out/precision/precision_check.csv" "$out/" 2>/dev/null
+    rm -rf "$out/precision"  # run dirs: too many files to bring back
+    ;;
+fullrun)
+    start=$(date +%s)
+    $py -m fedrun experiment=fednnnn/mnist_iid_b dataset=fmnist device=cuda progress=false \
+        hydra.run.dir="$out/fullrun" 2>&1 | tail -5 | tee "$out/fullrun.log"
+    echo "full FedNNNN MNIST-shaped run: $(( $(date +%s) - start )) s wall, process start to exit" | tee -a "$out/fullrun.log"
+    cp "$out/fullrun/rounds.csv" "$out/fullrun_rounds.csv" && rm -rf "$out/fullrun"
+    ;;
+*)
+    echo "gpu_check: stage must be one of tests, bench, modes, accuracy, fullrun (got '$stage')"; exit 2
+    ;;
+esac

@@ -1,0 +1,126 @@
+"""The engines on a GPU: the same numbers as on the CPU, chunking from real free memory, precision.
+
+Skipped where there is no CUDA (CI never has one); ``scripts/gpu_check.sh tests`` runs them on a
+GPU machine.  The CPU suite proves the engines equal; these prove that nothing CUDA-specific
+(cuDNN kernels, TF32 defaults, ``mem_get_info``, device-side generators, autocast to bf16)
+breaks that.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import TINY, run_fedrun
+from fedrun.batched import MEMORY_SAFETY, BatchedEngine, auto_engine, choose_chunk, client_bytes
+from fedrun.engine import LocalTraining, SequentialEngine, split_state
+from fedrun.models import MLP, Cifar10CNN, MnistCNN
+from fedrun.nets import pdnet
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+CUDA = torch.device("cuda")
+RTOL = 2e-4  # as in test_batched: relative norm of the difference of two updates
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    num = sum(float((a[k].double().cpu() - b[k].double().cpu()).pow(2).sum()) for k in a) ** 0.5
+    den = sum(float(a[k].double().cpu().pow(2).sum()) for k in a) ** 0.5
+    return num / max(den, 1e-30)
+
+
+def train(make_model, device, engine, sizes=(13, 40, 7, 25), shape=(1, 28, 28), local=None, chunk="auto",
+          precision="fp32", init=1):
+    """One round of unbalanced clients on ``device``; the same data, model and batches everywhere."""
+    torch.manual_seed(init)
+    model = make_model()
+    n = sum(sizes)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, *shape, generator=gen), torch.randint(0, 10, (n,), generator=gen)
+    bounds = np.cumsum([0, *sizes])
+    idx = [torch.arange(bounds[i], bounds[i + 1], device=device) for i in range(len(sizes))]
+    model = model.to(device)
+    params, buffers = split_state(model)
+    local = local or LocalTraining(epochs=2, batch_size=8, lr=0.01, momentum=0.5)
+    options = dict(precision=precision)
+    if engine is BatchedEngine:
+        options["clients_per_step"] = chunk
+    eng = engine(model, x.to(device), y.to(device), idx, local, None, 0, **options)
+    return eng.train(params, buffers, list(range(len(sizes))), 3)
+
+
+# name -> (model, input shape, dtype).  BatchNorm over a few samples can amplify kernel rounding
+# by 1/sqrt(eps) (a channel with almost no variance in a small last batch; see test_batched), so
+# the BN families are compared in float64, where equal computations agree to ~1e-14.
+FAMILIES = {
+    "mlp": (lambda: MLP(hidden=[16]), (1, 28, 28), torch.float32),
+    "mnist_cnn": (lambda: MnistCNN(), (1, 28, 28), torch.float32),
+    "cifar10_cnn_bn": (lambda: Cifar10CNN(), (3, 32, 32), torch.float64),
+    "neta_bn": (lambda: pdnet("NetA-Baseline", norm="bn"), (3, 32, 32), torch.float64),
+}
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_engines_agree_on_cuda_and_with_the_cpu(name):
+    make, shape, dtype = FAMILIES[name]
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        cpu = train(make, torch.device("cpu"), SequentialEngine, shape=shape)
+        seq = train(make, CUDA, SequentialEngine, shape=shape)
+        bat = train(make, CUDA, BatchedEngine, shape=shape)
+    finally:
+        torch.set_default_dtype(old)
+    tol = RTOL if dtype == torch.float32 else 1e-9
+    assert relative_difference(seq.deltas, bat.deltas) < tol
+    # CPU vs GPU kernels: different summation orders, the same rounding-level agreement
+    # (fp32 turns cuDNN's default TF32 off during local training).
+    assert relative_difference(cpu.deltas, seq.deltas) < 10 * tol
+    assert seq.steps.tolist() == bat.steps.tolist() == cpu.steps.tolist()
+
+
+def test_auto_chunk_uses_real_free_memory_and_changes_nothing():
+    make, shape, _ = FAMILIES["mnist_cnn"]
+    torch.manual_seed(1)
+    model = make().to(CUDA)
+    params, buffers = split_state(model)
+    x = torch.randn(8, *shape, device=CUDA)
+    clients = [torch.arange(8, device=CUDA)] * 5000  # more clients than fit, so memory decides
+    local = LocalTraining(batch_size=8)
+    engine = BatchedEngine(model, x, torch.zeros(8, dtype=torch.long, device=CUDA), clients, local, None, 0, "auto")
+    free = engine._free_bytes()
+    per = client_bytes(model, params, buffers, x, local)
+    expected = choose_chunk(free, per, len(clients), MEMORY_SAFETY)
+    assert 1 <= engine.chunk_size(params, buffers, len(clients)) == expected
+    whole = train(make, CUDA, BatchedEngine, shape=shape, chunk="auto")
+    chunked = train(make, CUDA, BatchedEngine, shape=shape, chunk=2)
+    assert relative_difference(whole.deltas, chunked.deltas) < 1e-5
+
+
+@pytest.mark.parametrize("precision,bound", [("tf32", 0.02), ("bf16", 0.15)])
+def test_lower_precision_stays_close_to_fp32(precision, bound):
+    make, shape, _ = FAMILIES["mnist_cnn"]
+    for engine in (SequentialEngine, BatchedEngine):
+        fp32 = train(make, CUDA, engine, shape=shape)
+        low = train(make, CUDA, engine, shape=shape, precision=precision)
+        assert all(v.dtype == torch.float32 for v in low.deltas.values())  # parameters stay fp32
+        assert relative_difference(fp32.deltas, low.deltas) < bound, engine.__name__
+
+
+def test_auto_engine_is_batched_on_cuda():
+    x = torch.randn(10, 1, 28, 28, device=CUDA)
+    engine = auto_engine(MLP(), x, torch.zeros(10, dtype=torch.long, device=CUDA), [torch.arange(10, device=CUDA)],
+                         LocalTraining(), None, 0)
+    assert isinstance(engine, BatchedEngine)
+
+
+def test_whole_run_on_cuda_matches_the_cpu(tmp_path, repo_root):
+    runs = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / device
+        done = run_fedrun(TINY + [f"device={device}", f"hydra.run.dir={out}", "aggregator=fednnnn"], cwd=repo_root)
+        assert done.returncode == 0, done.stderr
+        runs[device] = pd.read_csv(out / "rounds.csv")
+    for col in ("test_acc", "N", "E", "train_loss"):
+        np.testing.assert_allclose(runs["cpu"][col], runs["cuda"][col], rtol=1e-3, atol=2e-3, err_msg=col)

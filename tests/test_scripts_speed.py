@@ -1,0 +1,104 @@
+"""The speed scripts: scripts/bench.py (partial rounds projected to K clients, the profile) and
+scripts/precision_check.py (a whole run per engine mode, compared with FP32).  CPU, offline."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import TINY, _cli_env
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import bench  # noqa: E402
+import precision_check  # noqa: E402
+
+
+def script(name: str, *args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPTS / name), *args], cwd=cwd, env=_cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_projects_a_partial_round_and_profiles_it():
+    done = script("bench.py", "small", "--clients", "2", "--device", "cpu", "--profile", "--profile-rows", "3")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "2,000 samples a round" in out  # the workload's round: 20 clients x 100 x E=1
+    assert "timing 2 of the 20 clients a round (200 samples)" in out
+    lines = re.findall(r"(sequential|batched)\s+fp32:\s+([\d,]+) samples/s \|\s+([\d.]+) s/round \(projected\)", out)
+    assert [engine for engine, *_ in lines] == ["sequential", "batched"]
+    for _engine, rate, round_s in lines:
+        train_s = 200 / float(rate.replace(",", ""))  # the 2 clients' local training
+        # projected: 10x the measured training (all 20 clients) plus aggregation and evaluation once
+        assert float(round_s) >= 10 * train_s * 0.98
+    assert out.count("profile of one round") == 2 and out.count("top 3 operators") == 2
+    shares = [float(s) for s in re.findall(r"([\d.]+)% of wall", out)]
+    assert len(shares) == 2 * 7  # five families + other operators + overhead, per engine
+    assert abs(sum(shares[:7]) - 100) < 1.0  # the families and the overhead partition the wall time
+    assert "convolution (fwd + bwd)" in out and "batched/sequential speed (fp32)" in out
+
+
+def test_bench_rejects_a_bad_client_count():
+    done = script("bench.py", "small", "--clients", "0")
+    assert done.returncode == 2 and "--clients must be a positive number of clients, got 0" in done.stderr
+
+
+def test_op_families_sort_operators():
+    family = {op: next((f for f, keys in bench.OP_FAMILIES if any(k in op for k in keys)), "other")
+              for op in ("convolution_backward", "mkldnn_convolution", "addmm", "max_pool2d_with_indices",
+                         "index", "add_", "lerp_", "native_batch_norm", "detach")}
+    assert family["convolution_backward"] == family["mkldnn_convolution"] == "convolution (fwd + bwd)"
+    assert family["addmm"] == "linear / matmul"
+    assert family["max_pool2d_with_indices"] == family["native_batch_norm"] == "pooling, activation, loss"
+    assert family["index"] == "batch gathering, copies"  # not 'indices' of pooling: pool matches first
+    assert family["add_"] == family["lerp_"] == "elementwise (optimizer, grads)"
+    assert family["detach"] == "other"
+
+
+def fake_run(folder: Path, acc: list[float], loss: list[float], wall: list[float]) -> Path:
+    folder.mkdir(parents=True)
+    pd.DataFrame({"round": range(1, len(acc) + 1), "test_acc": acc, "train_loss": loss,
+                  "wall_s": wall}).to_csv(folder / "rounds.csv", index=False)
+    (folder / "summary.json").write_text(json.dumps({"final_test_acc": acc[-1], "best_test_acc": max(acc)}))
+    return folder
+
+
+def test_compare_against_fp32_golden(tmp_path):
+    folders = {
+        "fp32": fake_run(tmp_path / "fp32", [0.5, 0.6, 0.7], [2.0, 1.5, 1.0], [9.0, 2.0, 2.0]),
+        "bf16": fake_run(tmp_path / "bf16", [0.5, 0.65, 0.68], [2.0, 1.4, 1.2], [3.0, 1.0, 1.0]),
+    }
+    table = precision_check.compare(folders).set_index("mode")
+    assert table.loc["fp32", "max_abs_acc_diff"] == 0 and table.loc["fp32", "speed_vs_fp32"] == 1
+    bf16 = table.loc["bf16"]
+    assert bf16["max_abs_acc_diff"] == pytest.approx(0.05)  # round 2: 0.65 vs 0.6
+    assert bf16["mean_abs_train_loss_diff"] == pytest.approx((0 + 0.1 + 0.2) / 3)
+    assert bf16["s_per_round"] == 1.0 and bf16["first_round_s"] == 3.0  # round 1 (warm-up) kept apart
+    assert bf16["speed_vs_fp32"] == 2.0
+    assert (bf16["final_acc"], bf16["best_acc"]) == (0.68, 0.68)
+
+
+def test_precision_check_runs_each_mode_and_reuses_finished_runs(tmp_path):
+    args = ["--out", str(tmp_path), "--modes", "bf16", *TINY]
+    done = script("precision_check.py", *args)
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "precision_check.csv").set_index("mode")
+    assert list(table.index) == ["fp32", "bf16"]  # fp32 added: the reference
+    assert table.loc["fp32", "max_abs_acc_diff"] == 0
+    assert table.loc["bf16", "rounds"] == 2 and table.loc["bf16", "max_abs_acc_diff"] < 0.2
+    for mode in ("fp32", "bf16"):
+        config = (tmp_path / mode / "config.yaml").read_text()
+        assert f"precision: {mode}" in config
+    again = script("precision_check.py", *args)
+    assert again.returncode == 0 and again.stdout.count("reusing the finished run") == 2
+
+
+def test_precision_check_rejects_an_unknown_mode(tmp_path):
+    done = script("precision_check.py", "--out", str(tmp_path), "--modes", "fp16")
+    assert done.returncode == 2 and "unknown mode 'fp16'; allowed: fp32, tf32, bf16, compile" in done.stderr
