@@ -27,11 +27,14 @@ from fedrun.seeding import clients_per_round, sample_clients
 
 log = logging.getLogger(__name__)
 
+# Seconds: local training (with the vanilla reference), evaluation, the whole round.  The only
+# columns that differ between two runs of the same config and seed.
+TIMING_COLUMNS = ("train_s", "eval_s", "wall_s")
 ROUND_COLUMNS = [
     "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
     "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step", "server_step_sum",
     "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "pd_ls", "pd_vl",
-    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", "wall_s",
+    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", *TIMING_COLUMNS,
 ]
 LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl"]
 OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
@@ -181,6 +184,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
         client_rows = [{"round": t, "client": k, "examples": len(parts[k]), "dropped": 1} for k in dropped]
         if clients:
             starts = opt.starting(clients)
+            t_train = time.perf_counter()
             results = engine.train(params, buffers, clients, t, epochs, lr, starts)
             learners = LearnerParams(params, results.deltas)  # w_k^t = w^{t-1} + dw_k, read lazily
             vanilla = None
@@ -190,6 +194,8 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                 start = None if starts is None else {k: v.mean(0, keepdim=True) for k, v in starts.items()}
                 vanilla = engine.train(params, buffers, [reference], t, [local.epochs], lr, start)
                 row["vanilla_loss"] = float(vanilla.loss[0])
+            _sync(device)
+            row["train_s"] = time.perf_counter() - t_train
             divergence = parameter_divergence(
                 learners, layers, None if vanilla is None else {k: params[k] + vanilla.deltas[k][0] for k in params})
             out = server_round(aggregator, params, server_state, results.deltas, results.buffers,
@@ -207,8 +213,11 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
             row.update(skipped=1, server_step=0.0, server_step_sum=step_sum)
             models = {"average": params, "sent": params}
         if t % federation.eval_every == 0 or t == federation.rounds:
+            t_eval = time.perf_counter()
             row.update(_evaluate(model, models, buffers, aggregator.evaluate, data, eval_batch))
+            row["eval_s"] = time.perf_counter() - t_eval  # .item()s of the accuracies synchronize
             last_acc = row["test_acc"]
+        _sync(device)
         row["wall_s"] = time.perf_counter() - t0
 
         logs["rounds"].append([row])
@@ -356,6 +365,12 @@ def _client_layer_rows(t: int, results, out: RoundOutcome, layers) -> list[dict]
                          "angle": float(angles[j, i]), "weight": float(weight),
                          "smoothed_angle": float(smoothed[j, i]) if per_layer else None})
     return rows
+
+
+def _sync(device) -> None:
+    """Wait for queued GPU work, so that a timing column holds the work it names."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _check_finite(out: RoundOutcome, losses: torch.Tensor, t: int, name: str) -> None:

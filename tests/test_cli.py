@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from conftest import CONF_DIR, TINY, run_fedrun, start_fedrun
-from fedrun.simulation import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
+from fedrun.simulation import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS, TIMING_COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +33,9 @@ def fedrun_ok(args, cwd, timeout=180):
 
 
 def csv_without_wall(path: Path) -> str:
+    """A CSV without its timing columns (train_s, eval_s, wall_s: all else is reproducible)."""
     df = pd.read_csv(path)
-    return df.drop(columns=[c for c in ("wall_s",) if c in df]).to_csv(index=False)
+    return df.drop(columns=[c for c in TIMING_COLUMNS if c in df]).to_csv(index=False)
 
 
 def same_run(a: Path, b: Path) -> None:
@@ -75,6 +76,9 @@ def test_run_directory_contents(base_run):
     assert rounds["server_step_sum"].tolist() == pytest.approx(rounds["server_step"].cumsum().tolist(), rel=1e-6)
     # FedNNNN round 1 (d_0 = 0): the server step is beta E = 0.7 E (eq. 9, 12).
     assert rounds["server_step"][0] == pytest.approx(0.7 * rounds["E"][0], rel=1e-5)
+    # The round's time split: local training and evaluation are parts of the whole round.
+    assert (rounds["train_s"] > 0).all() and (rounds["eval_s"] > 0).all()
+    assert (rounds["train_s"] + rounds["eval_s"] <= rounds["wall_s"]).all()
 
     layers = pd.read_csv(base_run / "layers.csv")
     assert list(layers.columns) == LAYER_COLUMNS

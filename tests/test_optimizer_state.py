@@ -16,13 +16,13 @@ from fedrun.data import prepare, synthetic
 from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.models import MLP
 from fedrun.optim import SGD, Adam, lr_factor
-from fedrun.simulation import Federation, OptimizerStates, simulate
+from fedrun.simulation import TIMING_COLUMNS, Federation, OptimizerStates, simulate
 
 
 def fedrun_rounds(overrides: list[str], run_dir) -> pd.DataFrame:
     proc = run_fedrun([*TINY, *overrides, f"hydra.run.dir={run_dir}"], run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return pd.read_csv(run_dir / "rounds.csv").drop(columns=["wall_s"])
+    return pd.read_csv(run_dir / "rounds.csv").drop(columns=list(TIMING_COLUMNS))
 
 
 # ----------------------------------------------------------------------------- learning-rate schedule
@@ -133,7 +133,7 @@ def test_carried_state_is_checkpointed_so_resume_is_exact(tmp_path):
     ckpt = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
     assert set(ckpt["optimizer_state"]) and all(isinstance(k, int) for k in ckpt["optimizer_state"])
     sim(tmp_path / "split", 4, resume=True)
-    whole, split = (pd.read_csv(tmp_path / d / "rounds.csv").drop(columns=["wall_s"]) for d in ("whole", "split"))
+    whole, split = (pd.read_csv(tmp_path / d / "rounds.csv").drop(columns=list(TIMING_COLUMNS)) for d in ("whole", "split"))
     pd.testing.assert_frame_equal(whole, split)
 
 
