@@ -130,20 +130,43 @@ def check_engine_options(precision: str, compile: bool) -> None:
 def precision_scope(precision: str, device: torch.device):
     """TF32 on or off for local training, restored afterwards (so evaluation is untouched).
 
-    PyTorch lets cuDNN convolutions use TF32 by default (``torch.backends.cudnn.allow_tf32``)
-    while matmuls stay IEEE FP32; here ``fp32`` (and ``bf16``, whose non-autocast ops run in
-    float32) turns both off, so "fp32" really is FP32 and the FLOP-floor figures, which assume an
-    FP32 peak, mean what they say; ``tf32`` turns both on.  A no-op off CUDA.
+    PyTorch lets cuDNN convolutions use TF32 by default while matmuls stay IEEE FP32; here
+    ``fp32`` (and ``bf16``, whose non-autocast ops run in float32) turns both off, so "fp32"
+    really is FP32 and the FLOP-floor figures, which assume an FP32 peak, mean what they say;
+    ``tf32`` turns both on.  A no-op off CUDA.
     """
     if device.type != "cuda":
         yield
         return
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    restore = set_tf32(precision == "tf32")
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        restore()
+
+
+def set_tf32(on: bool):
+    """Turn TF32 on or off for CUDA matmuls and cuDNN convolutions; returns a function that
+    restores the previous settings.
+
+    PyTorch >= 2.9 has per-backend ``fp32_precision`` flags ("ieee" | "tf32" | "none" =
+    inherit) and deprecates ``allow_tf32``; once a user has set the new flags, reading the old
+    ones raises ("mix of the legacy and new APIs").  So the new API is used wherever it exists.
+    """
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision") and hasattr(conv, "conv"):
+        saved = matmul.fp32_precision, conv.conv.fp32_precision
+        matmul.fp32_precision = conv.conv.fp32_precision = "tf32" if on else "ieee"
+
+        def restore():
+            matmul.fp32_precision, conv.conv.fp32_precision = saved
+    else:  # PyTorch < 2.9
+        saved = matmul.allow_tf32, conv.allow_tf32
+        matmul.allow_tf32 = conv.allow_tf32 = on
+
+        def restore():
+            matmul.allow_tf32, conv.allow_tf32 = saved
+    return restore
 
 
 def autocast(precision: str, device: torch.device):

@@ -283,6 +283,27 @@ def test_tf32_is_fp32_on_cpu(caplog):
     assert "engine.precision=tf32 has no effect on cpu" in caplog.text
 
 
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="PyTorch < 2.9")
+def test_tf32_switch_uses_the_new_api_and_restores_a_users_setting():
+    # Reading the legacy allow_tf32 after a user set the new fp32_precision flag raises in
+    # PyTorch >= 2.9 ("mix of the legacy and new APIs"); set_tf32 must not touch the legacy one.
+    from fedrun.engine import set_tf32
+
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"  # the user's choice, made with the new API
+        restore = set_tf32(False)
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
+        restore()
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", before[1])
+        restore = set_tf32(True)
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+        restore()
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = before
+
+
 def test_bad_engine_options_are_refused():
     with pytest.raises(ConfigError, match=r"^engine\.precision=fp16: choose one of: fp32, tf32, bf16$"):
         configure("batched", precision="fp16")
