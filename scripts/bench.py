@@ -97,7 +97,7 @@ def peak_memory_mb(device) -> float:
 
 
 def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: float, engines: list[str],
-        precision: str = "fp32", compile: bool = False, clients_per_step="auto", clients: int | None = None,
+        precision: str = "fp32", compile: bool = False, clients_per_step=("auto",), clients: int | None = None,
         profile_rows: int = 0):
     n = w.clients * w.per_client
     raw = synthetic(num_train=n, num_test=w.test, channels=w.channels, image_size=w.side)
@@ -122,10 +122,17 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
         print(f"   timing {trained} of the {w.clients} clients a round ({samples:,} samples); "
               "round and full-run times are projected to all clients")
     results, first_deltas = {}, {}
+    # (name, factory): the batched engine as fedrun builds it (engine.clients_per_step, default
+    # auto), once per chunk asked for.
+    variants = []
     for engine_name in engines:
-        # The batched engine as fedrun builds it (engine.clients_per_step, default auto).
-        make = (SequentialEngine if engine_name == "sequential" else
-                functools.partial(BatchedEngine, clients_per_step=clients_per_step))
+        if engine_name == "sequential":
+            variants.append(("sequential", SequentialEngine))
+            continue
+        for chunk in clients_per_step:
+            tag = "" if len(clients_per_step) == 1 else f"[{'all' if chunk is None else chunk}]"
+            variants.append((f"batched{tag}", functools.partial(BatchedEngine, clients_per_step=chunk)))
+    for engine_name, make in variants:
         for prec, comp in modes:
             label = _label(prec, comp)
             params, buffers = (dict(t) for t in initial)
@@ -157,22 +164,25 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
             # counted once (they are a few percent of a round, and evaluation does not scale).
             round_s += (scale - 1) * train_s
             floor = per_sample * samples / (peak_tflops * 1e12)
-            print(f"   {engine_name:>10} {label:>12}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round"
+            chunk = (f" | {engine.chunk_size(params, buffers, len(clients))} clients a step"
+                     if isinstance(engine, BatchedEngine) else "")
+            print(f"   {engine_name:>13} {label:>12}: {samples / train_s:10,.0f} samples/s | {round_s:8.2f} s/round"
                   f"{' (projected)' if scale > 1 else ''} | "
                   f"full run ({w.full_rounds} rounds) {_duration(round_s * w.full_rounds)} | "
                   f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
-                  f"({floor * scale:.2f} s/round)" + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
+                  f"({floor * scale:.2f} s/round)" + chunk + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
             if profile_rows:
                 profile(lambda: engine.train(params, buffers, clients, rounds + 2), device, profile_rows)
     for prec, comp in modes:
         label = _label(prec, comp)
-        if ("sequential", label) in results and ("batched", label) in results:
-            print(f"   batched/sequential speed ({label}): "
-                  f"{results['sequential', label] / results['batched', label]:.2f}x "
-                  "(local training, same process, same clients and batches)")
+        for engine_name, _ in variants:
+            if engine_name != "sequential" and ("sequential", label) in results:
+                print(f"   {engine_name}/sequential speed ({label}): "
+                      f"{results['sequential', label] / results[engine_name, label]:.2f}x "
+                      "(local training, same process, same clients and batches)")
     if len(modes) == 2:
         label = _label(precision, compile)
-        for engine_name in engines:
+        for engine_name, _ in variants:
             diff = _relative_difference(first_deltas[engine_name, "fp32"], first_deltas[engine_name, label])
             print(f"   {engine_name} {label}/fp32 speed: {results[engine_name, 'fp32'] / results[engine_name, label]:.2f}x"
                   f" | first round's updates differ from fp32 by {100 * diff:.2f}% (relative norm)")
@@ -259,7 +269,8 @@ def main():
     parser.add_argument("--compile", action="store_true",
                         help="also run every engine with torch.compile and compare it with fp32 eager")
     parser.add_argument("--clients-per-step", default="auto",
-                        help="the batched engine's chunk: auto (fedrun's default), all, or a number")
+                        help="the batched engine's chunk: auto (fedrun's default), all, or a number; "
+                             "comma-separated values run the batched engine once per value (e.g. auto,10,25,all)")
     parser.add_argument("--clients", type=int, default=None,
                         help="train only the first N of the K clients a round and project the round to K")
     parser.add_argument("--profile", action="store_true",
@@ -268,9 +279,14 @@ def main():
     args = parser.parse_args()
     if args.clients is not None and args.clients < 1:
         parser.error(f"--clients must be a positive number of clients, got {args.clients}")
-    chunk = {"auto": "auto", "all": None}.get(args.clients_per_step)
-    if chunk is None and args.clients_per_step != "all":
-        chunk = int(args.clients_per_step)
+    chunks = []
+    for text in args.clients_per_step.split(","):
+        if text in ("auto", "all"):
+            chunks.append("auto" if text == "auto" else None)
+        elif text.isdigit() and int(text) > 0:
+            chunks.append(int(text))
+        else:
+            parser.error(f"--clients-per-step: {text!r} is not auto, all or a positive number")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     peak = args.peak_tflops or PEAKS[device.type]
@@ -278,7 +294,7 @@ def main():
           + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     for name in args.workloads:
         run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","), args.precision, args.compile,
-            chunk, args.clients, args.profile_rows if args.profile else 0)
+            chunks, args.clients, args.profile_rows if args.profile else 0)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 #                                        real free memory, TF32/bf16 bounds, a CLI run (~2 min)
 #   bash scripts/gpu_check.sh bench      bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both
 #                                        engines side by side, with a profile of a round (~6 min)
+#   bash scripts/gpu_check.sh chunks     the batched engine with 10, 25, 50 clients a step and auto (all
+#                                        that fit), both FedNNNN workloads: is all-at-once fastest? (~4 min)
 #   bash scripts/gpu_check.sh modes      TF32, bf16 and torch.compile vs FP32 (speed and first-round
 #                                        updates), batched engine, both FedNNNN workloads (~6 min)
 #   bash scripts/gpu_check.sh accuracy   precision_check.py: FedNNNN's MNIST preset on FashionMNIST,
@@ -22,7 +24,7 @@
 #   mkdir -p .gpudata && cp ../shared/data/fashion-mnist/*.gz .gpudata/
 # and name both in the call's carry: ["./.whl", "./.gpudata"].
 set -uo pipefail
-stage=${1:?usage: bash scripts/gpu_check.sh tests|bench|modes|accuracy|fullrun}
+stage=${1:?usage: bash scripts/gpu_check.sh tests|bench|chunks|modes|accuracy|fullrun}
 out=${OUT:-outputs/gpu_check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -48,6 +50,10 @@ bench)
     $py scripts/bench.py small fednnnn_mnist fednnnn_cifar10 --device cuda --profile 2>&1 \
         | grep -v -e '^USDT' -e 'profiler_st' | tee "$out/bench.log"
     ;;
+chunks)
+    $py scripts/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched \
+        --clients-per-step auto,10,25,50 2>&1 | tee "$out/chunks.log"
+    ;;
 modes)
     for mode in "--precision tf32" "--precision bf16" "--compile"; do
         $py scripts/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched $mode 2>&1 \
@@ -69,6 +75,6 @@ fullrun)
     cp "$out/fullrun/rounds.csv" "$out/fullrun_rounds.csv" && rm -rf "$out/fullrun"
     ;;
 *)
-    echo "gpu_check: stage must be one of tests, bench, modes, accuracy, fullrun (got '$stage')"; exit 2
+    echo "gpu_check: stage must be one of tests, bench, chunks, modes, accuracy, fullrun (got '$stage')"; exit 2
     ;;
 esac

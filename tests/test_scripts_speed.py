@@ -44,6 +44,16 @@ def test_bench_projects_a_partial_round_and_profiles_it():
     assert "convolution (fwd + bwd)" in out and "batched/sequential speed (fp32)" in out
 
 
+def test_bench_sweeps_chunk_sizes():
+    done = script("bench.py", "small", "--clients", "4", "--device", "cpu", "--engines", "batched",
+                  "--clients-per-step", "2,all")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"batched\[2\]\s+fp32:.*\| 2 clients a step", done.stdout)
+    assert re.search(r"batched\[all\]\s+fp32:.*\| 4 clients a step", done.stdout)  # all of the 4 timed
+    bad = script("bench.py", "small", "--clients-per-step", "auto,0")
+    assert bad.returncode == 2 and "--clients-per-step: '0' is not auto, all or a positive number" in bad.stderr
+
+
 def test_bench_rejects_a_bad_client_count():
     done = script("bench.py", "small", "--clients", "0")
     assert done.returncode == 2 and "--clients must be a positive number of clients, got 0" in done.stderr
