@@ -16,7 +16,11 @@ a mode needs before it is recommended.  The first (warm-up) round is not timed; 
 ``--clients N`` trains only the first N of the workload's K clients each round (same samples per
 client, same batches): samples/s is measured on them and the round and full-run times are
 projected to K clients (marked "projected"). That makes the CIFAR-10 workload measurable on a
-CPU, where a full round takes about 15 minutes per engine.
+CPU, where a full round takes about 10 minutes per engine.
+
+``--clients-per-step auto,10,all`` runs the batched engine once per chunk size (clients trained
+at once) and prints the chunk each run used ("auto" is fedrun's default: all that fit in free
+GPU memory, 5 on a CPU).
 
 ``--profile`` runs one more round per engine under ``torch.profiler`` and prints where the time
 goes: the share of local training spent in convolutions, linear layers, the optimizer step,
