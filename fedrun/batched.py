@@ -13,7 +13,9 @@ Exactly the sequential engine's computation, reorganized:
   clients with a full batch of B).  A client's last, smaller batch and a client that has already
   finished (fewer samples, or a straggler's fewer epochs) are handled by grouping, not by
   padding, so BatchNorm's batch statistics never see padding;
-* BatchNorm running statistics are per client (stacked buffers updated in place under vmap).
+* BatchNorm running statistics are per client (stacked buffers updated in place under vmap);
+  ``torch.nn`` BatchNorm layers run as one BatchNorm over the chunk's clients x channels
+  (:mod:`fedrun.fused_batchnorm`), the same arithmetic in fewer passes.
 
 Results equal the sequential engine's to float rounding (the tests check this for every
 aggregator and model family).  ``clients_per_step`` bounds memory by training the round's
@@ -34,6 +36,7 @@ bitwise, and changing ``clients_per_step`` changes the draws.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -47,6 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fedrun.engine import (ClientResults, LocalTraining, SequentialEngine, autocast, check_engine_options,
                            compile_errors, precision_scope)
 from fedrun.errors import ConfigError, check
+from fedrun.fused_batchnorm import FusedClientBatchNorm, uses_batch_norm
 from fedrun.norms import Params
 from fedrun.optim import load_state, state_dict
 from fedrun.regularizers import Regularizer
@@ -102,6 +106,9 @@ class BatchedEngine:
         self._forward = vmap(forward, in_dims=(0, 0, 1), randomness="different")
         if compile:
             self._forward = torch.compile(self._forward)
+        # torch.nn BatchNorm layers: all clients as one BatchNorm over m*C channels (see
+        # fedrun.fused_batchnorm); left to vmap's own rule under torch.compile, which traces it.
+        self._fuse_bn = uses_batch_norm(model) and not compile
 
     def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
               epochs: list[int] | None = None, lr: float | None = None,
@@ -212,7 +219,8 @@ class BatchedEngine:
                     x = self.x[batch.t()]  # [b, g, ...]: sample-major (see __init__)
                 else:  # each client's own draws, in the sequential engine's order
                     x = torch.stack([augment(self.x[batch[i]], draws[j]) for i, j in enumerate(rows)], dim=1)
-                with autocast(self.precision, x.device):
+                with autocast(self.precision, x.device), \
+                        (FusedClientBatchNorm() if self._fuse_bn else contextlib.nullcontext()):
                     logits = self._forward(p_g, b_g, x)  # [g, b, C]
                 loss = F.cross_entropy(logits.float().flatten(0, 1), self.y[batch].flatten(),
                                        reduction="none").view(len(rows), b).mean(1)  # [g]
