@@ -105,8 +105,9 @@ def test_lower_precision_stays_close_to_fp32(precision, bound, family):
     # fused BatchNorm (fedrun.fused_batchnorm) sees bf16 inputs with FP32 parameters.
     make, shape, _ = FAMILIES[family]
     for engine in (SequentialEngine, BatchedEngine):
-        fp32 = train(make, CUDA, engine, shape=shape)
-        low = train(make, CUDA, engine, shape=shape, precision=precision)
+        # full batches only: BatchNorm over a 1-sample last batch would amplify any rounding
+        fp32 = train(make, CUDA, engine, sizes=(16, 24, 8), shape=shape)
+        low = train(make, CUDA, engine, sizes=(16, 24, 8), shape=shape, precision=precision)
         assert all(v.dtype == torch.float32 for v in low.deltas.values())  # parameters stay fp32
         assert relative_difference(fp32.deltas, low.deltas) < bound, engine.__name__
 
