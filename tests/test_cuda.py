@@ -98,12 +98,21 @@ def test_auto_chunk_uses_real_free_memory_and_changes_nothing():
     assert relative_difference(whole.deltas, chunked.deltas) < 1e-5
 
 
-@pytest.mark.parametrize("family", ["mnist_cnn", "cifar10_cnn_bn"])
-@pytest.mark.parametrize("precision,bound", [("tf32", 0.02), ("bf16", 0.15)])
-def test_lower_precision_stays_close_to_fp32(precision, bound, family):
+# Bounds on the relative difference of a round's updates from FP32.  bf16 rounds to 2^-8; the
+# updates, sums of gradients that partly cancel, amplify that.  Measured on CPU (bf16 autocast,
+# same helper): MNIST CNN 3.6% / 2.7% (sequential / batched), the BN CNN 21% / 12%.  TF32
+# (2^-11) is unmeasured: a guess at a few times smaller.  Parameters kept in bf16 would make
+# small updates vanish (difference ~100%), which every bound catches.
+BOUNDS = {("mnist_cnn", "tf32"): 0.02, ("mnist_cnn", "bf16"): 0.15,
+          ("cifar10_cnn_bn", "tf32"): 0.1, ("cifar10_cnn_bn", "bf16"): 0.5}
+
+
+@pytest.mark.parametrize("family,precision", list(BOUNDS))
+def test_lower_precision_stays_close_to_fp32(family, precision):
     # cifar10_cnn_bn: under CUDA autocast the convolutions return bf16, so the batched engine's
     # fused BatchNorm (fedrun.fused_batchnorm) sees bf16 inputs with FP32 parameters.
     make, shape, _ = FAMILIES[family]
+    bound = BOUNDS[family, precision]
     for engine in (SequentialEngine, BatchedEngine):
         # full batches only: BatchNorm over a 1-sample last batch would amplify any rounding
         fp32 = train(make, CUDA, engine, sizes=(16, 24, 8), shape=shape)
