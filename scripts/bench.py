@@ -196,7 +196,7 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
 OP_FAMILIES = [
     ("convolution (fwd + bwd)", ("conv",)),
     ("linear / matmul", ("addmm", "mm", "matmul", "linear", "bmm", "baddbmm")),
-    ("pooling, activation, loss", ("pool", "relu", "threshold", "softmax", "nll", "cross_entropy",
+    ("pooling, activation, norm, loss", ("pool", "relu", "threshold", "softmax", "nll", "cross_entropy",
                                    "dropout", "batch_norm", "bernoulli")),
     ("batch gathering, copies", ("index", "gather", "copy", "cat", "stack", "clone", "contiguous",
                                  "permute", "select", "slice")),
@@ -291,13 +291,18 @@ def main():
             chunks.append(int(text))
         else:
             parser.error(f"--clients-per-step: {text!r} is not auto, all or a positive number")
+    engines = args.engines.split(",")
+    if any(e not in ("sequential", "batched") for e in engines):
+        parser.error(f"--engines: {args.engines!r}; allowed: sequential, batched (comma-separated)")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this machine has no CUDA device (use --device cpu or auto)")
     peak = args.peak_tflops or PEAKS[device.type]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
           + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     for name in args.workloads:
-        run(name, WORKLOADS[name], device, args.rounds, peak, args.engines.split(","), args.precision, args.compile,
+        run(name, WORKLOADS[name], device, args.rounds, peak, engines, args.precision, args.compile,
             chunks, args.clients, args.profile_rows if args.profile else 0)
 
 

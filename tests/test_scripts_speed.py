@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from conftest import TINY, _cli_env
 
@@ -54,9 +55,14 @@ def test_bench_sweeps_chunk_sizes():
     assert bad.returncode == 2 and "--clients-per-step: '0' is not auto, all or a positive number" in bad.stderr
 
 
-def test_bench_rejects_a_bad_client_count():
+def test_bench_rejects_bad_arguments_in_one_line():
     done = script("bench.py", "small", "--clients", "0")
     assert done.returncode == 2 and "--clients must be a positive number of clients, got 0" in done.stderr
+    done = script("bench.py", "small", "--engines", "sequential,vmap")
+    assert done.returncode == 2 and "--engines: 'sequential,vmap'; allowed: sequential, batched" in done.stderr
+    if not torch.cuda.is_available():
+        done = script("bench.py", "small", "--device", "cuda")
+        assert done.returncode == 2 and "--device cuda: this machine has no CUDA device" in done.stderr
 
 
 def test_op_families_sort_operators():
@@ -65,7 +71,7 @@ def test_op_families_sort_operators():
                          "index", "add_", "lerp_", "native_batch_norm", "detach")}
     assert family["convolution_backward"] == family["mkldnn_convolution"] == "convolution (fwd + bwd)"
     assert family["addmm"] == "linear / matmul"
-    assert family["max_pool2d_with_indices"] == family["native_batch_norm"] == "pooling, activation, loss"
+    assert family["max_pool2d_with_indices"] == family["native_batch_norm"] == "pooling, activation, norm, loss"
     assert family["index"] == "batch gathering, copies"  # not 'indices' of pooling: pool matches first
     assert family["add_"] == family["lerp_"] == "elementwise (optimizer, grads)"
     assert family["detach"] == "other"
