@@ -94,7 +94,7 @@ def main():
     args = parser.parse_args()
     import torch
 
-    cuda = torch.cuda.is_available() and not any(o in ("device=cpu",) for o in args.overrides)
+    cuda = torch.cuda.is_available() and "device=cpu" not in args.overrides
     modes = args.modes.split(",") if args.modes else [m for m in MODES if cuda or m != "tf32"]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
