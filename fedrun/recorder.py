@@ -50,6 +50,15 @@ class CsvLog:
         return self.path.stat().st_size
 
 
+def header_matches(path: Path, columns: list[str]) -> bool:
+    """Whether the CSV at ``path`` (if it exists) has exactly ``columns`` as its header."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    with open(path, newline="") as f:
+        return f.readline().rstrip("\r\n") == ",".join(columns)
+
+
 def atomic_save(obj, path: Path) -> None:
     """``torch.save`` to a temporary file, fsync, then rename over ``path``: never half-written."""
     path = Path(path)

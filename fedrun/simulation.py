@@ -22,7 +22,7 @@ from fedrun.models import layers as model_layers
 from fedrun.norms import Params
 from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
-from fedrun.recorder import CsvLog, atomic_save, summarize, write_json
+from fedrun.recorder import CsvLog, atomic_save, header_matches, summarize, write_json
 from fedrun.seeding import clients_per_round, sample_clients
 
 log = logging.getLogger(__name__)
@@ -151,16 +151,17 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
         step_sum, first_round, offsets = ckpt["step_sum"], ckpt["round"] + 1, ckpt["offsets"]
         log.info("resuming %s after round %d", run_dir, ckpt["round"])
 
+    columns = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
+               "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
+    if offsets:  # appending rows of other columns would corrupt the CSVs: refuse before touching any
+        for name, cols in columns.items():
+            if not header_matches(run_dir / f"{name}.csv", cols):
+                raise ConfigError("resume", "true", f"{name}.csv in {run_dir} has other columns than this "
+                                  "fedrun writes (another version wrote it); resume it with that version, "
+                                  "or start a new run directory")
     _write_partition(run_dir / "partition.csv", counts)
-    logs = {
-        "rounds": CsvLog(run_dir / "rounds.csv", ROUND_COLUMNS, offsets and offsets["rounds"]),
-        "layers": CsvLog(run_dir / "layers.csv", LAYER_COLUMNS, offsets and offsets["layers"]),
-        "clients": CsvLog(run_dir / "clients.csv", CLIENT_COLUMNS, offsets and offsets["clients"]),
-        "client_layers": CsvLog(run_dir / "client_layers.csv", CLIENT_LAYER_COLUMNS,
-                                offsets and offsets["client_layers"]),
-        "output_layer": CsvLog(run_dir / "output_layer.csv", OUTPUT_COLUMNS,
-                               offsets and offsets.get("output_layer")),
-    }
+    logs = {name: CsvLog(run_dir / f"{name}.csv", cols, offsets and offsets.get(name))
+            for name, cols in columns.items()}
     m = federation.per_round
     log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters",
              aggregator.name, federation.num_clients, m, federation.rounds, print_,

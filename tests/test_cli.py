@@ -205,6 +205,24 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     assert a["step_sum"] == b["step_sum"]
 
 
+def test_resume_refuses_csvs_of_another_version(base_run, tmp_path):
+    # A run written by an older fedrun (here: rounds.csv without the timing columns train_s,
+    # eval_s): appending this version's rows would misalign every column, so resume refuses
+    # before touching any file.
+    run_dir = tmp_path / "old"
+    shutil.copytree(base_run, run_dir)
+    rounds = pd.read_csv(run_dir / "rounds.csv").drop(columns=["train_s", "eval_s"])
+    rounds.to_csv(run_dir / "rounds.csv", index=False)
+    (run_dir / "summary.json").unlink()
+    before = snapshot(run_dir)
+    proc = run_fedrun([*TINY, f"hydra.run.dir={run_dir}", "resume=true"], tmp_path)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]  # after the log's INFO lines, one error line
+    assert last.startswith("fedrun: error: resume=true: rounds.csv in ") and "Traceback" not in proc.stderr
+    assert "other columns than this fedrun writes" in last
+    assert snapshot(run_dir) == before
+
+
 def test_existing_run_dir_is_refused(base_run, tmp_path):
     run_dir = tmp_path / "copy"
     shutil.copytree(base_run, run_dir)
