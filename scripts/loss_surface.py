@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from runs import Run  # noqa: E402
+from runs import Run, save_figure  # noqa: E402
 
 
 def load_state(run_dir: Path, snapshot: int | None, device) -> tuple[dict, dict, int, Path]:
@@ -153,12 +153,7 @@ def plot(losses: np.ndarray, alphas: list[float], betas: list[float], summary: d
     ax.legend(fontsize=7, loc="upper right")
     ax.set_title(f"{title}\nround {summary['round']}: Keskar sharpness {summary['keskar']:.1f}, "
                  f"curvature {summary['curvature']:.2f}", fontsize=8)
-    if notes:
-        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
-                 va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, notes, bottom=0.05)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -51,7 +51,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from runs import (Run, count_notes, integer_rounds, load_tagged, mean_by_round, missing_dirs,  # noqa: E402
-                  read_csv, setting_deviations, stragglers)
+                  read_csv, save_figure, setting_deviations, stragglers)
 
 PAPER = "fedlap"
 METHODS = ("fedlap", "fedprox", "fedavg")
@@ -114,13 +114,7 @@ def _finish(fig, axes, title: str, notes: list[str], path: Path, written: list[P
         integer_rounds(ax)
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    if notes:
-        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
-                 va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.08 if notes else 0, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(save_figure(fig, path, notes, bottom=0.08))
 
 
 def client_means(run: Run) -> pd.DataFrame | None:

@@ -45,7 +45,7 @@ import pandas as pd  # noqa: E402
 
 from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER, PAPER_TABLE1, PAPER_TARGET,  # noqa: E402
                                  SCENARIO_LABELS, SCENARIOS, deviations)
-from runs import Run, integer_rounds, load_tagged, mean_by_round, missing_dirs, read_csv  # noqa: E402
+from runs import Run, integer_rounds, load_tagged, mean_by_round, missing_dirs, read_csv, save_figure  # noqa: E402
 
 COLORS = {"fedlayerwise": "tab:red", "fedadp": "tab:green", "fedavg": "tab:blue"}
 
@@ -54,22 +54,13 @@ def _style(df: pd.DataFrame) -> dict:
     return {"marker": "o", "markersize": 3} if len(df) <= 30 else {}
 
 
-def _notes_text(notes: list[str]) -> str:
-    return "NOT the paper's setting: " + "; ".join(notes)
-
-
 def _finish(fig, axes, title: str, notes: list[str], path: Path, written: list[Path],
             right: float = 1.0) -> None:
     for ax in axes:
         integer_rounds(ax)
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    if notes:
-        fig.text(0.01, 0.005, _notes_text(notes), fontsize=6, color="firebrick", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.07 if notes else 0, right, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(save_figure(fig, path, notes, bottom=0.07, right=right))
 
 
 def loss_column(frames: list[pd.DataFrame]) -> str:

@@ -42,7 +42,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                  METHODS, Run, by_cell, load_runs, missing_dirs)
+                  METHODS, Run, by_cell, load_runs, missing_dirs, save_figure)
 
 COLORS = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
 STEP_LABEL = r"N = $\|w_{t+1}-w_t\|$ (server step, eq. 24)"
@@ -66,13 +66,7 @@ def _finish(fig, ax, title: str, notes: list[str], path: Path, written: list[Pat
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    if notes:
-        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6,
-                 color="firebrick", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.06 if notes else 0, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(save_figure(fig, path, notes, bottom=0.06))
 
 
 def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: Path,

@@ -49,7 +49,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import pd_tables  # noqa: E402
-from runs import Run, find_runs, integer_rounds, mean_by_round, missing_dirs, read_csv  # noqa: E402
+from runs import Run, find_runs, integer_rounds, mean_by_round, missing_dirs, read_csv, save_figure  # noqa: E402
 
 STYLES = {"iid": ":", "noniid2": "-", "noniid1": "--", "vanilla_bs50": "-.", "vanilla_bs500": "-.", None: "-"}
 STYLE_NAMES = {"iid": "IID", "noniid2": "Non-IID(2)", "noniid1": "Non-IID(1)", "vanilla_bs50": "Vanilla BS:50",
@@ -155,14 +155,8 @@ def _notes(cs: list[Curve]) -> list[str]:
 
 
 def _save(fig, notes: list[str], path: Path, written: list[Path], legend_rows: int = 1) -> None:
-    if notes:
-        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
-                 va="bottom", wrap=True)
-    top = 1 - 0.05 * legend_rows * (6 / max(fig.get_figheight(), 1))
-    fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, top))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    top = 1 - 0.05 * legend_rows * (6 / max(fig.get_figheight(), 1))  # room for the legend above
+    written.append(save_figure(fig, path, notes, bottom=0.05, top=top, dpi=110))
 
 
 def _plot(ax, df: pd.DataFrame | None, column: str, curve: Curve, color, scale: float = 1.0) -> bool:

@@ -172,6 +172,25 @@ def missing_dirs(dirs: list[str], prog: str) -> bool:
     return bool(bad)
 
 
+def save_figure(fig, path, notes=(), *, bottom: float = 0.06, right: float = 1.0, top: float = 1.0,
+                dpi: int = 120) -> Path:
+    """Lay out, save and close a matplotlib figure.
+
+    ``notes`` (how the runs depart from the paper's setting) are printed in red along the
+    bottom, in the figure fraction ``bottom`` kept free for them; ``right`` and ``top`` keep room
+    for a legend placed outside the axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if notes:
+        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
+                 va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, bottom if notes else 0, right, top))
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return Path(path)
+
+
 def integer_rounds(ax) -> None:
     """Integer round ticks on a matplotlib axis, also when only a round or two were run."""
     from matplotlib.ticker import MaxNLocator
