@@ -61,7 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
-from runs import Run, count_notes, load_tagged, missing_dirs, setting_deviations  # noqa: E402
+from runs import Run, count_notes, load_tagged, setting_deviations  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = "fedlayerwise"
@@ -325,11 +325,10 @@ def _fraction(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fedlayerwise_table1.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="mode", required=True)
-
-    def common(q):
+    p, c, r = grid.table_parser("fedlayerwise_table1.py", __doc__, "Table I", "fedlayerwise_table1.csv",
+                                "<scenario>/<method>_seed<seed>",
+                                "Launch one `fedrun -m` per Table I column (all methods), then collect.")
+    for q in (c, r):
         q.add_argument("--target", type=_fraction, default=PAPER_TARGET,
                        help="accuracy to reach, a fraction (default 0.95, the paper's; the paper's numbers "
                             "are shown for 0.95 only)")
@@ -340,18 +339,6 @@ def parser() -> argparse.ArgumentParser:
                        help="read the paper's numbers from this CSV (method,scenario,rounds_to_95pct_accuracy, "
                             "e.g. ../shared/papers/targets/fedlayerwise_table1_rounds_to_95pct.csv) instead "
                             "of the built-in transcription")
-
-    c = sub.add_parser("collect", help="print Table I from existing run directories",
-                       description="Find run directories under DIRs and print Table I (ours vs paper).")
-    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    c.add_argument("--csv", default=None,
-                   help="long-form CSV to write (default: DIR/fedlayerwise_table1.csv for the first DIR, or "
-                        "beside it when DIR is itself a run directory; '' to write none)")
-    common(c)
-
-    r = sub.add_parser("run", help="launch the grid with fedrun, then collect",
-                       description="Launch one `fedrun -m` per Table I column (all methods), then collect.")
-    r.add_argument("--out", required=True, help="output folder: runs go to OUT/<scenario>/<method>_seed<seed>")
     r.add_argument("--smoke", action="store_true",
                    help="add " + " ".join(SMOKE_OVERRIDES) + " (3 rounds, 1,000 train images, 60 per "
                         "client): checks the pipeline, is not the paper's setting")
@@ -362,20 +349,13 @@ def parser() -> argparse.ArgumentParser:
                    help=f"which presets of conf/experiment/fedlayerwise (default both: {', '.join(SCENARIOS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=["fedavg", "fedadp", "fedlayerwise"],
                    metavar="METHOD", help="which aggregators (default all 3: fedavg fedadp fedlayerwise)")
-    grid.add_launch_arguments(r, "fedlayerwise_table1.csv")
-    common(r)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.mode == "run":
-        return run_grid(args)
-    csv_path = grid.default_csv(args.dirs, "fedlayerwise_table1.csv") if args.csv is None else args.csv
-    if missing_dirs(args.dirs, "fedlayerwise_table1"):
-        return 2
-    collect(args.dirs, args.target, args.metric, csv_path or None, args.paper_csv)
-    return 0
+    return grid.table_main(parser().parse_args(argv), run_grid,
+                           lambda a, csv_path: collect(a.dirs, a.target, a.metric, csv_path, a.paper_csv),
+                           "fedlayerwise_table1.csv", "fedlayerwise_table1")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
 from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                  METHODS, Run, by_cell, deviation_notes, load_runs, missing_dirs)
+                  METHODS, Run, by_cell, deviation_notes, load_runs)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -243,12 +243,10 @@ def _substitute(text: str) -> tuple[str, str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fednnnn_table2.py", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="mode", required=True)
-
-    def common(q):
+    p, c, r = grid.table_parser("fednnnn_table2.py", __doc__, "Table 2", "fednnnn_table2.csv",
+                                "<cell>/<method>_seed<seed>",
+                                "Launch one `fedrun -m` per Table 2 column (all methods), then collect.")
+    for q in (c, r):
         q.add_argument("--accuracy", choices=("final", "best"), default="final",
                        help="final_test_acc (after the last round, as the paper's table; default) or "
                             "best_test_acc (highest over the rounds)")
@@ -256,18 +254,6 @@ def parser() -> argparse.ArgumentParser:
                        help="read the paper's numbers from this CSV (method,dataset,condition,accuracy_pct, "
                             "e.g. ../shared/papers/targets/fednnnn_table2_accuracy.csv) instead of the "
                             "built-in transcription")
-
-    c = sub.add_parser("collect", help="print Table 2 from existing run directories",
-                       description="Find run directories under DIRs and print Table 2 (ours vs paper).")
-    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    c.add_argument("--csv", default=None,
-                   help="long-form CSV to write (default: DIR/fednnnn_table2.csv for the first DIR, or "
-                        "beside it when DIR is itself a run directory; '' to write none)")
-    common(c)
-
-    r = sub.add_parser("run", help="launch the grid with fedrun, then collect",
-                       description="Launch one `fedrun -m` per Table 2 column (all methods), then collect.")
-    r.add_argument("--out", required=True, help="output folder: runs go to OUT/<cell>/<method>_seed<seed>")
     r.add_argument("--smoke", action="store_true",
                    help="add scale=smoke (3 rounds, 10 clients, 1000/300 samples): checks the pipeline, "
                         "is not the paper's setting")
@@ -279,20 +265,13 @@ def parser() -> argparse.ArgumentParser:
                    help=f"which presets of conf/experiment/fednnnn (default: all 8: {', '.join(CELLS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
                    help=f"which aggregators (default: all 5: {', '.join(METHODS)})")
-    grid.add_launch_arguments(r, "fednnnn_table2.csv")
-    common(r)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.mode == "run":
-        return run_grid(args)
-    csv_path = grid.default_csv(args.dirs, "fednnnn_table2.csv") if args.csv is None else args.csv
-    if missing_dirs(args.dirs, "fednnnn_table2"):
-        return 2
-    collect(args.dirs, args.accuracy, csv_path or None, args.paper_csv)
-    return 0
+    return grid.table_main(parser().parse_args(argv), run_grid,
+                           lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv),
+                           "fednnnn_table2.csv", "fednnnn_table2")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from runs import Run
+from runs import Run, missing_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 SUBDIR = "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"
@@ -113,6 +113,41 @@ def dataset_substitute(text: str, allowed: tuple[str, ...]) -> tuple[str, str]:
         options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
         raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
     return real, option
+
+
+def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str,
+                 run_description: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser,
+                                                 argparse.ArgumentParser]:
+    """The command line every table script shares: ``collect DIR...`` and ``run --out OUT``.
+
+    Returns ``(parser, collect, run)``; the script adds its own options to the two modes.
+    ``layout``: where ``run`` puts each run below OUT.
+    """
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("collect", help=f"print {table} from existing run directories",
+                       description=f"Find run directories under DIRs and print {table} (ours vs paper).")
+    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+    c.add_argument("--csv", default=None,
+                   help=f"long-form CSV to write (default: DIR/{csv_name} for the first DIR, or beside it when "
+                        "DIR is itself a run directory; '' to write none)")
+    r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect", description=run_description)
+    r.add_argument("--out", required=True, help=f"output folder: runs go to OUT/{layout}")
+    add_launch_arguments(r, csv_name)
+    return p, c, r
+
+
+def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace], int],
+               collect: Callable[[argparse.Namespace, str | None], object], csv_name: str, prog: str) -> int:
+    """Dispatch a table script's mode: ``run`` launches the grid; ``collect`` checks the DIRs
+    and calls ``collect(args, csv_path)`` (csv_path None: write no CSV).  The exit code."""
+    if args.mode == "run":
+        return run_grid(args)
+    if missing_dirs(args.dirs, prog):
+        return 2
+    csv_path = default_csv(args.dirs, csv_name) if args.csv is None else args.csv
+    collect(args, csv_path or None)
+    return 0
 
 
 def add_launch_arguments(r: argparse.ArgumentParser, csv_name: str) -> None:

@@ -76,7 +76,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
-from runs import Run, count_notes, find_runs, missing_dirs, setting_deviations  # noqa: E402
+from runs import Run, count_notes, find_runs, setting_deviations  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = REPO.parent / "shared" / "papers" / "targets" / "parameter_divergence_tables4-10_accuracy.csv"
@@ -607,27 +607,15 @@ def _substitute(text: str) -> tuple[str, str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pd_tables.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="mode", required=True)
-
-    def common(q):
+    p, c, r = grid.table_parser("pd_tables.py", __doc__, "Tables 4-10", "pd_tables.csv",
+                                "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
+                                "Launch one fedrun per missing run of the chosen tables, then collect.")
+    for q in (c, r):
         q.add_argument("--tables", default=None, metavar="N[,N...]",
                        help="which tables, e.g. 4,8 (default: 4-10)")
         q.add_argument("--paper-csv", default=None,
                        help="read the paper's rows from this CSV (table,dataset,network,optimizer,variant,setting,"
                             f"final_acc_pct,best_acc_pct, e.g. {TARGETS}) instead of the built-in transcription")
-
-    c = sub.add_parser("collect", help="print Tables 4-10 from existing run directories",
-                       description="Find run directories under DIRs and print Tables 4-10 (ours vs paper).")
-    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    c.add_argument("--csv", default=None, help="tidy CSV to write (default: DIR/pd_tables.csv; '' for none)")
-    common(c)
-
-    r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect",
-                       description="Launch one fedrun per missing run of the chosen tables, then collect.")
-    r.add_argument("--out", required=True,
-                   help="runs go to OUT/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>")
     r.add_argument("--settings", default=None, metavar="S[,S...]",
                    help=f"which columns: {','.join(SETTINGS)} (default: all)")
     r.add_argument("--datasets", default=None, metavar="D[,D...]", help="cifar10 and/or svhn (default: both)")
@@ -645,20 +633,14 @@ def parser() -> argparse.ArgumentParser:
                         "dataset.channels=3 dataset.image_size=32); repeatable. Marked as substituted")
     r.add_argument("--resume", action="store_true",
                    help="continue runs that started but did not finish (resume=true) instead of skipping them")
-    grid.add_launch_arguments(r, "pd_tables.csv")
-    common(r)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.mode == "run":
-        return run_grid(args)
-    if missing_dirs(args.dirs, "pd_tables"):
-        return 2
-    csv_path = grid.default_csv(args.dirs, "pd_tables.csv") if args.csv is None else args.csv
-    collect(args.dirs, csv_path or None, _list(args.tables, TABLES, "table"), args.paper_csv)
-    return 0
+    return grid.table_main(
+        parser().parse_args(argv), run_grid,
+        lambda a, csv_path: collect(a.dirs, csv_path, _list(a.tables, TABLES, "table"), a.paper_csv),
+        "pd_tables.csv", "pd_tables")
 
 
 if __name__ == "__main__":
