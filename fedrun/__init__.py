@@ -6,7 +6,7 @@ order a reader of the papers expects (see :func:`fedrun.simulation.simulate`):
 1. sample the round's clients from ``(seed, round)``            -- :mod:`fedrun.seeding`
 2. train them locally, updates returned as stacked tensors      -- :mod:`fedrun.engine`
 3. weight the clients and aggregate through server transforms  -- :mod:`fedrun.aggregators`
-4. measure N, E and the server step per layer (NWDA)            -- :mod:`fedrun.norms`
+4. measure N, E and the server step per layer (NWDA)            -- :mod:`fedrun.nwda`
 5. evaluate, write the round's CSV rows, checkpoint             -- :mod:`fedrun.recorder`
 """
 

@@ -21,8 +21,8 @@ import torch
 
 from fedrun import transforms as T
 from fedrun.errors import ConfigError, check
-from fedrun.models import Layer
-from fedrun.norms import LayerGrams, NormStats, Params, layer_norms, nwda, weighted_mean, weighted_mean_by_layer
+from fedrun.layers import Layer
+from fedrun.nwda import LayerGrams, NormStats, Params, layer_norms, nwda, weighted_mean, weighted_mean_by_layer
 from fedrun.regularizers import LayerAdaptive, Proximal, Regularizer
 from fedrun.weighting import WeightingRule, angle_rule
 
@@ -147,7 +147,7 @@ def server_round(aggregator: Aggregator, params: Params, server_state, deltas: P
         averaged with the same client weights, and kept out of N, E and the server step.
       num_examples: ``[m]`` the clients' training-set sizes ``n_k``.
       clients, rule_state: the clients' ids and the weighting rule's state (angle rules only).
-      grams: the updates' :func:`fedrun.norms.layer_grams`, if already computed.
+      grams: the updates' :func:`fedrun.nwda.layer_grams`, if already computed.
 
     N and E always use the base weights (``examples`` or ``uniform``), as eq. 4-5 define them, so
     they compare across aggregators; an angle rule's weights then form the mean update.

@@ -15,7 +15,7 @@ Exactly the sequential engine's computation, reorganized:
   padding, so BatchNorm's batch statistics never see padding;
 * BatchNorm running statistics are per client (stacked buffers updated in place under vmap);
   ``torch.nn`` BatchNorm layers run as one BatchNorm over the chunk's clients x channels
-  (:mod:`fedrun.fused_batchnorm`), the same arithmetic in fewer passes.
+  (:mod:`fedrun.vmap_batchnorm`), the same arithmetic in fewer passes.
 
 Results equal the sequential engine's to float rounding (the tests check this for every
 aggregator and model family).  ``clients_per_step`` bounds memory by training the round's
@@ -50,8 +50,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fedrun.engine import (ClientResults, LocalTraining, SequentialEngine, autocast, check_engine_options,
                            compile_errors, precision_scope)
 from fedrun.errors import ConfigError, check
-from fedrun.fused_batchnorm import FusedClientBatchNorm, uses_batch_norm
-from fedrun.norms import Params
+from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
+from fedrun.nwda import Params
 from fedrun.optim import load_state, state_dict
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
@@ -107,7 +107,7 @@ class BatchedEngine:
         if compile:
             self._forward = torch.compile(self._forward)
         # torch.nn BatchNorm layers: all clients as one BatchNorm over m*C channels (see
-        # fedrun.fused_batchnorm); left to vmap's own rule under torch.compile, which traces it.
+        # fedrun.vmap_batchnorm); left to vmap's own rule under torch.compile, which traces it.
         self._fuse_bn = uses_batch_norm(model) and not compile
 
     def train(self, params: Params, buffers: Params, clients: list[int], round_: int,

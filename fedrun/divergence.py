@@ -19,7 +19,7 @@ Definition 1 assumes equally sized learners, so both are plain (unweighted) mean
 round's learners.  The "universal set" is the trainable parameters (BatchNorm scales and shifts
 included, running statistics not).  Computed in float64: late in training the cosines are
 within 1e-8 of 1 and float32 would round the distances away.  Every cosine comes from Gram
-matrices: in a run, those of the updates (:func:`fedrun.norms.layer_grams`, shared with N and E),
+matrices: in a run, those of the updates (:func:`fedrun.nwda.layer_grams`, shared with N and E),
 ``<w + dw_j, w + dw_k> = |w|^2 + <w, dw_j> + <w, dw_k> + <dw_j, dw_k>``.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedrun.models import Layer
-from fedrun.norms import LayerGrams, Params, layer_grams
+from fedrun.layers import Layer
+from fedrun.nwda import LayerGrams, Params, layer_grams
 from fedrun.seeding import torch_generator
 
 
@@ -84,7 +84,7 @@ def divergence_from_grams(grams: torch.Tensor, k: int, with_reference: bool, eps
 
 
 def round_divergence(grams: LayerGrams) -> Divergence:
-    """A round's divergence from the updates' :func:`fedrun.norms.layer_grams` taken with the
+    """A round's divergence from the updates' :func:`fedrun.nwda.layer_grams` taken with the
     global model (and the vanilla reference's update as the extra row): the learners' Gram
     matrices are expanded from them exactly, so no learner's ``w + dw_k`` is ever built."""
     return divergence_from_grams(grams.learners(), grams.clients, grams.updates.shape[1] > grams.clients)
@@ -96,7 +96,7 @@ def parameter_divergence(client_params: Mapping[str, torch.Tensor], layers: list
 
     Args:
       client_params: the learners' parameters ``w_k``, stacked ``[K, *shape]`` per name.
-      layers: the model's layers (:func:`fedrun.models.layers`).
+      layers: the model's layers (:func:`fedrun.layers.layers`).
       reference: the vanilla-updated parameters ``w_{-1}``, one ``[*shape]`` tensor per name.
 
     Returns:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedrun.errors import ConfigError, check
-from fedrun.norms import Params
+from fedrun.nwda import Params
 from fedrun.optim import load_state, lr_factor, make_optimizer, state_dict
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator

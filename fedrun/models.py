@@ -1,4 +1,7 @@
-"""Models, and the grouping of their parameters into the layers the papers analyse.
+"""The FL papers' small models: FedNNNN's MNIST and CIFAR-10 CNNs (Tables 3-4), the FedLayerWise
+CNN, the FedLap models (TensorFlow tutorial CNN, MLP).  The parameter-divergence paper's
+NetA/B/C and ResNets are in :mod:`fedrun.pd_nets`; the grouping of any model's parameters into
+layers is :mod:`fedrun.layers`.
 
 Every model takes ``in_channels``, ``image_size`` and ``num_classes`` (filled from the dataset
 config), so any model runs on any image dataset.  PyTorch's default initialization is used, as in
@@ -6,12 +9,8 @@ the FedNNNN paper ("implemented using the PyTorch framework").
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
-
-from fedrun.normalization import FederatedBatchNorm
 
 
 class MnistCNN(nn.Module):
@@ -121,38 +120,3 @@ class MLP(nn.Module):
 
 
 # ----------------------------------------------------------------------------- layers
-
-_TYPES = (
-    (nn.modules.conv._ConvNd, "conv"),
-    (nn.Linear, "fc"),
-    ((nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, FederatedBatchNorm), "norm"),
-)
-
-
-@dataclass(frozen=True)
-class Layer:
-    """A module that owns parameters: its name (``conv1``, ``features.0``), type and parameters."""
-
-    name: str
-    type: str  # conv | fc | norm | other
-    params: tuple[str, ...]  # full parameter names, e.g. ("conv1.weight", "conv1.bias")
-
-
-def layers(model: nn.Module) -> list[Layer]:
-    """The model's layers in definition order, each with its type and parameter names.
-
-    The FedNNNN figures plot N and E "of fully connected layer" and "of convolutional layer"
-    separately; the per-layer norms of :mod:`fedrun.norms` are summed by these types.
-    """
-    out = []
-    for name, module in model.named_modules():
-        own = [f"{name}.{p}" if name else p for p, _ in module.named_parameters(recurse=False)]
-        if not own:
-            continue
-        kind = next((t for cls, t in _TYPES if isinstance(module, cls)), "other")
-        out.append(Layer(name or "model", kind, tuple(own)))
-    return out
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from fedrun.errors import ConfigError, check
-from fedrun.norms import Params
+from fedrun.nwda import Params
 
 
 class Regularizer:

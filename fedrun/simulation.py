@@ -20,8 +20,8 @@ from fedrun.data import FederatedData
 from fedrun.divergence import Divergence, LearnerParams, mean_size, round_divergence, vanilla_indices
 from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
 from fedrun.errors import ConfigError, DivergenceError, Interrupted, NoSpaceError, check, first_line
-from fedrun.models import layers as model_layers
-from fedrun.norms import Params, layer_grams
+from fedrun.layers import layers as model_layers
+from fedrun.nwda import Params, layer_grams
 from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
 from fedrun.recorder import CsvLog, atomic_save, summarize, write_json
@@ -202,7 +202,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                         _sync(device)
                         row["train_s"] = time.perf_counter() - t_train
                         # Every inner product of the round's diagnostics in one pass over the updates:
-                        # N and E, the clients' angles, and the learners' divergence (fedrun.norms).
+                        # N and E, the clients' angles, and the learners' divergence (fedrun.nwda).
                         grams = layer_grams(results.deltas, layers, params,
                                             None if vanilla is None else {k: v[0] for k, v in vanilla.deltas.items()})
                         divergence = round_divergence(grams)

@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from fedrun.errors import check
-from fedrun.norms import NormStats, Params
+from fedrun.nwda import NormStats, Params
 
 
 class ServerTransform(NamedTuple):

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from fedrun.errors import ConfigError, check
-from fedrun.norms import NormStats
+from fedrun.nwda import NormStats
 
 GOMPERTZ_FORMS = ("decreasing", "literal")
 

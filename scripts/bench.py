@@ -55,7 +55,8 @@ from fedrun.aggregators import fedavg, server_round
 from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
 from fedrun.engine import PRECISIONS, LocalTraining, SequentialEngine, evaluate, split_state
-from fedrun.models import Cifar10CNN, MnistCNN, layers
+from fedrun.layers import layers
+from fedrun.models import Cifar10CNN, MnistCNN
 
 
 @dataclass(frozen=True)

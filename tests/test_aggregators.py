@@ -21,8 +21,8 @@ from fedrun import aggregators as A
 from fedrun import transforms as T
 from fedrun.engine import split_state
 from fedrun.errors import ConfigError, DivergenceError
-from fedrun.models import Layer, layers
-from fedrun.norms import NormStats, nwda
+from fedrun.layers import Layer, layers
+from fedrun.nwda import NormStats, nwda
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 SQRT_0625 = math.sqrt(0.625)  # N of the standard round

@@ -23,8 +23,8 @@ import torch
 
 from fedrun import aggregators as A
 from fedrun.errors import ConfigError
-from fedrun.models import Layer
-from fedrun.norms import nwda
+from fedrun.layers import Layer
+from fedrun.nwda import nwda
 from fedrun.weighting import angle_rule, gompertz
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
@@ -353,7 +353,7 @@ def test_fedlayerwise_presets(preset, iid):
     from hydra.utils import instantiate
 
     from fedrun import cli
-    from fedrun.models import count_parameters
+    from fedrun.layers import count_parameters
 
     cfg = compose_with([f"experiment=fedlayerwise/{preset}"])
     assert cfg.dataset.name == "mnist"

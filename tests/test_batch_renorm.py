@@ -1,7 +1,7 @@
 """Batch Renormalization as TensorFlow 1.13 runs it (the parameter-divergence paper's code).
 
 The expected numbers are worked out by hand in the comments, from the equations of
-:class:`fedrun.normalization.BatchRenorm` (TF's ``_renorm_correction_and_moments``): with rate
+:class:`fedrun.batchnorm.BatchRenorm` (TF's ``_renorm_correction_and_moments``): with rate
 alpha, ``renorm_mean <- (1 - alpha) renorm_mean + alpha mu_B`` and
 ``renorm_mean_weight <- (1 - alpha) renorm_mean_weight + alpha`` (likewise the standard
 deviation); r and d use ``mu_mix = renorm_mean + (1 - weight) mu_B`` and ``sigma_mix``, taken
@@ -15,8 +15,8 @@ import torch
 from torch.func import functional_call, vmap
 
 from fedrun.aggregators import average_buffers
-from fedrun.nets import PDNet, make_norm
-from fedrun.normalization import BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
+from fedrun.pd_nets import PDNet, make_norm
+from fedrun.batchnorm import BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
 
 RENORM_BUFFERS = ("renorm_mean", "renorm_mean_weight", "renorm_stddev", "renorm_stddev_weight")
 
@@ -39,7 +39,7 @@ def test_brn_buffers_and_initial_state():
     for name in RENORM_BUFFERS:  # TF's zeros_initializer
         assert getattr(brn, name).abs().sum() == 0 and getattr(brn, name).is_floating_point()
     assert brn.running_mean.abs().sum() == 0 and torch.equal(brn.running_var, torch.ones(3))  # TF: mean 0, variance 1
-    # nets.py builds it with make_norm(norm, features, dims, momentum): both rates are bn_momentum.
+    # pd_nets.py builds it with make_norm(norm, features, dims, momentum): both rates are bn_momentum.
     made = make_norm("brn", 4, 1, 0.1)
     assert isinstance(made, BatchRenorm1d) and made.renorm_momentum == made.momentum == 0.1
     assert BatchRenorm1d(2, momentum=0.1, renorm_momentum=0.3).renorm_momentum == 0.3

@@ -24,7 +24,7 @@ from fedrun.data import prepare, synthetic
 from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.errors import ConfigError
 from fedrun.models import MLP, Cifar10CNN, MnistCNN, TFTutorialCNN
-from fedrun.nets import PDNet
+from fedrun.pd_nets import PDNet
 from fedrun.partition import iid
 from fedrun.regularizers import LayerAdaptive, Proximal
 from fedrun.simulation import Federation, simulate

@@ -15,7 +15,7 @@ from conftest import CONF_DIR
 from fedrun import cli
 from fedrun.aggregators import Aggregator
 from fedrun.engine import LocalTraining
-from fedrun.models import count_parameters
+from fedrun.layers import count_parameters
 from fedrun.simulation import Federation
 
 GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "experiment", "scale")

@@ -17,7 +17,7 @@ from equivalence import relative_difference
 from fedrun.batched import MEMORY_SAFETY, BatchedEngine, auto_engine, choose_chunk, client_bytes
 from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.models import MLP, Cifar10CNN, MnistCNN
-from fedrun.nets import pdnet
+from fedrun.pd_nets import pdnet
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -105,7 +105,7 @@ BOUNDS = {("mnist_cnn", "tf32"): 0.02, ("mnist_cnn", "bf16"): 0.15,
 @pytest.mark.parametrize("family,precision", list(BOUNDS))
 def test_lower_precision_stays_close_to_fp32(family, precision):
     # cifar10_cnn_bn: under CUDA autocast the convolutions return bf16, so the batched engine's
-    # fused BatchNorm (fedrun.fused_batchnorm) sees bf16 inputs with FP32 parameters.
+    # fused BatchNorm (fedrun.vmap_batchnorm) sees bf16 inputs with FP32 parameters.
     make, shape, _ = FAMILIES[family]
     bound = BOUNDS[family, precision]
     for engine in (SequentialEngine, BatchedEngine):

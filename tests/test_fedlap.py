@@ -29,7 +29,7 @@ from conftest import tiny_mlp
 from fedrun import aggregators as A
 from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.errors import ConfigError
-from fedrun.models import Layer
+from fedrun.layers import Layer
 from fedrun.regularizers import LayerAdaptive, Proximal, neuron_view
 
 LAMBDA_1 = 1 - 1 / math.sqrt(2)  # 0.292893
@@ -274,7 +274,7 @@ def test_fedlap_presets(preset, dataset, model, params):
     from hydra.utils import instantiate
 
     from fedrun import cli
-    from fedrun.models import count_parameters
+    from fedrun.layers import count_parameters
 
     cfg = compose_with([f"experiment=fedlap/{preset}"])
     assert cfg.dataset.name == dataset

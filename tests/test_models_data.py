@@ -13,7 +13,8 @@ import torch
 
 from fedrun import data as D
 from fedrun.errors import ConfigError, DataError
-from fedrun.models import MLP, Cifar10CNN, MnistCNN, count_parameters, layers
+from fedrun.layers import count_parameters, layers
+from fedrun.models import MLP, Cifar10CNN, MnistCNN
 
 
 # ----------------------------------------------------------------------------- models

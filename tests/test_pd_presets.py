@@ -21,7 +21,7 @@ def test_federated_settings(setting, rounds, classes):
     cfg = compose_with([f"experiment=pd/{setting}"])
     h = cfg.hyperparams
     assert (h.rounds, h.num_clients, h.client_fraction, h.local_epochs, h.batch_size) == (rounds, 10, 1.0, 1, 50)
-    assert cfg.dataset.name == "cifar10" and cfg.model._target_ == "fedrun.nets.PDNet"
+    assert cfg.dataset.name == "cifar10" and cfg.model._target_ == "fedrun.pd_nets.PDNet"
     assert cfg.partition._target_ == ("fedrun.partition.iid" if classes is None else "fedrun.partition.classes")
     if classes:
         assert cfg.partition.classes_per_client == classes

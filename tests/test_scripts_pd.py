@@ -39,7 +39,7 @@ def make_run(folder: Path, setting: str, model: str = "neta_baseline", hyperpara
     config = {
         "seed": seed,
         "dataset": {"name": data_name or dataset, "max_train": 1000 if scale else None, "max_test": None},
-        "model": {"_target_": "fedrun.nets.PDNet", "norm": norm, "dropout": dropout},
+        "model": {"_target_": "fedrun.pd_nets.PDNet", "norm": norm, "dropout": dropout},
         "hyperparams": {"rounds": rounds if scale else ROUNDS[setting], "num_clients": 100 if vanilla else 10,
                         "client_fraction": 1.0, "local_epochs": 1,
                         "batch_size": 500 if setting == "vanilla_bs500" else 50, "lr": lr,

@@ -1,4 +1,4 @@
-"""m clients' BatchNorms as one BatchNorm over m*C channels (fedrun.fused_batchnorm): the same
+"""m clients' BatchNorms as one BatchNorm over m*C channels (fedrun.vmap_batchnorm): the same
 outputs, gradients and running statistics as each client's own F.batch_norm."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
-from fedrun import fused_batchnorm
-from fedrun.fused_batchnorm import FusedClientBatchNorm, uses_batch_norm
+from fedrun import vmap_batchnorm
+from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
 from fedrun.models import MLP, Cifar10CNN
-from fedrun.nets import pdnet
+from fedrun.pd_nets import pdnet
 
 M, C = 3, 4
 
@@ -83,8 +83,8 @@ def test_the_batched_engine_fuses_torch_batchnorm_only(monkeypatch):
     assert uses_batch_norm(Cifar10CNN()) and not uses_batch_norm(MLP())
     assert not uses_batch_norm(pdnet("NetA-Baseline", norm="bn"))  # FederatedBatchNorm: elementwise ops
     calls = []
-    rule = fused_batchnorm.ClientBatchNorm.vmap
-    monkeypatch.setattr(fused_batchnorm.ClientBatchNorm, "vmap",
+    rule = vmap_batchnorm.ClientBatchNorm.vmap
+    monkeypatch.setattr(vmap_batchnorm.ClientBatchNorm, "vmap",
                         staticmethod(lambda *a: calls.append(1) or rule(*a)))
     torch.manual_seed(0)
     model = Cifar10CNN()

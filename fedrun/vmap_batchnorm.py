@@ -20,7 +20,7 @@ backward of its own: the batched engine differentiates with ``torch.autograd.gra
 
 :class:`FusedClientBatchNorm` is a ``TorchFunctionMode`` that routes the model's training-mode
 ``F.batch_norm`` calls with vmapped inputs (``torch.nn.BatchNorm1d/2d/3d``) to it; every other
-call passes through.  fedrun's own :class:`fedrun.normalization.FederatedBatchNorm` is written
+call passes through.  fedrun's own :class:`fedrun.batchnorm.FederatedBatchNorm` is written
 with elementwise operations and is not affected.
 """
 from __future__ import annotations

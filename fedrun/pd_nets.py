@@ -4,7 +4,7 @@ Appendix A.1 (Figure 6, Table 3) defines one CNN template with four knobs: n con
 group (depth), 16 m channels in the first group (width), the pooling after the last conv layer
 (the width of F1's input) and the FC stack (v layers, 256 u units in F1).  Table 5 adds
 ResNet-14 and ResNet-20 (He et al. 2016).  All are initialized as in Appendix A.2
-(:func:`he_truncated_normal_`).  Normalization layers are those of :mod:`fedrun.normalization`,
+(:func:`he_truncated_normal_`).  Normalization layers are those of :mod:`fedrun.batchnorm`,
 whose running statistics average across clients as in the paper's footnote 8.
 
 Every model takes ``in_channels``, ``image_size`` and ``num_classes`` (from the dataset config);
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedrun.errors import check
-from fedrun.normalization import (BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm,
+from fedrun.batchnorm import (BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm,
                                   FederatedBatchNorm1d, FederatedBatchNorm2d)
 
 NORMS = {"none": None, "bn": (FederatedBatchNorm1d, FederatedBatchNorm2d), "brn": (BatchRenorm1d, BatchRenorm2d)}
@@ -72,7 +72,7 @@ class PDNet(nn.Module):
     ``BNF{j}`` (whatever ``norm`` is); dropout modules are ``D{i}{j}`` and ``DF{j}``.
 
     Normalization (``norm="bn"`` federated Batch Normalization, ``"brn"`` Batch Renormalization,
-    :mod:`fedrun.normalization`): after every conv layer and every hidden FC layer, before the
+    :mod:`fedrun.batchnorm`): after every conv layer and every hidden FC layer, before the
     ReLU, as in Ioffe & Szegedy (2015) who normalize every nonlinearity's input; the paper only
     says BN "is employed to the baseline", and normalizing the FC layers too is what makes F1/F2
     (the layers whose divergence it plots) subject to it.  The output layer is not normalized.

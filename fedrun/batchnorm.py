@@ -15,7 +15,7 @@ The modules here therefore keep the buffers ``running_mean`` (moving E[phi]) and
 every float buffer with the client weights p_k (:func:`fedrun.aggregators.average_buffers`), so
 no server-side code is needed: with p_k = n_k / n (or 1/K for equal n_k, the paper's setting)
 the averaged buffers give exactly footnote 8's variance, i.e. the variance of the pooled
-activations when each client's buffers hold one batch's statistics (``tests/test_nets.py``).
+activations when each client's buffers hold one batch's statistics (``tests/test_pd_nets.py``).
 There is no ``num_batches_tracked`` (the moving averages use a fixed rate).
 :class:`BatchRenorm` adds TensorFlow's renorm statistics (``renorm_mean``, ``renorm_stddev`` and
 their scalar debiasing weights), float buffers that the server averages the same way, and

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.models import Layer
+from fedrun.layers import Layer
 
 Params = dict[str, torch.Tensor]
 
@@ -150,7 +150,7 @@ def nwda(deltas: Params, weights: torch.Tensor, layers: list[Layer], grams: Laye
     Args:
       deltas: client updates ``w_k - w_t``, stacked ``[m, *shape]`` per parameter name.
       weights: ``[m]`` aggregation weights ``p_k`` summing to one.
-      layers: the model's layers (:func:`fedrun.models.layers`).
+      layers: the model's layers (:func:`fedrun.layers.layers`).
       grams: the updates' :class:`LayerGrams` if already computed (the simulation computes them
         once a round for these norms and for parameter divergence).
 
