@@ -34,6 +34,18 @@ TINY = [
 ]
 
 
+def compose(overrides: list[str] = (), resolve: bool = False):
+    """The config ``fedrun <overrides>`` would run, composed as the CLI does (a DictConfig, or
+    plain values with ``resolve=True``): the one way tests look at presets and defaults."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
+        cfg = hydra_compose("config", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True) if resolve else cfg
+
+
 def pytest_configure(config):
     # Tiny tensors on a shared 2-core machine: one thread is faster and steadier than two.
     torch.set_num_threads(1)

@@ -21,6 +21,7 @@ import math
 import pytest
 import torch
 
+from conftest import compose
 from fedrun import aggregators as A
 from fedrun.errors import ConfigError
 from fedrun.layers import Layer
@@ -338,13 +339,6 @@ def test_rule_per_layer_flag():
 
 # ----------------------------------------------------------------------------- experiment presets
 
-def compose_with(overrides):
-    from hydra import compose, initialize_config_dir
-
-    from conftest import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
-        return compose("config", overrides=overrides)
 
 
 @pytest.mark.parametrize("preset,iid", [("mnist_2iid_8noniid", 2), ("mnist_5iid_5noniid", 5)])
@@ -355,7 +349,7 @@ def test_fedlayerwise_presets(preset, iid):
     from fedrun import cli
     from fedrun.layers import count_parameters
 
-    cfg = compose_with([f"experiment=fedlayerwise/{preset}"])
+    cfg = compose([f"experiment=fedlayerwise/{preset}"])
     assert cfg.dataset.name == "mnist"
     assert cfg.partition._target_ == "fedrun.partition.mixed"
     assert (cfg.partition.iid_clients, cfg.partition.classes_per_client, cfg.partition.samples_per_client) == (iid, 2, 600)
@@ -378,7 +372,7 @@ def test_fedlayerwise_presets(preset, iid):
     assert [len(np.unique(labels[p])) for p in parts] == [10] * iid + [2] * (10 - iid)
     # The same preset with FedAdp or FedAvg for the comparison of Table I.
     for agg in ("fedadp", "fedavg"):
-        other = compose_with([f"experiment=fedlayerwise/{preset}", f"aggregator={agg}"])
+        other = compose([f"experiment=fedlayerwise/{preset}", f"aggregator={agg}"])
         assert other.aggregator._target_ == f"fedrun.aggregators.{agg}"
         assert other.hyperparams.optimizer == "adam" and other.partition.iid_clients == iid
-    assert compose_with([f"experiment=fedlayerwise/{preset}", "aggregator=fedadp"]).aggregator.alpha == 5.0
+    assert compose([f"experiment=fedlayerwise/{preset}", "aggregator=fedadp"]).aggregator.alpha == 5.0

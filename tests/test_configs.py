@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR
+from conftest import CONF_DIR, compose
 from fedrun import cli
 from fedrun.aggregators import Aggregator
 from fedrun.engine import LocalTraining
@@ -29,9 +28,6 @@ def options(group):
 CASES = [(g, o) for g in GROUPS for o in options(g)]
 
 
-def compose_with(overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
-        return compose("config", overrides=overrides)
 
 
 def test_groups_are_not_empty():
@@ -44,7 +40,7 @@ def test_groups_are_not_empty():
 
 @pytest.mark.parametrize("group,option", CASES, ids=[f"{g}={o}" for g, o in CASES])
 def test_config_composes_and_builds(group, option):
-    cfg = compose_with([f"{group}={option}"])
+    cfg = compose([f"{group}={option}"])
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     if group not in ("experiment", "scale"):
         # The chosen file is what the group holds: its plain (non-interpolated) values are there.
@@ -75,34 +71,34 @@ def test_config_composes_and_builds(group, option):
 
 def test_model_configs_match_the_paper():
     # Table 3 and Table 4 parameter counts through the configs (dataset fills the shapes).
-    cfg = compose_with(["model=mnist_cnn", "dataset=mnist"])
+    cfg = compose(["model=mnist_cnn", "dataset=mnist"])
     assert count_parameters(instantiate(cfg.model)) == 431_080
-    cfg = compose_with(["model=cifar10_cnn", "dataset=cifar10"])
+    cfg = compose(["model=cifar10_cnn", "dataset=cifar10"])
     assert count_parameters(instantiate(cfg.model)) == 1_146_088
-    cfg = compose_with(["model=cifar10_cnn", "dataset=cifar10", "model.batch_norm=false"])
+    cfg = compose(["model=cifar10_cnn", "dataset=cifar10", "model.batch_norm=false"])
     assert count_parameters(instantiate(cfg.model)) == 1_145_192
 
 
 def test_aggregator_defaults_and_overrides():
-    cfg = compose_with(["aggregator=fednnnn"])
+    cfg = compose(["aggregator=fednnnn"])
     agg = instantiate(cfg.aggregator)
     assert (cfg.aggregator.beta, cfg.aggregator.gamma) == (0.7, 0.8)
     assert agg.evaluate == "average" and agg.weighting == "examples"
-    cfg = compose_with(["aggregator=fednnnn", "aggregator.evaluate=sent", "aggregator.weighting=uniform"])
+    cfg = compose(["aggregator=fednnnn", "aggregator.evaluate=sent", "aggregator.weighting=uniform"])
     agg = instantiate(cfg.aggregator)
     assert (agg.evaluate, agg.weighting) == ("sent", "uniform")
     # Tuned values in `tuned` (what experiment presets set) reach every aggregator config.
-    cfg = compose_with(["aggregator=fedprox", "+tuned.fedprox.mu=0.02"])
+    cfg = compose(["aggregator=fedprox", "+tuned.fedprox.mu=0.02"])
     assert instantiate(cfg.aggregator).regularizer.mu == 0.02
 
 
 @pytest.mark.parametrize("option", [o for o in options("experiment")])
 def test_experiment_presets_set_tuned_values(option):
-    cfg = compose_with([f"experiment={option}"])
+    cfg = compose([f"experiment={option}"])
     # Each aggregator picks its tuned value from the preset.
     for name, key in (("fedprox", "mu"), ("normnorm", "beta"), ("momentum", "gamma"), ("fednnnn", "beta")):
         tuned = OmegaConf.select(cfg, f"tuned.{name}.{key}")
         if tuned is None:
             continue
-        with_agg = compose_with([f"experiment={option}", f"aggregator={name}"])
+        with_agg = compose([f"experiment={option}", f"aggregator={name}"])
         assert with_agg.aggregator[key] == tuned

@@ -25,7 +25,7 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_mlp
+from conftest import compose, tiny_mlp
 from fedrun import aggregators as A
 from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.errors import ConfigError
@@ -255,13 +255,6 @@ def test_bad_q_through_the_cli_precheck():
 
 # ----------------------------------------------------------------------------- experiment presets
 
-def compose_with(overrides):
-    from hydra import compose, initialize_config_dir
-
-    from conftest import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
-        return compose("config", overrides=overrides)
 
 
 @pytest.mark.parametrize("preset,dataset,model,params", [
@@ -276,7 +269,7 @@ def test_fedlap_presets(preset, dataset, model, params):
     from fedrun import cli
     from fedrun.layers import count_parameters
 
-    cfg = compose_with([f"experiment=fedlap/{preset}"])
+    cfg = compose([f"experiment=fedlap/{preset}"])
     assert cfg.dataset.name == dataset
     assert cfg.partition._target_ == "fedrun.partition.shards" and cfg.partition.shards_per_client == 2
     h = cfg.hyperparams
@@ -293,6 +286,6 @@ def test_fedlap_presets(preset, dataset, model, params):
     reg = objects["aggregator"].regularizer
     assert isinstance(reg, LayerAdaptive) and reg.q == 0.5
     # The comparison runs of Figs. 1-4: FedProx picks the preset's mu; stragglers as an override.
-    prox = compose_with([f"experiment=fedlap/{preset}", "aggregator=fedprox", "hyperparams.stragglers=0.9"])
+    prox = compose([f"experiment=fedlap/{preset}", "aggregator=fedprox", "hyperparams.stragglers=0.9"])
     assert prox.aggregator.mu == 0.01
     assert cli.build(prox)["participation"].stragglers == 0.9

@@ -2,23 +2,19 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from conftest import CONF_DIR
+from conftest import compose
 from fedrun.cli import build
 
 SETTINGS = ("iid", "noniid2", "noniid1", "vanilla_bs50", "vanilla_bs500")
 OPTIMIZERS = ("pd_sgd", "pd_nmom_a", "pd_nmom_wb", "pd_adam_a", "pd_adam_wb")
 
 
-def compose_with(overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
-        return compose("config", overrides=overrides)
 
 
 @pytest.mark.parametrize("setting,rounds,classes", [("iid", 200, None), ("noniid2", 300, 2), ("noniid1", 300, 1)])
 def test_federated_settings(setting, rounds, classes):
-    cfg = compose_with([f"experiment=pd/{setting}"])
+    cfg = compose([f"experiment=pd/{setting}"])
     h = cfg.hyperparams
     assert (h.rounds, h.num_clients, h.client_fraction, h.local_epochs, h.batch_size) == (rounds, 10, 1.0, 1, 50)
     assert cfg.dataset.name == "cifar10" and cfg.model._target_ == "fedrun.pd_nets.PDNet"
@@ -33,7 +29,7 @@ def test_federated_settings(setting, rounds, classes):
 
 @pytest.mark.parametrize("batch", [50, 500])
 def test_vanilla_settings_are_one_learner_for_100_epochs(batch):
-    objects = build(compose_with([f"experiment=pd/vanilla_bs{batch}"]))
+    objects = build(compose([f"experiment=pd/vanilla_bs{batch}"]))
     fed, local = objects["federation"], objects["local"]
     assert (fed.num_clients, fed.per_round, fed.rounds, fed.vanilla_every) == (1, 1, 100, 0)
     assert (local.batch_size, local.epochs) == (batch, 1)
@@ -44,7 +40,7 @@ def test_vanilla_settings_are_one_learner_for_100_epochs(batch):
     ("pd_nmom_wb", "sgd", 0.01, 0.9, "local"), ("pd_adam_a", "adam", 0.001, 0.0, "average"),
     ("pd_adam_wb", "adam", 0.001, 0.0, "local")])
 def test_optimizers(name, optimizer, lr, momentum, state):
-    local = build(compose_with([f"hyperparams={name}"]))["local"]
+    local = build(compose([f"hyperparams={name}"]))["local"]
     assert (local.optimizer, local.lr, local.momentum, local.optimizer_state) == (optimizer, lr, momentum, state)
     assert local.nesterov == (momentum > 0)
     assert (local.weight_decay, local.weight_decay_mode) == (0.00005, "decoupled")
@@ -54,7 +50,7 @@ def test_optimizers(name, optimizer, lr, momentum, state):
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_every_row_builds_at_tiny_scale(setting, optimizer):
-    cfg = compose_with([f"experiment=pd/{setting}", f"hyperparams={optimizer}", "scale=tiny",
+    cfg = compose([f"experiment=pd/{setting}", f"hyperparams={optimizer}", "scale=tiny",
                         "model.norm=brn", "model.dropout=true", "hyperparams.augment=true"])
     objects = build(cfg)
     assert objects["federation"].rounds == 2 and objects["federation"].snapshots == ()
@@ -75,7 +71,7 @@ def test_learners_get_exactly_the_papers_sizes(setting, per_learner, dataset):
 
     from fedrun.data import RawData, prepare
 
-    cfg = compose_with([f"experiment=pd/{setting}", f"dataset={dataset}"])
+    cfg = compose([f"experiment=pd/{setting}", f"dataset={dataset}"])
     assert cfg.dataset.per_class == 5000 and cfg.dataset.normalize == "per_image"
     counts = [5000] * 10 if dataset == "cifar10" else [5948, 14300, 10500, 8700, 7500, 6900, 5800, 5600, 5100, 5009]
     y = torch.from_numpy(np.random.default_rng(0).permutation(np.repeat(np.arange(10), counts)))
