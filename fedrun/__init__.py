@@ -4,10 +4,11 @@ The library takes plain Python values; only :mod:`fedrun.cli` touches Hydra.  On
 order a reader of the papers expects (see :func:`fedrun.simulation.simulate`):
 
 1. sample the round's clients from ``(seed, round)``            -- :mod:`fedrun.seeding`
-2. train them locally, updates returned as stacked tensors      -- :mod:`fedrun.engine`
+2. train them locally, updates returned as stacked tensors      -- :mod:`fedrun.sequential`, :mod:`fedrun.batched`
 3. weight the clients and aggregate through server transforms  -- :mod:`fedrun.aggregators`
-4. measure N, E and the server step per layer (NWDA)            -- :mod:`fedrun.nwda`
-5. evaluate, write the round's CSV rows, checkpoint             -- :mod:`fedrun.recorder`
+   (N, E per layer: :mod:`fedrun.nwda`; parameter divergence: :mod:`fedrun.divergence`)
+4. evaluate the global model                                    -- :mod:`fedrun.evaluation`
+5. write the round's CSV rows and the checkpoint                -- :mod:`fedrun.recorder`
 """
 
 __version__ = "0.1.0"

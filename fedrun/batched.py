@@ -32,12 +32,11 @@ client, ``(seed, "forward", round, client)``): the two engines agree in distribu
 bitwise, and changing ``clients_per_step`` changes the draws.
 
 ``precision`` (``fp32`` | ``tf32`` | ``bf16``) and ``compile`` are off by default; see
-:func:`fedrun.engine.precision_scope`, :func:`fedrun.engine.autocast`.
+:mod:`fedrun.precision`.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 
@@ -47,14 +46,14 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedrun.engine import (ClientResults, LocalTraining, SequentialEngine, autocast, check_engine_options,
-                           compile_errors, precision_scope)
-from fedrun.errors import ConfigError, check
-from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
-from fedrun.nwda import Params
+from fedrun.errors import check
+from fedrun.local_training import ClientResults, LocalTraining
 from fedrun.optim import load_state, state_dict
+from fedrun.params import Params
+from fedrun.precision import autocast, check_engine_options, compile_errors, precision_scope
 from fedrun.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
+from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
 
 log = logging.getLogger(__name__)
 
@@ -67,29 +66,27 @@ MEMORY_SAFETY = 0.7
 # engine 2,050 on one thread / 3,610 on two): chunks of 20 -> 1,650 / 2,950, 10 -> 2,010 / 3,600,
 # 5 -> 2,280 / 3,940, 2 -> 2,210 / 3,840.
 CPU_CHUNK = 5
+# choose_chunk's cap when the chunk is measured once for the whole run (calls may differ in m).
+MAX_CHUNK = 2**20
 
 
 class BatchedEngine:
     """Trains all clients of a round in lock-step; same interface as ``SequentialEngine``.
 
     Args:
-      model, train_x, train_y, client_indices, local, regularizer, seed: as ``SequentialEngine``.
+      model, train_x, train_y, local, regularizer, seed: as ``SequentialEngine``.
       clients_per_step: train at most this many clients at once (None: all of the round's;
         ``"auto"``: as many as fit in the free GPU memory; ``CPU_CHUNK`` on a CPU).
       precision, compile: as ``SequentialEngine``; ``compile`` compiles the vmapped forward.
     """
 
-    def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor,
-                 client_indices: list[torch.Tensor], local: LocalTraining,
+    def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, local: LocalTraining,
                  regularizer: Regularizer | None, seed: int, clients_per_step: int | str | None = None,
                  precision: str = "fp32", compile: bool = False):
-        if not supports(model, regularizer):
-            raise ConfigError("engine", "batched", f"the regularizer {type(regularizer).__name__} has no "
-                              "batched form; use engine=sequential")
         check_clients_per_step(clients_per_step)
         check_engine_options(precision, compile)
         self.model, self.x, self.y = model, train_x, train_y
-        self.indices, self.local, self.regularizer, self.seed = client_indices, local, regularizer, seed
+        self.local, self.regularizer, self.seed = local, regularizer, seed
         self.clients_per_step, self.precision, self.compile = clients_per_step, precision, compile
         self._fit: int | None = None  # clients that fit in memory at once (clients_per_step="auto")
         if precision == "tf32" and train_x.device.type != "cuda":
@@ -110,14 +107,16 @@ class BatchedEngine:
         # fedrun.vmap_batchnorm); left to vmap's own rule under torch.compile, which traces it.
         self._fuse_bn = uses_batch_norm(model) and not compile
 
-    def train(self, params: Params, buffers: Params, clients: list[int], round_: int,
-              epochs: list[int] | None = None, lr: float | None = None,
+    def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
+              round_: int, epochs: list[int] | None = None, lr: float | None = None,
               opt_states: Params | None = None) -> ClientResults:
-        """As :meth:`fedrun.engine.SequentialEngine.train`."""
+        """As :meth:`fedrun.sequential.SequentialEngine.train`: the round's clients in chunks of
+        :meth:`chunk_size`, each chunk trained in lock-step by :meth:`_train_chunk`."""
         epochs = [self.local.epochs] * len(clients) if epochs is None else list(epochs)
         size = self.chunk_size(params, buffers, len(clients))
         with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
-            parts = [self._train_chunk(params, buffers, clients[i : i + size], round_, epochs[i : i + size], lr,
+            parts = [self._train_chunk(params, buffers, clients[i : i + size], indices[i : i + size], round_,
+                                       epochs[i : i + size], lr,
                                        None if opt_states is None else {k: v[i : i + size] for k, v in opt_states.items()})
                      for i in range(0, len(clients), size)]
         if len(parts) == 1:
@@ -146,7 +145,7 @@ class BatchedEngine:
             else:
                 per = client_bytes(self.model, params, buffers, self.x[: self.local.batch_size],
                                    self.local, self.regularizer is not None)
-                self._fit = choose_chunk(free, per, len(self.indices), MEMORY_SAFETY)
+                self._fit = choose_chunk(free, per, MAX_CHUNK, MEMORY_SAFETY)
                 log.info("engine.clients_per_step=auto: %d clients at once (%.1f GiB free, about %.1f MiB "
                          "per client, %.0f%% of the free memory used at most)", self._fit, free / 2**30,
                          per / 2**20, 100 * MEMORY_SAFETY)
@@ -161,12 +160,12 @@ class BatchedEngine:
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
-    def _schedule(self, clients: list[int], round_: int, epochs: list[int]) -> list[list[torch.Tensor]]:
+    def _schedule(self, clients: list[int], indices: list[torch.Tensor], round_: int,
+                  epochs: list[int]) -> list[list[torch.Tensor]]:
         """Each client's batches (index tensors), in the sequential engine's order."""
         out = []
-        for k, e in zip(clients, epochs):
+        for k, idx, e in zip(clients, indices, epochs):
             shuffle = torch_generator(self.seed, "shuffle", round_, k)
-            idx = self.indices[k]
             batches = []
             for _ in range(e):
                 order = idx[torch.randperm(len(idx), generator=shuffle).to(idx.device)]
@@ -174,8 +173,18 @@ class BatchedEngine:
             out.append(batches)
         return out
 
-    def _train_chunk(self, params: Params, buffers: Params, clients: list[int], round_: int,
-                     epochs: list[int], lr: float | None = None, opt_states: Params | None = None) -> ClientResults:
+    def _train_chunk(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
+                     round_: int, epochs: list[int], lr: float | None = None,
+                     opt_states: Params | None = None) -> ClientResults:
+        """Train one chunk of m clients in lock-step: the sequential engine's loop, reorganized.
+
+        Step s of the loop is every client's s-th optimizer step.  The clients whose s-th batch has
+        the same size form one group (nearly always all of them), whose stacked parameters go
+        through one vmapped forward, one backward and one optimizer step; a client whose batches
+        have run out (fewer samples, a straggler's fewer epochs) is simply in no group.  A
+        regularizer's coefficients are recomputed for the clients that start an epoch at step s.
+        Buffers (BatchNorm statistics) and optimizer state stay per client throughout.
+        """
         m, local = len(clients), self.local
         names = list(params)
         stacked = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in params.items()}
@@ -188,14 +197,14 @@ class BatchedEngine:
             state = load_state({k: v.clone() for k, v in opt_states.items()}, state, names)
         augment = local.augment
         draws = [torch_generator(self.seed, "augment", round_, k) for k in clients] if augment else None
-        schedule = self._schedule(clients, round_, epochs)
+        schedule = self._schedule(clients, indices, round_, epochs)
         steps = torch.tensor([len(b) for b in schedule])
         device = next(iter(params.values())).device
         loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
         reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
         reg = self.regularizer
-        reg_state = reg.stacked_state(m, params) if reg is not None else None
-        per_epoch = [math.ceil(len(self.indices[k]) / local.batch_size) for k in clients]
+        reg_state = reg.init(params, m) if reg is not None else None
+        per_epoch = [math.ceil(len(idx) / local.batch_size) for idx in indices]
         self.model.train()
         # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
         torch.manual_seed(derive_seed(self.seed, "forward-batched", round_, clients[0]))
@@ -208,7 +217,7 @@ class BatchedEngine:
             starting = [j for j in range(m) if s < steps[j] and s % per_epoch[j] == 0]
             if reg is not None and starting:  # FedLap recomputes lambda when a client starts an epoch
                 first = torch.tensor([s == 0 for _ in starting], device=device)
-                reg.stacked_start_epoch(reg_state, torch.tensor(starting, device=device), first, stacked, params)
+                reg.start_epoch(reg_state, torch.tensor(starting, device=device), first, stacked, params)
             for b, rows in groups.items():
                 whole = len(rows) == m
                 idx = torch.tensor(rows, device=device)
@@ -226,7 +235,7 @@ class BatchedEngine:
                                        reduction="none").view(len(rows), b).mean(1)  # [g]
                 total = loss.sum()
                 if reg is not None:
-                    pen = reg.stacked_penalty(p_g, params, reg_state, idx)  # [g], separable over clients
+                    pen = reg.penalty(reg_state, p_g, params, idx)  # [g], separable over clients
                     total = total + pen.sum()
                     reg_sum[idx] += pen.detach().double()
                 grads = torch.autograd.grad(total, [p_g[k] for k in names])
@@ -247,12 +256,12 @@ class BatchedEngine:
                     stacked[k] = stacked[k].detach()
 
         deltas = {k: stacked[k] - params[k].unsqueeze(0) for k in names}
-        sizes = torch.tensor([len(self.indices[k]) for k in clients])
+        sizes = torch.tensor([len(idx) for idx in indices])
         n_epochs = torch.tensor(epochs)
         extras = {}
         if reg is not None:
             extras["reg_loss"] = (reg_sum / steps.clamp_min(1).to(reg_sum)).cpu()
-            extras.update(reg.stacked_metrics(reg_state))
+            extras.update(reg.metrics(reg_state))
         loss = (loss_sum / (sizes * n_epochs).to(loss_sum)).cpu()
         final = None if opt_states is None else state_dict(state, names)
         return ClientResults(list(clients), deltas, bufs, sizes, loss, steps, n_epochs, extras, final)
@@ -272,16 +281,6 @@ def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
                 full[idx] = part
         else:
             state[k][idx] = v
-
-
-def supports(model: nn.Module, regularizer: Regularizer | None) -> bool:
-    """Whether the batched engine implements this model and regularizer.
-
-    Every fedrun model runs (dropout included, with per-client masks: module docstring); a
-    regularizer needs the stacked interface (``stacked_penalty`` ...), which FedProx and FedLap
-    have.  ``model`` stays in the signature for models that may not vmap in the future.
-    """
-    return regularizer is None or hasattr(regularizer, "stacked_penalty")
 
 
 def check_clients_per_step(value) -> None:
@@ -342,39 +341,3 @@ def client_bytes(model: nn.Module, params: Params, buffers: Params, batch_x: tor
         model.train(was_training)
     return ((5 if regularized else 4) * param_bytes + opt_bytes
             + batch_x.numel() * batch_x.element_size() + 2 * counter.total)
-
-
-# ----------------------------------------------------------------------------- configuration
-
-ENGINES = ("auto", "sequential", "batched")
-
-
-def configure(kind: str = "auto", clients_per_step: int | str | None = "auto", precision: str = "fp32",
-              compile: bool = False):
-    """The ``engine`` config group: validate the options now, return ``make_engine(model, ...)``.
-
-    Validation happens when the config is built, before the run directory is created, so a bad
-    ``engine.precision`` is one line and nothing on disk (the engines check again when built).
-    """
-    check(kind in ENGINES, "engine.kind", kind, f"choose one of: {', '.join(ENGINES)}")
-    check_clients_per_step(clients_per_step)
-    check_engine_options(precision, compile)
-    options = dict(precision=precision, compile=compile)
-    if kind == "sequential":
-        return functools.partial(SequentialEngine, **options)
-    make = BatchedEngine if kind == "batched" else auto_engine
-    return functools.partial(make, clients_per_step=clients_per_step, **options)
-
-
-def auto_engine(model, train_x, train_y, client_indices, local, regularizer, seed,
-                clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False):
-    """``engine=auto``: batched on CUDA when it supports the run, sequential otherwise.
-
-    On a CPU the conv kernels, not the client loop, set the pace: the batched engine gains 6-7%
-    on the MNIST CNN in chunks of ``CPU_CHUNK`` clients (scripts/bench.py), too little, measured on
-    too few models, to replace the reference engine as the default there.
-    """
-    if train_x.device.type == "cuda" and supports(model, regularizer):
-        return BatchedEngine(model, train_x, train_y, client_indices, local, regularizer, seed, clients_per_step,
-                             precision, compile)
-    return SequentialEngine(model, train_x, train_y, client_indices, local, regularizer, seed, precision, compile)

@@ -23,22 +23,21 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun import partition as partitions
-from fedrun import settings
+from fedrun import engines, settings
 from fedrun.augment import make_augmentation
 from fedrun.data import NORMALIZATIONS, check_labels, prepare
-from fedrun.engine import LocalTraining
 from fedrun.errors import ConfigError, DataError, FedrunError, Interrupted, NoSpaceError, check, first_line
-from fedrun.participation import Participation
 from fedrun.rundir import refuse_existing_run
-from fedrun.simulation import Federation, simulate
+from fedrun.simulation import simulate
 
 log = logging.getLogger("fedrun")
 
 # Installed: the configs ship inside the package.  Source checkout / editable install: top-level conf/.
 _PACKAGED = Path(__file__).resolve().parent / "conf"
 CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale")
+GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale", "mode")
+# The config's object nodes (a _target_ each), built by Hydra in build().
+OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine")
 # Sweep subdirectories are named after the overrides; "experiment=fednnnn/mnist_iid_b" must not
 # become two nested folders.
 OmegaConf.register_new_resolver("path_safe", lambda text: str(text).replace("/", "-"), replace=True)
@@ -81,47 +80,27 @@ def resolved(cfg: DictConfig) -> dict:
 def build(cfg: DictConfig) -> dict:
     """Validate the config and build everything but the data: cheap, so it also runs before Hydra.
 
-    Every setting is type-checked first (:mod:`fedrun.settings`); the objects' constructors and
-    dataclasses then check ranges and choices."""
+    Every setting is type-checked first (:mod:`fedrun.settings`); the objects (:data:`OBJECTS`,
+    each a ``_target_`` node) are then built, their constructors checking ranges and choices."""
     values = resolved(cfg)
     settings.validate(values)
     hp, ds = values["hyperparams"], values["dataset"]
     _check_dataset(ds)
     check(all(0 <= t <= 1 for t in values["targets"]), "targets", values["targets"], "accuracies, each in [0, 1]")
-    # Centralized ("vanilla") training, the parameter-divergence paper's baseline column: one
-    # learner holds the whole training set and a round is its E local epochs, so FedAvg's
-    # average is that learner's model and the same loop, CSVs and scripts serve both.
-    centralized = values["centralized"]
-    federation = Federation(rounds=hp["rounds"],
-                            num_clients=1 if centralized else hp["num_clients"],
-                            client_fraction=1.0 if centralized else hp["client_fraction"],
-                            eval_every=hp["eval_every"],
-                            vanilla_every=0 if centralized else values["vanilla_every"],
-                            snapshots=tuple(values["snapshots"]))
-    local = LocalTraining(epochs=hp["local_epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
-                          momentum=hp["momentum"], nesterov=hp["nesterov"], weight_decay=hp["weight_decay"],
-                          optimizer=hp["optimizer"], betas=tuple(hp["betas"]),
-                          weight_decay_mode=hp["weight_decay_mode"], optimizer_state=hp["optimizer_state"],
-                          lr_milestones=tuple(hp["lr_milestones"]), lr_gamma=hp["lr_gamma"])
     augment = make_augmentation(hp["augment"], dataset=ds["name"])  # validates it; built with the data's std in run()
     check(augment is None or augment.pipeline == "code" or augment.brightness == 0
           or ds.get("normalize", "per_channel") == "per_channel", "hyperparams.augment.pipeline", "text",
           "its brightness shift is in units of the dataset's per-channel std: use dataset.normalize=per_channel, "
           "hyperparams.augment.brightness=0, or pipeline=code")
-    participation = Participation(stragglers=hp["stragglers"], dropouts=hp["dropouts"])
     validation = hp["validation_fraction"]
     check(0 <= validation < 1, "hyperparams.validation_fraction", validation, "must be in [0, 1)")
-    aggregator = _instantiate(cfg.aggregator, "aggregator")
-    partition = functools.partial(partitions.iid) if centralized else _instantiate(cfg.partition, "partition")
     k = OmegaConf.select(cfg, "partition.classes_per_client")
     if k is not None:
         check(isinstance(k, int) and 1 <= k <= ds["num_classes"], "partition.classes_per_client", k,
               f"must be between 1 and {ds['num_classes']} (the dataset's classes)")
-    device = resolve_device(values["device"])
-    engine = _instantiate(cfg.engine, "engine")
-    return dict(engine=engine, federation=federation, local=local, participation=participation,
-                aggregator=aggregator, partition=partition, device=device, seed=values["seed"],
-                validation=validation)
+    objects = {name: _instantiate(cfg[name], name) for name in OBJECTS}
+    engines.check(objects["engine"])
+    return dict(objects, device=resolve_device(values["device"]), seed=values["seed"], validation=validation)
 
 
 def _check_dataset(ds: dict) -> None:

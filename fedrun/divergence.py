@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from fedrun.layers import Layer
-from fedrun.nwda import LayerGrams, Params, layer_grams
+from fedrun.nwda import LayerGrams, layer_grams
+from fedrun.params import Params
 from fedrun.seeding import torch_generator
 
 
@@ -123,3 +124,18 @@ def vanilla_indices(num_train: int, size: int, seed: int, round_: int, device) -
 def mean_size(num_examples: torch.Tensor) -> int:
     """The reference learner's data size: the round's mean learner size, rounded half up."""
     return int(np.floor(float(num_examples.double().mean()) + 0.5))
+
+
+def train_vanilla(engine, params: Params, buffers: Params, results, learner: int, num_train: int, seed: int,
+                  round_: int, epochs: int, lr: float, starts: Params | None):
+    """Train round ``round_``'s vanilla reference learner ``w_{-1}^t`` of Definition 1.
+
+    It starts from the round's global model with the mean of the clients' starting optimizer
+    states (when they carry state), trains on :func:`vanilla_indices` data of the round's mean
+    learner size for E epochs, and is client ``learner`` (= K, one past the clients) to the engine,
+    so its batches derive from ``(seed, round, K)``.  Returns the engine's results (m = 1).
+    """
+    device = next(iter(params.values())).device
+    data = vanilla_indices(num_train, mean_size(results.num_examples), seed, round_, device)
+    start = None if starts is None else {k: v.mean(0, keepdim=True) for k, v in starts.items()}
+    return engine.train(params, buffers, [learner], [data], round_, [epochs], lr, start)

@@ -15,7 +15,7 @@ neuron's row of the weight matrix.  As in their code, 1-D parameters (biases, th
 of normalization layers) get a zero direction: the surface moves only the weights.
 
 Buffers (BatchNorm's running statistics) stay those of the centre point, and the loss is measured
-in eval mode with :func:`fedrun.engine.evaluate`, i.e. the network the server would test.
+in eval mode with :func:`fedrun.evaluation.evaluate`, i.e. the network the server would test.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from fedrun.engine import evaluate
+from fedrun.evaluation import evaluate
 
 Params = dict[str, torch.Tensor]
 
@@ -114,7 +114,7 @@ def loss_surface(model: nn.Module, params: Params, buffers: Params, x: torch.Ten
       alphas, betas: the grid coordinates along ``d1`` (rows) and ``d2`` (columns).
       batch_size: evaluation batch size.
       loss_fn: ``loss_fn(model, state) -> loss`` (or ``(loss, accuracy)``) in place of the mean
-        cross-entropy of :func:`fedrun.engine.evaluate` on ``(x, y)`` in eval mode.
+        cross-entropy of :func:`fedrun.evaluation.evaluate` on ``(x, y)`` in eval mode.
       return_accuracy: also return the accuracy grid (NaN when ``loss_fn`` gives none).
 
     Returns:

@@ -20,19 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.layers import Layer
-
-Params = dict[str, torch.Tensor]
-
-
-def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
-    """``sum_k p_k x_k`` for every stacked tensor ``x`` of shape ``[m, *shape]``."""
-    return {name: torch.tensordot(weights.to(x.dtype), x, dims=1) for name, x in stacked.items()}
-
-
-def weighted_mean_by_layer(stacked: Params, weights: torch.Tensor, layers: list[Layer]) -> Params:
-    """``sum_k p_{k,l} x_k`` with a weight row per layer: ``weights`` is ``[L, m]`` (FedLayerWise eq. 7)."""
-    row = {p: i for i, layer in enumerate(layers) for p in layer.params}
-    return {name: torch.tensordot(weights[row[name]].to(x.dtype), x, dims=1) for name, x in stacked.items()}
+from fedrun.params import Params
 
 
 def layer_norms(params: Params, layers: list[Layer]) -> torch.Tensor:

@@ -1,5 +1,11 @@
 """What a run writes: CSVs appended and flushed every round, the checkpoint, the summary.
 
+:class:`Recorder` owns the run directory's files: the CSV schemas (``COLUMNS``), the rows it
+builds from what a round produced (:class:`RoundRecord`: the clients' results, the aggregator's
+outcome, the parameter divergence, the evaluation, the timings), the model snapshots, the
+checkpoint and ``summary.json``.  The round loop (:func:`fedrun.simulation.simulate`) computes;
+the recorder writes.
+
 CSV files are only ever appended to; the checkpoint records their sizes after each complete
 round, and a resumed run truncates them back to those sizes before going on, so an interrupted
 run (even one killed mid-write) ends with the same bytes as an uninterrupted one.
@@ -9,11 +15,41 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
+
+from fedrun.errors import ConfigError, RunDirectoryError
+from fedrun.layers import Layer
+from fedrun.params import Params
+
+if TYPE_CHECKING:  # rundir reads CSV headers; the recorder only holds the open directory
+    from fedrun.rundir import RunDirectory
+
+log = logging.getLogger(__name__)
+
+# Seconds: local training (with the vanilla reference), evaluation, the whole round.  The only
+# columns that differ between two runs of the same config and seed.
+TIMING_COLUMNS = ("train_s", "eval_s", "wall_s")
+ROUND_COLUMNS = [
+    "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
+    "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step",
+    "server_step_sum", "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "pd_ls", "pd_vl",
+    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", *TIMING_COLUMNS,
+]
+LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl"]
+OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
+CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
+                  "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
+CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
+COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
+           "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
 
 
 def _fmt(v) -> str:
@@ -48,15 +84,6 @@ class CsvLog:
 
     def size(self) -> int:
         return self.path.stat().st_size
-
-
-def header_matches(path: Path, columns: list[str]) -> bool:
-    """Whether the CSV at ``path`` (if it exists) has exactly ``columns`` as its header."""
-    path = Path(path)
-    if not path.exists():
-        return True
-    with open(path, newline="") as f:
-        return f.readline().rstrip("\r\n") == ",".join(columns)
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -123,3 +150,195 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         out["final_val_acc"] = float(df["val_acc"].iloc[-1])
         out["best_val_acc"] = float(df["val_acc"].max())
     return out
+
+
+# ----------------------------------------------------------------------------- one run's files
+
+@dataclass
+class RoundRecord:
+    """Everything round t produced that a CSV reports.  ``results``/``outcome``/``divergence``
+    are None when every sampled client dropped out (the server then keeps ``w_t``)."""
+
+    round: int
+    lr: float
+    dropped: dict[int, int]  # client -> n_k, for the clients that returned nothing
+    stragglers: set[int]
+    results: object = None  # fedrun.local_training.ClientResults
+    outcome: object = None  # fedrun.aggregators.RoundOutcome
+    divergence: object = None  # fedrun.divergence.Divergence
+    learners: object = None  # the learners' parameters w + dw_k (fedrun.divergence.LearnerParams)
+    vanilla_loss: float | None = None
+    evaluation: dict = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
+    seconds: dict = field(default_factory=dict)  # TIMING_COLUMNS
+
+
+class Recorder:
+    """Writes one run's files; see the module docstring.
+
+    Args:
+      run: the locked run directory.
+      layers: the model's layers (rows of ``layers.csv``, the conv/fc groups of ``rounds.csv``).
+      params: the global model, for the layers' sizes.
+      fingerprint: the partition's fingerprint, stored in the checkpoint and the summary.
+    """
+
+    def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str):
+        self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
+        self.types = np.array([layer.type for layer in layers])
+        self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
+        self.output_layer = output_layer(layers)
+        self.step_sum = 0.0  # server_step_sum: the path length of the global model so far
+        self.logs: dict[str, CsvLog] = {}
+        self.progress = {"acc": "nan", "N_E": "nan"}  # the progress bar's last accuracy and N/E
+
+    def resume(self, ckpt: dict | None, rounds: int) -> dict | None:
+        """Check a checkpoint to continue from against this run's partition and CSVs, before a byte
+        is written, and take its ``server_step_sum``.  Returns the summary of a run that a previous
+        process completed (nothing to do), else None."""
+        if ckpt is None:
+            return None
+        if "aggregator" not in ckpt:
+            raise RunDirectoryError(f"{self.run.checkpoint_path}: written by an earlier fedrun version; resume it "
+                                    "with that version, or start a new run directory (nothing was written)")
+        if ckpt.get("partition") != self.fingerprint:
+            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
+                              f"from this config's ({self.fingerprint}); use the run's original settings")
+        self.run.check_csvs(COLUMNS, ckpt["offsets"])
+        self.step_sum = ckpt["step_sum"]
+        if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():
+            log.info("%s is complete (%d of %d rounds); nothing to do", self.path, ckpt["round"], rounds)
+            return json.loads((self.path / "summary.json").read_text())
+        return None
+
+    def open(self, class_counts: np.ndarray, offsets: dict[str, int] | None = None) -> None:
+        """Write ``partition.csv`` and open the CSVs: new, or cut back to a checkpoint's ``offsets``."""
+        write_partition(self.path / "partition.csv", class_counts)
+        self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))
+                     for name, cols in COLUMNS.items()}
+
+    def write(self, r: RoundRecord) -> None:
+        """Append round ``r``'s rows to every CSV (flushed and synced before returning)."""
+        t, results, outcome = r.round, r.results, r.outcome
+        row = {"round": t, "clients": 0 if results is None else len(results.clients), "dropped": len(r.dropped),
+               "stragglers": len(r.stragglers), "lr": r.lr, "vanilla_loss": r.vanilla_loss,
+               **r.evaluation, **r.seconds}
+        if outcome is None:  # everyone dropped out: the server keeps w_t
+            row.update(skipped=1, server_step=0.0, server_step_sum=self.step_sum)
+        else:
+            self.step_sum += outcome.server_step
+            row.update(norm_columns(outcome, self.types))
+            row.update(train_loss=float(outcome.stats_weights @ results.loss), server_step_sum=self.step_sum,
+                       skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl)
+        self.logs["rounds"].append([row])
+        self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
+                         "N_E": f"{row.get('N_over_E', float('nan')):.3f}"}
+        clients = [{"round": t, "client": k, "examples": n, "dropped": 1} for k, n in r.dropped.items()]
+        if outcome is not None:
+            self.logs["layers"].append(layer_rows(t, outcome, self.layers, self.sizes, r.divergence))
+            self.logs["client_layers"].append(client_layer_rows(t, results, outcome, self.layers))
+            if self.output_layer is not None:
+                self.logs["output_layer"].append(output_rows(t, results.clients, r.learners, *self.output_layer))
+            clients += client_rows(t, results, outcome, r.stragglers)
+        self.logs["clients"].append(sorted(clients, key=lambda c: c["client"]))
+
+    def snapshot(self, t: int, params: Params, buffers: Params) -> None:
+        """Save the evaluated global model of round t to ``models/round_NNNN.pt`` (loss surfaces)."""
+        (self.path / "models").mkdir(exist_ok=True)
+        atomic_save({"round": t, "params": params, "buffers": buffers}, self.path / "models" / f"round_{t:04d}.pt")
+
+    def checkpoint(self, t: int, params: Params, buffers: Params, aggregator_state: dict,
+                   optimizer_state: object) -> None:
+        """Everything needed to continue after round t, with the CSVs' sizes at this point."""
+        atomic_save({"round": t, "params": params, "buffers": buffers, "aggregator": aggregator_state,
+                     "optimizer_state": optimizer_state, "step_sum": self.step_sum, "partition": self.fingerprint,
+                     "offsets": {name: lg.size() for name, lg in self.logs.items()}}, self.run.checkpoint_path)
+
+    def summary(self, aggregator: str, targets: list[float]) -> dict:
+        """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``)."""
+        out = {"aggregator": aggregator, "partition_fingerprint": self.fingerprint,
+               **summarize(self.path / "rounds.csv", list(targets))}
+        write_json(out, self.path / "summary.json")
+        return out
+
+
+def write_partition(path: Path, counts: np.ndarray) -> None:
+    """``partition.csv``: per client, its number of examples and of each class."""
+    header = "client,examples," + ",".join(f"class_{c}" for c in range(counts.shape[1]))
+    lines = [header] + [f"{k},{row.sum()}," + ",".join(map(str, row)) for k, row in enumerate(counts)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+# ----------------------------------------------------------------------------- rows
+# Each tensor family crosses to the host once (``tolist``), not one ``float()`` per client and
+# layer, which on a GPU would be a synchronization each.
+
+def _ratio(n: float, e: float) -> float:
+    return n / e if e > 0 else float("nan")
+
+
+def norm_columns(outcome, types: np.ndarray) -> dict:
+    """N, E, N/E and the server step for the whole model and per layer type (conv, fc)."""
+    n, e = outcome.stats.N, outcome.stats.E
+    row = {"N": n, "E": e, "N_over_E": _ratio(n, e), "server_step": outcome.server_step}
+    for kind in ("conv", "fc"):
+        mask = torch.as_tensor(types == kind)
+        if mask.any():
+            nk, ek = outcome.stats.group(mask, outcome.stats_weights)
+            row.update({f"N_{kind}": nk, f"E_{kind}": ek,
+                        f"server_step_{kind}": float(outcome.step_layer_norms[mask].pow(2).sum().sqrt())})
+    return row
+
+
+def layer_rows(t: int, outcome, layers: list[Layer], sizes: list[int], divergence) -> list[dict]:
+    s = outcome.stats
+    n, e, step = s.layer_N.tolist(), s.layer_E.tolist(), outcome.step_layer_norms.tolist()
+    ls = divergence.layer_ls.tolist()
+    vl = [None] * len(layers) if divergence.layer_vl is None else divergence.layer_vl.tolist()
+    return [{"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i], "N": n[i], "E": e[i],
+             "N_over_E": _ratio(n[i], e[i]), "server_step": step[i], "pd_ls": ls[i], "pd_vl": vl[i]}
+            for i, layer in enumerate(layers)]
+
+
+def client_rows(t: int, results, outcome, stragglers: set[int]) -> list[dict]:
+    smoothed = outcome.diagnostics.get("smoothed_angle")
+    columns = {"examples": results.num_examples, "weight": outcome.client_weights,
+               "update_norm": outcome.stats.client_norms, "angle": outcome.stats.angles(), "loss": results.loss,
+               "steps": results.steps, "epochs": results.epochs, **results.extras}
+    if smoothed is not None and smoothed.ndim == 1:
+        columns["smoothed_angle"] = smoothed
+    values = {name: v.tolist() for name, v in columns.items()}
+    return [{"round": t, "client": k, **{name: v[j] for name, v in values.items()},
+             "straggler": int(k in stragglers), "dropped": 0}
+            for j, k in enumerate(results.clients)]
+
+
+def client_layer_rows(t: int, results, outcome, layers: list[Layer]) -> list[dict]:
+    angles, norms = outcome.stats.layer_angles().tolist(), outcome.stats.client_sq.sqrt().tolist()
+    smoothed = outcome.diagnostics.get("smoothed_angle")
+    smoothed = smoothed.tolist() if smoothed is not None and smoothed.ndim == 2 else None
+    weights = (outcome.weights.T.tolist() if outcome.weights.ndim == 2
+               else [[w] * len(layers) for w in outcome.weights.tolist()])
+    return [{"round": t, "client": k, "layer": layer.name, "update_norm": norms[j][i], "angle": angles[j][i],
+             "weight": weights[j][i], "smoothed_angle": None if smoothed is None else smoothed[j][i]}
+            for j, k in enumerate(results.clients) for i, layer in enumerate(layers)]
+
+
+def output_layer(layers: list[Layer]) -> tuple[str, str | None] | None:
+    """The last fully connected layer's weight and bias names (the neurons d_q of the
+    parameter-divergence paper's Appendix B, one row per class q), or None when the model ends
+    otherwise."""
+    last = [layer for layer in layers if layer.type == "fc"]
+    if not last:
+        return None
+    weight = next((p for p in last[-1].params if p.endswith("weight")), None)
+    bias = next((p for p in last[-1].params if p.endswith("bias")), None)
+    return None if weight is None else (weight, bias)
+
+
+def output_rows(t: int, clients: list[int], learners, weight: str, bias: str | None) -> list[dict]:
+    """Per learner and class: the norm of the output neuron's weight row (the paper's Fig. 1)."""
+    norms = learners[weight].double().flatten(2).norm(dim=2).tolist()  # [m][classes]
+    biases = learners[bias].tolist() if bias else None
+    return [{"round": t, "client": k, "class": q, "weight_norm": norms[j][q],
+             "bias": biases[j][q] if bias else None}
+            for j, k in enumerate(clients) for q in range(len(norms[j]))]

@@ -1,35 +1,43 @@
 """Client-side regularizers: terms added to the local loss.
 
-A method that changes local optimization (FedProx; FedLap in a later module) is a regularizer;
-everything else about local training is the same loop for every method.
+A method that changes local optimization (FedProx, FedLap) is a regularizer; everything else
+about local training is the same loop for every method.  There is one form, for m clients stacked
+along a leading dimension, with its state as data (a dict of ``[m, ...]`` tensors the engine
+holds): the batched engine calls it with a round's chunk of clients, the sequential engine with
+m = 1, so the two engines compute the same thing by construction.
 """
 from __future__ import annotations
 
 import torch
 
 from fedrun.errors import ConfigError, check
-from fedrun.nwda import Params
+from fedrun.params import Params
 
 
 class Regularizer:
-    """Interface: ``penalty(params, anchor)`` is added to the loss at every local step.
+    """Interface, for clients whose live parameters are stacked ``[g, *shape]``.
 
-    ``params`` are the client's live parameters, ``anchor`` the round's global model ``w_t``.
-    ``start_client`` is called before a client trains, ``start_epoch`` before each of its local
-    epochs (FedLap recomputes its coefficients there), and ``metrics`` after, for ``clients.csv``.
+    * ``init(anchor, m) -> state``: before m clients train from the global model ``anchor = w_t``;
+    * ``start_epoch(state, rows, first, stacked, anchor)``: clients ``rows`` (an index tensor into
+      the m) start a local epoch, ``first`` (bool ``[g]``) marks their first; FedLap recomputes its
+      coefficients here;
+    * ``penalty(state, stacked, anchor, rows) -> [g]``: each client's term, added to its loss at
+      every local step; separable over clients, so one backward serves them all;
+    * ``metrics(state) -> {name: [m] tensor}``: per-client diagnostics for ``clients.csv``.
     """
 
-    def start_client(self, anchor: Params) -> None:
-        pass
-
-    def start_epoch(self, epoch: int, params: Params, anchor: Params) -> None:
-        pass
-
-    def metrics(self) -> dict[str, float]:
+    def init(self, anchor: Params, m: int) -> dict:
         return {}
 
-    def penalty(self, params: Params, anchor: Params) -> torch.Tensor:
+    def start_epoch(self, state: dict, rows: torch.Tensor, first: torch.Tensor, stacked: Params,
+                    anchor: Params) -> None:
+        pass
+
+    def penalty(self, state: dict, stacked: Params, anchor: Params, rows: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def metrics(self, state: dict) -> dict[str, torch.Tensor]:
+        return {}
 
 
 class Proximal(Regularizer):
@@ -43,22 +51,8 @@ class Proximal(Regularizer):
         check(mu >= 0, "aggregator.mu", mu, "must be >= 0")
         self.mu = mu
 
-    def penalty(self, params, anchor):
-        return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).sum() for k in anchor)
-
-    # The batched engine's interface: clients stacked along a leading dimension of size m.
-    def stacked_state(self, m, anchor):
-        return None
-
-    def stacked_start_epoch(self, state, rows, first, stacked, anchor):
-        pass
-
-    def stacked_penalty(self, params, anchor, state=None, rows=None):
-        """``[g]``: the penalty of each client whose parameters are stacked ``[g, *shape]``."""
-        return 0.5 * self.mu * sum((params[k] - anchor[k]).pow(2).flatten(1).sum(1) for k in anchor)
-
-    def stacked_metrics(self, state):
-        return {}
+    def penalty(self, state, stacked, anchor, rows):
+        return 0.5 * self.mu * sum((stacked[k] - anchor[k]).pow(2).flatten(1).sum(1) for k in anchor)
 
 
 FEDLAP_FORMS = ("linear", "interpolate")
@@ -104,41 +98,13 @@ class LayerAdaptive(Regularizer):
         if form not in FEDLAP_FORMS:
             raise ConfigError("aggregator.form", form, f"choose one of: {', '.join(FEDLAP_FORMS)}")
         self.q, self.form = q, form
-        self.coef: dict[str, torch.Tensor] = {}
-        self._lambda_means: list[float] = []
-
-    def start_client(self, anchor):
-        self._lambda_means = []
-
-    @torch.no_grad()
-    def start_epoch(self, epoch, params, anchor):
-        self.coef, lambdas = {}, []
-        for name, w in params.items():
-            wk, wg = neuron_view(w), neuron_view(anchor[name])
-            if epoch == 0:
-                lam = torch.zeros(wk.shape[0], dtype=w.dtype, device=w.device)
-            else:
-                # lambda is in [0, 2] (eq. 7); rounding can push 1 - cos a hair below 0, where
-                # the interpolate form's lambda^(1-q) would be NaN.
-                lam = (1 - torch.cosine_similarity(wk, wg, dim=1, eps=1e-12)).clamp(0, 2)
-                lambdas.append(lam)
-            c = self._coefficient(lam)
-            # Broadcast the per-neuron coefficient over the neuron's weights (axis 1, or all of a 1-D tensor).
-            self.coef[name] = c.view(1, -1, *([1] * (w.ndim - 2))) if w.ndim > 1 else c
-        if lambdas:
-            self._lambda_means.append(float(torch.cat(lambdas).mean()))
-
-    def penalty(self, params, anchor):
-        return 0.5 * sum((self.coef[k] * (params[k] - anchor[k]).pow(2)).sum() for k in anchor)
-
-    def metrics(self):
-        return {"lambda_mean": sum(self._lambda_means) / len(self._lambda_means) if self._lambda_means else 0.0}
 
     def _coefficient(self, lam: torch.Tensor) -> torch.Tensor:
         return self.q * lam if self.form == "linear" else self.q * lam.pow(1 - self.q)
 
-    # The batched engine's interface: the same computation for clients stacked along dim 0.
-    def stacked_state(self, m, anchor):
+    def init(self, anchor, m):
+        """Per client: the coefficients ``c`` per neuron (broadcastable over its parameter's
+        stacked shape) and the running sum of its epochs' mean lambda, for ``lambda_mean``."""
         coef = {k: torch.zeros(m, *((1, neuron_view(v).shape[0]) + (1,) * (v.ndim - 2) if v.ndim > 1 else (1,)),
                                dtype=v.dtype, device=v.device) for k, v in anchor.items()}
         device = next(iter(anchor.values())).device
@@ -146,7 +112,7 @@ class LayerAdaptive(Regularizer):
                 "epochs": torch.zeros(m, dtype=torch.float64, device=device)}
 
     @torch.no_grad()
-    def stacked_start_epoch(self, state, rows, first, stacked, anchor):
+    def start_epoch(self, state, rows, first, stacked, anchor):
         """Recompute lambda for the clients ``rows`` starting an epoch (``first``: their first)."""
         g = len(rows)
         total, count = torch.zeros(g, dtype=torch.float64, device=rows.device), 0
@@ -162,9 +128,9 @@ class LayerAdaptive(Regularizer):
         state["lambda_sum"][rows[later]] += total[later] / count
         state["epochs"][rows[later]] += 1
 
-    def stacked_penalty(self, params, anchor, state=None, rows=None):
-        return 0.5 * sum((state["coef"][k][rows] * (params[k] - anchor[k]).pow(2)).flatten(1).sum(1)
+    def penalty(self, state, stacked, anchor, rows):
+        return 0.5 * sum((state["coef"][k][rows] * (stacked[k] - anchor[k]).pow(2)).flatten(1).sum(1)
                          for k in anchor)
 
-    def stacked_metrics(self, state):
+    def metrics(self, state):
         return {"lambda_mean": (state["lambda_sum"] / state["epochs"].clamp_min(1)).cpu()}

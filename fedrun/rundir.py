@@ -25,7 +25,6 @@ import torch
 import yaml
 
 from fedrun.errors import ConfigError, RunDirectoryError, first_line
-from fedrun.recorder import header_matches
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,15 @@ try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; one process per directory is then the user's care
     fcntl = None
+
+
+def header_matches(path: Path, columns: list[str]) -> bool:
+    """Whether the CSV at ``path`` (if it exists) has exactly ``columns`` as its header."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    with open(path, newline="") as f:
+        return f.readline().rstrip("\r\n") == ",".join(columns)
 
 
 def refuse_existing_run(run_dir: Path) -> None:

@@ -4,7 +4,8 @@ A composed config has two kinds of node:
 
 * plain settings (``seed``, ``hyperparams.*``, ``dataset.channels`` ...), declared in
   :data:`SCHEMA` with their types;
-* objects (``model``, ``partition``, ``aggregator``, ``engine``, ``dataset.load``), nodes with a
+* objects (``model``, ``partition``, ``aggregator``, ``engine``, ``federation``, ``local``,
+  ``participation``, ``dataset.load``), nodes with a
   ``_target_``, whose settings are the target's keyword arguments and whose types are its
   annotations, so a new model or aggregator needs no entry here.
 
@@ -41,7 +42,6 @@ SCHEMA: dict[str, Any] = {
     "targets": list[float],
     "vanilla_every": int,
     "snapshots": list[int],
-    "centralized": bool,
     "tuned": ANY,
     "tags": ANY,
     "dataset": {
@@ -54,6 +54,9 @@ SCHEMA: dict[str, Any] = {
     "partition": TARGET,
     "aggregator": TARGET,
     "engine": TARGET,
+    "federation": TARGET,
+    "local": TARGET,
+    "participation": TARGET,
     "hyperparams": {
         "rounds": int, "num_clients": int, "client_fraction": float, "local_epochs": int,
         "batch_size": int, "lr": float, "optimizer": str, "momentum": float, "nesterov": bool,

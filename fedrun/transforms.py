@@ -2,7 +2,8 @@
 
 Modelled on optax: a transform is a pair ``init(params) -> state`` and
 ``update(step, state, stats) -> (step, state)``, and :func:`chain` composes them, so Norm-Norm,
-server Momentum and FedNNNN are three chains over the same two pieces.  State is a plain dict of
+server Momentum and FedNNNN are three chains over the same two pieces, and FedOpt's methods
+(Reddi et al., ICLR 2021) are :func:`adaptive` or :func:`momentum` followed by :func:`scale`.  State is a plain dict of
 tensors, so a checkpoint is just that data.
 
 The input ``step`` is the weighted mean update ``sum_k p_k dw_k`` (FedAvg's step, eq. 3); the
@@ -17,7 +18,8 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from fedrun.errors import check
-from fedrun.nwda import NormStats, Params
+from fedrun.nwda import NormStats
+from fedrun.params import Params
 
 
 class ServerTransform(NamedTuple):
@@ -55,15 +57,17 @@ def normalize_norm(beta: float, eps: float = 1e-6) -> ServerTransform:
     return ServerTransform(lambda params: {}, update)
 
 
-def momentum(gamma: float) -> ServerTransform:
+def momentum(gamma: float, setting: str = "aggregator.gamma") -> ServerTransform:
     """Server momentum (Nagura et al. eq. 10-11): ``d_{t+1} = gamma d_t + step``; step ``d_{t+1}``.
 
-    ``d_0 = 0``.  Chained after :func:`normalize_norm` this is FedNNNN's eq. 12-13.
+    ``d_0 = 0``.  Chained after :func:`normalize_norm` this is FedNNNN's eq. 12-13; followed by
+    :func:`scale` it is FedAvgM (Hsu et al. 2019; Reddi et al. sec. 5).
 
     Args:
       gamma: momentum coefficient in [0, 1) (Table 5: 0.6-0.9).
+      setting: the config key that sets it, for the error message.
     """
-    check(0 <= gamma < 1, "aggregator.gamma", gamma, "must be in [0, 1)")
+    check(0 <= gamma < 1, setting, gamma, "must be in [0, 1)")
 
     def init(params):
         return {"d": {k: torch.zeros_like(v) for k, v in params.items()}}
@@ -71,6 +75,67 @@ def momentum(gamma: float) -> ServerTransform:
     def update(step, state, stats):
         d = {k: gamma * state["d"][k] + v for k, v in step.items()}
         return d, {"d": d}
+
+    return ServerTransform(init, update)
+
+
+def scale(rate: float, setting: str = "aggregator.server_lr") -> ServerTransform:
+    """``step <- rate * step``: the server learning rate ``eta`` of FedOpt (Reddi et al. Alg. 2).
+
+    Args:
+      rate: > 0.
+      setting: the config key that sets it, for the error message.
+    """
+    check(rate > 0, setting, rate, "must be > 0")
+    return ServerTransform(lambda params: {}, lambda step, state, stats: ({k: v * rate for k, v in step.items()}, state))
+
+
+ADAPTIVE = ("adagrad", "adam", "yogi")
+
+
+def adaptive(rule: str, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> ServerTransform:
+    """FedAdagrad, FedAdam, FedYogi's update direction (Reddi et al., ICLR 2021, Algorithm 2).
+
+    With the weighted mean update ``Delta_t`` as the (negative) pseudo-gradient::
+
+        m_t = beta1 m_{t-1} + (1 - beta1) Delta_t
+        v_t = v_{t-1} + Delta_t^2                                    (adagrad)
+        v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2                  (adam)
+        v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)   (yogi)
+        step = m_t / (sqrt(v_t) + tau)
+
+    and ``x_{t+1} = x_t + eta step`` once :func:`scale` follows.  ``m_{-1} = 0`` and
+    ``v_{-1} = tau^2``, the least the algorithm allows (``v_{-1} >= tau^2``); no bias
+    correction, as in Algorithm 2.  ``tau`` sets the degree of adaptivity (smaller: more adaptive).
+
+    Args:
+      rule: ``adagrad`` | ``adam`` | ``yogi``.
+      beta1: first-moment decay in [0, 1) (the paper: 0.9).
+      beta2: second-moment decay in [0, 1) (the paper: 0.99; adagrad has none).
+      tau: adaptivity, > 0 (the paper: 1e-3).
+    """
+    check(rule in ADAPTIVE, "aggregator.rule", rule, f"choose one of: {', '.join(ADAPTIVE)}")
+    check(0 <= beta1 < 1, "aggregator.beta1", beta1, "must be in [0, 1)")
+    check(0 <= beta2 < 1, "aggregator.beta2", beta2, "must be in [0, 1)")
+    check(tau > 0, "aggregator.tau", tau, "must be > 0")
+
+    def init(params):
+        return {"m": {k: torch.zeros_like(v) for k, v in params.items()},
+                "v": {k: torch.full_like(v, tau ** 2) for k, v in params.items()}}
+
+    def update(step, state, stats):
+        m, v, out = {}, {}, {}
+        for k, delta in step.items():
+            sq = delta * delta
+            m[k] = beta1 * state["m"][k] + (1 - beta1) * delta
+            if rule == "adagrad":
+                v[k] = state["v"][k] + sq
+            elif rule == "adam":
+                v[k] = beta2 * state["v"][k] + (1 - beta2) * sq
+            else:
+                v[k] = state["v"][k] - (1 - beta2) * sq * torch.sign(state["v"][k] - sq)
+            out[k] = m[k] / (v[k].sqrt() + tau)
+        return out, {"m": m, "v": v}
 
     return ServerTransform(init, update)
 

@@ -1,16 +1,20 @@
 """Client-weighting rules: the coefficients of the weighted mean update.
 
-The base rules are ``examples`` (``n_k / n``) and ``uniform`` (``1 / m``); they are also the
-weights of the NWDA diagnostics N and E.  An *angle rule* replaces them in the aggregation:
+Every aggregator has one rule.  The base rules are ``examples`` (``p_k = n_k / n``, FedAvg) and
+``uniform`` (``p_k = 1 / m``, what FedNNNN uses in its unbalanced runs, sec. 5.1).  Their weights,
+``base``, are also the weights of the NWDA diagnostics N and E (eq. 4-5) and of the BatchNorm
+statistics, whatever rule aggregates, so those compare across methods.  An *angle rule* keeps a
+base rule for these and replaces its weights in the aggregation:
 
 * FedAdp (Wu & Wang; FedLayerWise's reference [3]): one weight per client from the angle between
   its update and the weighted mean update, smoothed over the rounds it took part in;
 * FedLayerWise (Lanjewar et al. eq. 1-7): the same per layer, so every layer has its own client
   weights.
 
-A rule is a pair ``init(num_clients, num_layers) -> state`` and
-``update(stats, base_weights, clients, state) -> (weights, state, diagnostics)``; ``weights`` is
-``[m]`` or ``[L, m]``.  The smoothed angles are the state, kept per client across rounds.
+A rule is ``base(num_examples) -> [m]`` weights summing to one, ``init(num_clients, num_layers)
+-> state`` and ``update(stats, base_weights, clients, state) -> (weights, state, diagnostics)``;
+``weights`` is ``[m]`` or ``[L, m]`` (``per_layer``).  The state is a dict of tensors (the angle
+rules' smoothed angles, kept per client across rounds; empty for the base rules).
 """
 from __future__ import annotations
 
@@ -22,12 +26,38 @@ from fedrun.errors import ConfigError, check
 from fedrun.nwda import NormStats
 
 GOMPERTZ_FORMS = ("decreasing", "literal")
+BASES = ("examples", "uniform")
 
 
 class WeightingRule(NamedTuple):
+    base: Callable[[torch.Tensor], torch.Tensor]
     init: Callable[[int, int], Any]
     update: Callable[[NormStats, torch.Tensor, list[int], Any], tuple[torch.Tensor, Any, dict]]
-    per_layer: bool
+    per_layer: bool = False
+
+
+def _examples(num_examples: torch.Tensor) -> torch.Tensor:
+    n = num_examples.to(torch.float64)
+    return n / n.sum()
+
+
+def _uniform(num_examples: torch.Tensor) -> torch.Tensor:
+    return torch.full((len(num_examples),), 1.0 / len(num_examples), dtype=torch.float64)
+
+
+def _no_state(num_clients: int, num_layers: int) -> dict:
+    return {}
+
+
+def _base_weights(stats, base, clients, state):
+    return base, state, {}
+
+
+def base_rule(weighting: str = "examples") -> WeightingRule:
+    """``examples``: ``p_k = n_k / n`` (FedAvg, Nagura et al. eq. 1); ``uniform``: ``p_k = 1 / m``."""
+    if weighting not in BASES:
+        raise ConfigError("aggregator.weighting", weighting, f"choose one of: {', '.join(BASES)}")
+    return WeightingRule(_examples if weighting == "examples" else _uniform, _no_state, _base_weights)
 
 
 def gompertz(theta: torch.Tensor, alpha: float, form: str = "decreasing") -> torch.Tensor:
@@ -61,15 +91,18 @@ def _softmax_weights(base: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, dim=-1)
 
 
-def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer: bool = False) -> WeightingRule:
+def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer: bool = False,
+               weighting: str = "examples") -> WeightingRule:
     """FedAdp (``per_layer=False``) or FedLayerWise (``per_layer=True``) weighting.
 
     Args:
       alpha: the Gompertz ceiling (both papers use 5).
       gompertz_form: ``decreasing`` (intent) or ``literal`` (eq. 5 as printed).
       per_layer: one weight per client and layer (FedLayerWise) instead of per client (FedAdp).
+      weighting: the base rule: ``n_k`` of eq. 6 (``examples``) or 1 (``uniform``).
     """
     check(alpha > 0, "aggregator.alpha", alpha, "must be > 0")
+    base_weights = base_rule(weighting).base
     gompertz(torch.zeros(1), alpha, gompertz_form)  # validates the form
 
     def init(num_clients: int, num_layers: int):
@@ -86,4 +119,4 @@ def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer:
         diagnostics = {"angle": theta, "smoothed_angle": s}
         return weights, {"smoothed": smoothed, "count": count}, diagnostics
 
-    return WeightingRule(init, update, per_layer)
+    return WeightingRule(base_weights, init, update, per_layer)
