@@ -54,35 +54,26 @@ Examples (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
-from runs import Run, count_notes, load_tagged, setting_deviations  # noqa: E402
+import tables  # noqa: E402
+from runs import Run, group, load_tagged, setting_deviations  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER = "fedlayerwise"
-
 # Table I's rows (in the paper's order), columns and display names.
 METHODS = ("fedlayerwise", "fedadp", "fedavg")
 METHOD_LABELS = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
 SCENARIOS = ("5iid_5noniid", "2iid_8noniid")
 SCENARIO_LABELS = {"5iid_5noniid": "5 IID + 5 non-IID", "2iid_8noniid": "2 IID + 8 non-IID"}
+TABLE_CELLS = [(m, s) for m in METHODS for s in SCENARIOS]
 IID_CLIENTS = {"5iid_5noniid": 5, "2iid_8noniid": 2}
 # The presets in conf/experiment/fedlayerwise, one per scenario.
 PRESETS = {s: f"mnist_{s}" for s in SCENARIOS}
 PAPER_TARGET = 0.95
-
-# Table I of the paper (rounds to 95% accuracy), transcribed; the same numbers as
-# ../shared/papers/targets/fedlayerwise_table1_rounds_to_95pct.csv (--paper-csv reads that file).
-PAPER_TABLE1 = {
-    ("fedlayerwise", "5iid_5noniid"): 11, ("fedlayerwise", "2iid_8noniid"): 12,
-    ("fedadp", "5iid_5noniid"): 12, ("fedadp", "2iid_8noniid"): 21,
-    ("fedavg", "5iid_5noniid"): 12, ("fedavg", "2iid_8noniid"): 25,
-}
+PAPER_CSV = "fedlayerwise_table1_rounds_to_95pct.csv"  # in scripts/paper_targets
 
 # The paper's setting (sec. IV.A): 10 clients, all every round, E = 1, B = 16, Adam lr 0.005, T = 30,
 # 600 samples per client, the 582,026-parameter CNN (5x5 conv 32, 5x5 conv 64, FC 1024-512-10).
@@ -90,20 +81,33 @@ PAPER_HYPERPARAMS = {"rounds": 30, "num_clients": 10, "client_fraction": 1.0, "l
                      "batch_size": 16, "lr": 0.005, "optimizer": "adam", "stragglers": 0.0, "dropouts": 0.0}
 PAPER_MODEL = {"_target_": "fedrun.models.MnistCNN", "channels": [32, 64], "hidden": 512}
 SMOKE_OVERRIDES = ["scale=smoke", "partition.samples_per_client=60"]
+CSV_NAME = "fedlayerwise_table1.csv"
 CSV_COLUMNS = ["method", "scenario", "target", "metric", "ours_rounds", "paper_rounds", "diff_rounds",
                "n_runs", "n_reached", "rounds_run", "final_acc_pct", "per_run_rounds", "run_dir", "deviations"]
 NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their round counts are not comparable "
              "with the paper's Table I (only the plumbing is checked):")
+# What a substitute for MNIST is, for the NOTE on launched runs.
+SUBSTITUTES = {"mnist_train10k": " (the first 10,000 MNIST training images: 8,000 train, 2,000 held out "
+                                 "as the test set, instead of 60,000 / 10,000)",
+               "synthetic": " (random class templates: NOT digits)"}
 
 
 def paper_table(path: str | None = None) -> dict[tuple[str, str], int]:
-    """Table I of the paper as {(method, scenario): rounds to 95%}; scenarios as in the tags
+    """Table I of the paper as {(method, scenario): rounds to 95%}: ``scripts/paper_targets``'
+    transcription, or the CSV at ``path`` (``--paper-csv``).  Scenarios as in the tags
     (``5iid_5noniid``; the targets CSV writes ``5iid+5noniid``)."""
-    if path:
-        with open(path, newline="") as f:
-            return {(r["method"], r["scenario"].replace("+", "_")): int(r["rounds_to_95pct_accuracy"])
-                    for r in csv.DictReader(f)}
-    return dict(PAPER_TABLE1)
+    return {(r["method"], r["scenario"].replace("+", "_")): int(r["rounds_to_95pct_accuracy"])
+            for r in tables.paper_csv(path, PAPER_CSV)}
+
+
+def load_runs(dirs: list[str]) -> tuple[list[Run], list]:
+    """The FedLayerWise preset runs under ``dirs`` (tagged with a scenario), and the skipped."""
+    return load_tagged(dirs, PAPER, ("scenario",))
+
+
+def cell(run: Run) -> tuple[str, str]:
+    """The Table I cell of a run: (method, scenario)."""
+    return run.method, run.tags.get("scenario")
 
 
 def deviations(run: Run) -> list[str]:
@@ -121,50 +125,46 @@ def rounds_to(run: Run, target: float = PAPER_TARGET, metric: str = "test_acc") 
     """``{"round": first round with metric >= target or None, "T": last evaluated round,
     "final": metric after the last round}`` from ``rounds.csv`` (rounds not evaluated are skipped);
     from ``summary.json`` (test accuracy only) when there is no ``rounds.csv``."""
-    if (run.path / "rounds.csv").is_file():
-        df = run.rounds()
-        if metric not in df:
-            raise SystemExit(f"fedlayerwise_table1: {run.path / 'rounds.csv'} has no column {metric}")
-        df = df.dropna(subset=[metric])
-        if df.empty:
-            return {"round": None, "T": 0, "final": None}
-        hit = df[df[metric] >= target]
-        return {"round": int(hit["round"].iloc[0]) if len(hit) else None, "T": int(df["round"].iloc[-1]),
-                "final": float(df[metric].iloc[-1])}
-    reached = (run.summary.get("rounds_to_accuracy") or {}).get(f"{target:g}")
-    return {"round": reached, "T": int(run.summary.get("rounds", 0)), "final": run.accuracy("final")}
+    df = run.rounds()
+    if df is None:
+        reached = (run.summary.get("rounds_to_accuracy") or {}).get(f"{target:g}")
+        return {"round": reached, "T": int(run.summary.get("rounds", 0)), "final": run.accuracy("final")}
+    if metric not in df:
+        raise SystemExit(f"fedlayerwise_table1: {run.path / 'rounds.csv'} has no column {metric}")
+    df = df.dropna(subset=[metric])
+    if df.empty:
+        return {"round": None, "T": 0, "final": None}
+    hit = df[df[metric] >= target]
+    return {"round": int(hit["round"].iloc[0]) if len(hit) else None, "T": int(df["round"].iloc[-1]),
+            "final": float(df[metric].iloc[-1])}
 
 
 def table1_rows(runs: list[Run], paper: dict, target: float = PAPER_TARGET, metric: str = "test_acc") -> list[dict]:
     """One long-form row per Table I cell (6 rows, missing cells included), in the paper's order."""
-    cells: dict[tuple[str, str], list[Run]] = {}
-    for run in runs:
-        cells.setdefault((run.method, run.tags.get("scenario")), []).append(run)
+    cells = group(runs, cell)
     rows = []
-    for method in METHODS:
-        for scenario in SCENARIOS:
-            group = sorted(cells.get((method, scenario), []), key=lambda r: (str(r.seed), str(r.path)))
-            results = [rounds_to(r, target, metric) for r in group]
-            reached = [x["round"] for x in results if x["round"] is not None]
-            ours = sum(reached) / len(reached) if reached else None
-            ref = paper.get((method, scenario)) if abs(target - PAPER_TARGET) < 1e-12 else None
-            finals = [x["final"] for x in results if x["final"] is not None]
-            rows.append({
-                "method": method, "scenario": scenario, "target": target, "metric": metric,
-                "ours_rounds": ours, "paper_rounds": ref,
-                "diff_rounds": None if ours is None or ref is None else ours - ref,
-                "n_runs": len(group), "n_reached": len(reached),
-                "rounds_run": max((x["T"] for x in results), default=None) if results else None,
-                "final_acc_pct": 100 * sum(finals) / len(finals) if finals else None,
-                "per_run_rounds": ";".join("-" if x["round"] is None else str(x["round"]) for x in results),
-                "run_dir": ";".join(str(r.path) for r in group),
-                "deviations": "; ".join(sorted({d for r in group for d in deviations(r)})),
-            })
+    for key in TABLE_CELLS:
+        seeds = sorted(cells.get(key, []), key=lambda r: (str(r.seed), str(r.path)))
+        results = [rounds_to(r, target, metric) for r in seeds]
+        reached = [x["round"] for x in results if x["round"] is not None]
+        ours = tables.mean(reached)
+        ref = paper.get(key) if abs(target - PAPER_TARGET) < 1e-12 else None
+        rows.append({
+            "method": key[0], "scenario": key[1], "target": target, "metric": metric,
+            "ours_rounds": ours, "paper_rounds": ref, "diff_rounds": tables.minus(ours, ref),
+            "n_runs": len(seeds), "n_reached": len(reached),
+            "rounds_run": max((x["T"] for x in results), default=None),
+            "final_acc_pct": tables.mean_pct(x["final"] for x in results),
+            "per_run_rounds": ";".join("-" if x["round"] is None else str(x["round"]) for x in results),
+            "run_dir": ";".join(str(r.path) for r in seeds),
+            "deviations": "; ".join(sorted({d for r in seeds for d in deviations(r)})),
+        })
     return rows
 
 
-def _num(x: float) -> str:
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+def _num(x: float, sign: str = "") -> str:
+    """A round count (or difference) without a decimal when whole."""
+    return f"{x:{sign}.0f}" if float(x).is_integer() else f"{x:{sign}.1f}"
 
 
 def format_cell(row: dict) -> str:
@@ -179,22 +179,11 @@ def format_cell(row: dict) -> str:
         T = row["rounds_run"]
         final = "-" if row["final_acc_pct"] is None else f"{row['final_acc_pct']:.1f}%"
         text = f"not reached in {T} (final {final}{f', mean of {n}' if n > 1 else ''}){star}"
-        if row["paper_rounds"] is None:
-            diff = "-"
-        else:
-            # Never reached in T rounds: the run needs more than T, so ours - paper > T - paper.
-            diff = f">{T - row['paper_rounds']:+d}" if T >= row["paper_rounds"] else "-"
+        # Never reached in T rounds: the run needs more than T, so ours - paper > T - paper.
+        diff = "-" if row["paper_rounds"] is None or T < row["paper_rounds"] else f">{T - row['paper_rounds']:+d}"
         return f"{text} ({paper}, {diff})"
-    text = _num(row["ours_rounds"])
-    if k < n:
-        text += f" [{k} of {n} reached]"
-    elif n > 1:
-        text += f" [{n}]"
-    text += star
-    diff = "-"
-    if row["paper_rounds"] is not None:
-        d = row["ours_rounds"] - row["paper_rounds"]
-        diff = f"{d:+.0f}" if float(d).is_integer() else f"{d:+.1f}"
+    text = _num(row["ours_rounds"]) + (f" [{k} of {n} reached]" if k < n else f" [{n}]" if n > 1 else "") + star
+    diff = "-" if row["diff_rounds"] is None else _num(row["diff_rounds"], "+")
     return f"{text} ({paper}, {diff})"
 
 
@@ -202,120 +191,52 @@ def format_table(rows: list[dict]) -> str:
     """Table I as text: the paper's layout (methods x scenarios)."""
     lookup = {(r["method"], r["scenario"]): r for r in rows}
     body = [[METHOD_LABELS[m]] + [format_cell(lookup[(m, s)]) for s in SCENARIOS] for m in METHODS]
-    head = ["Fed Methods"] + [SCENARIO_LABELS[s] for s in SCENARIOS]
-    widths = [max(len(head[i]), *(len(r[i]) for r in body)) for i in range(len(head))]
-    lines = [" | ".join([head[0].ljust(widths[0])] + [h.center(w) for h, w in zip(head[1:], widths[1:])])]
-    lines.append("-+-".join("-" * w for w in widths))
-    for r in body:
-        lines.append(" | ".join([r[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(r[1:], widths[1:])]))
+    text = tables.render(["Fed Methods"] + [SCENARIO_LABELS[s] for s in SCENARIOS], body)
     target, metric = rows[0]["target"], rows[0]["metric"]
     title = (f"FedLayerWise Table I: communication rounds to reach {100 * target:g}% {metric.replace('_', ' ')} "
              f"on MNIST; each cell: ours (paper, ours - paper); [n] = mean of n runs; "
              f"* = not the paper's setting (see NOTE); - = no run")
     if abs(target - PAPER_TARGET) > 1e-12:
         title += f"\n(the paper's numbers are for {100 * PAPER_TARGET:g}%: none shown for {100 * target:g}%)"
-    return title + "\n" + "\n".join(lines)
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    grid.write_csv(rows, path, CSV_COLUMNS, ".4g")
+    return title + "\n" + text
 
 
 def collect(dirs: list[str], target: float = PAPER_TARGET, metric: str = "test_acc", csv_path: str | None = None,
             paper_csv: str | None = None, out=None) -> list[dict]:
     """Find, file, print and write Table I for the runs under ``dirs``; return the long-form rows."""
     out = out or sys.stdout
-    runs, skipped = load_tagged(dirs, PAPER, ("scenario",))
+    runs, skipped = load_runs(dirs)
     rows = table1_rows(runs, paper_table(paper_csv), target, metric)
     print(format_table(rows), file=out)
-    filled = sum(r["n_runs"] > 0 for r in rows)
-    print(f"\n{len(runs)} run(s) in {filled} of {len(rows)} cells, from {', '.join(map(str, dirs))}", file=out)
-    unknown = sorted({(r.method, r.tags.get("scenario")) for r in runs}
-                     - {(m, s) for m in METHODS for s in SCENARIOS})
-    if unknown:
-        print(f"not in Table I (ignored): {unknown}", file=out)
-    if skipped:
-        print(f"{len(skipped)} run director{'ies' if len(skipped) > 1 else 'y'} skipped "
-              f"(not FedLayerWise preset runs): " + "; ".join(f"{p} ({why})" for p, why in skipped[:5])
-              + (" ..." if len(skipped) > 5 else ""), file=out)
-    notes = count_notes(deviations(r) for r in runs)
-    if notes:
-        print("\n" + NOT_PAPER, file=out)
-        for n in notes:
-            print(f"  - {n}", file=out)
-    if csv_path:
-        write_csv(rows, Path(csv_path))
-        print(f"\nwrote {csv_path}", file=out)
+    tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table I",
+                  paper="FedLayerWise", deviations=deviations, not_paper=NOT_PAPER, out=out)
+    tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4g", out)
     return rows
 
 
 # ----------------------------------------------------------------------------- run
 
-def substitution_overrides(substitutes: dict[str, str]) -> list[str]:
-    """The fedrun overrides that run ``substitutes["mnist"]`` in place of MNIST."""
-    option = substitutes.get("mnist")
-    if option is None:
-        return []
-    out = [f"dataset={option}"]
-    if option == "synthetic":
-        out += ["dataset.channels=1", "dataset.image_size=28"]
-    return out
+def run_grid(args) -> int:
+    """Launch every requested scenario (skipping runs already in ``--out``), then collect."""
+    option = dict(args.substitute).get("mnist")
+    overrides = [*grid.substitute_overrides(option, (1, 28)), *(SMOKE_OVERRIDES if args.smoke else [])]
 
+    def command(out: Path, scenario: str, methods: list[str], seeds: list[str]) -> list[str]:
+        return grid.sweep_command(f"fedlayerwise/{PRESETS[scenario]}", methods, seeds, overrides, args.set,
+                                  out / scenario)
 
-def scenario_command(scenario: str, methods: list[str], seeds: list[str], out: Path, smoke: bool,
-                     substitutes: dict[str, str], extra: list[str]) -> list[str]:
-    """One ``fedrun -m`` call: every method (and seed) of one Table I column."""
-    return [*grid.fedrun_command(), "-m", f"experiment=fedlayerwise/{PRESETS[scenario]}",
-            f"aggregator={','.join(methods)}", f"seed={','.join(seeds)}", *substitution_overrides(substitutes),
-            *(SMOKE_OVERRIDES if smoke else []), "progress=false", *extra,
-            f"hydra.sweep.dir={out / scenario}", grid.SUBDIR]
-
-
-def banner_lines(args, substitutes: dict[str, str]) -> list[str]:
-    """What the launched runs change from the paper's setting, for the NOTEs."""
     banner = []
     if args.smoke:
         banner.append("SMOKE SCALE (" + " ".join(SMOKE_OVERRIDES) + ": 3 rounds, 1,000 train / 300 test "
                       "images, 60 per client instead of 600): a check that the pipeline runs, NOT the "
                       "paper's setting (30 rounds, 600 samples per client); 95% will not be reached.")
-    option = substitutes.get("mnist")
     if option:
-        what = {"mnist_train10k": " (the first 10,000 MNIST training images: 8,000 train, 2,000 held out "
-                                  "as the test set, instead of 60,000 / 10,000)",
-                "synthetic": " (random class templates: NOT digits)"}.get(option, "")
-        banner.append(f"SUBSTITUTED DATA: runs read dataset={option}{what}, not the real MNIST.")
-    if args.set:
-        banner.append(f"EXTRA OVERRIDES: {' '.join(args.set)}")
-    return banner
-
-
-def run_grid(args) -> int:
-    """Launch every requested scenario (skipping runs already in ``--out``), then collect."""
-    out = Path(args.out).resolve()
-    substitutes = dict(args.substitute)
-    seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
-    banner = banner_lines(args, substitutes)
-    for line in banner:
-        print("NOTE: " + line, flush=True)
-    t_all = time.perf_counter()
-    failures = grid.launch(args.scenarios, lambda scenario, methods, seeds: scenario_command(
-        scenario, methods, seeds, out, args.smoke, substitutes, args.set), args.methods, seeds, out, args.dry_run)
-    if args.dry_run:
-        return 0
-    print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
-    for line in banner:
-        print("NOTE: " + line)
-    print()
-    collect([str(out)], args.target, args.metric,
-            str(out / "fedlayerwise_table1.csv") if args.csv is None else args.csv or None, args.paper_csv)
-    return grid.report_failures(failures, out)
+        banner.append(f"SUBSTITUTED DATA: runs read dataset={option}{SUBSTITUTES.get(option, '')}, not the real MNIST.")
+    return grid.run_sweeps(args, args.scenarios, command, banner, lambda out: collect(
+        [str(out)], args.target, args.metric, tables.run_csv(args, out, CSV_NAME), args.paper_csv))
 
 
 # ----------------------------------------------------------------------------- command line
-
-def _substitute(text: str) -> tuple[str, str]:
-    return grid.dataset_substitute(text, ("mnist",))
-
 
 def _fraction(text: str) -> float:
     value = float(text)
@@ -325,9 +246,11 @@ def _fraction(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p, c, r = grid.table_parser("fedlayerwise_table1.py", __doc__, "Table I", "fedlayerwise_table1.csv",
-                                "<scenario>/<method>_seed<seed>",
-                                "Launch one `fedrun -m` per Table I column (all methods), then collect.")
+    p, c, r = tables.table_parser(
+        "fedlayerwise_table1.py", __doc__, "Table I", CSV_NAME, "<scenario>/<method>_seed<seed>",
+        "Launch one `fedrun -m` per Table I column (all methods), then collect.", PAPER_CSV, ("mnist",),
+        "run conf/dataset OPTION in place of MNIST (not available offline), e.g. mnist=mnist_train10k. The runs "
+        "are marked as substituted", "mnist=OPTION")
     for q in (c, r):
         q.add_argument("--target", type=_fraction, default=PAPER_TARGET,
                        help="accuracy to reach, a fraction (default 0.95, the paper's; the paper's numbers "
@@ -335,16 +258,9 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--metric", choices=("test_acc", "val_acc"), default="test_acc",
                        help="rounds.csv column compared with the target (default test_acc; val_acc needs "
                             "runs with hyperparams.validation_fraction > 0)")
-        q.add_argument("--paper-csv", default=None,
-                       help="read the paper's numbers from this CSV (method,scenario,rounds_to_95pct_accuracy, "
-                            "e.g. ../shared/papers/targets/fedlayerwise_table1_rounds_to_95pct.csv) instead "
-                            "of the built-in transcription")
     r.add_argument("--smoke", action="store_true",
                    help="add " + " ".join(SMOKE_OVERRIDES) + " (3 rounds, 1,000 train images, 60 per "
                         "client): checks the pipeline, is not the paper's setting")
-    r.add_argument("--substitute", action="append", type=_substitute, default=[], metavar="mnist=OPTION",
-                   help="run conf/dataset OPTION in place of MNIST (not available offline), e.g. "
-                        "mnist=mnist_train10k. The runs are marked as substituted")
     r.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), metavar="SCENARIO",
                    help=f"which presets of conf/experiment/fedlayerwise (default both: {', '.join(SCENARIOS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=["fedavg", "fedadp", "fedlayerwise"],
@@ -353,9 +269,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grid.table_main(parser().parse_args(argv), run_grid,
-                           lambda a, csv_path: collect(a.dirs, a.target, a.metric, csv_path, a.paper_csv),
-                           "fedlayerwise_table1.csv", "fedlayerwise_table1")
+    return tables.table_main(parser().parse_args(argv), run_grid,
+                             lambda a, csv_path: collect(a.dirs, a.target, a.metric, csv_path, a.paper_csv),
+                             CSV_NAME, "fedlayerwise_table1")
 
 
 if __name__ == "__main__":

@@ -62,33 +62,42 @@ Examples (from the repository root)::
 """
 from __future__ import annotations
 
-import argparse
-import csv
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
-from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                  METHODS, Run, by_cell, deviation_notes, load_runs)
+import tables  # noqa: E402
+from runs import Run, group, load_tagged, setting_deviations  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-
-# Table 2 of the paper (accuracy in %), transcribed; the same numbers as
-# ../shared/papers/targets/fednnnn_table2_accuracy.csv (pass --paper-csv to read that file instead).
-PAPER_TABLE2 = {
-    "fedavg": {"mnist": (99.0, 98.2, 99.1, 93.5), "cifar10": (81.3, 72.6, 83.5, 56.6)},
-    "fedprox": {"mnist": (99.0, 98.1, 99.1, 87.9), "cifar10": (81.4, 74.2, 83.2, 55.6)},
-    "normnorm": {"mnist": (99.1, 99.0, 99.2, 97.1), "cifar10": (81.2, 76.7, 83.3, 55.5)},
-    "momentum": {"mnist": (99.1, 99.2, 99.1, 96.9), "cifar10": (83.1, 74.3, 84.2, 62.0)},
-    "fednnnn": {"mnist": (99.2, 99.1, 99.2, 98.9), "cifar10": (84.7, 76.7, 84.0, 61.9)},
-}
-
-# The 8 presets in conf/experiment/fednnnn, one per (dataset, condition).
+PAPER = "fednnnn"
+# The paper's rows (Table 2 order), columns and display names.
+METHODS = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn")
+METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "normnorm": "Norm-Norm",
+                 "momentum": "Momentum", "fednnnn": "FedNNNN"}
+DATASETS = ("mnist", "cifar10")
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR10"}
+CONDITIONS = ("iid-b", "noniid-b", "iid-ub", "noniid-ub")
+CONDITION_LABELS = {"iid-b": "IID - B", "noniid-b": "non-IID - B", "iid-ub": "IID - UB",
+                    "noniid-ub": "non-IID - UB"}
+# Table 2's cells (method, dataset, condition) in the paper's order: rows, then conditions, then datasets.
+TABLE_CELLS = [(m, d, c) for m in METHODS for c in CONDITIONS for d in DATASETS]
+# The 8 presets in conf/experiment/fednnnn, one per (dataset, condition): a column of Table 2.
 CELLS = {f"{d}_{c.replace('-', '_')}": (d, c) for d in DATASETS for c in CONDITIONS}
-# Image shape of each paper dataset, for a synthetic stand-in the paper's CNN accepts.
+
+# Table 1 (common settings) of the paper: what a full-scale run of each dataset uses.
+TABLE1 = {
+    "mnist": {"rounds": 100, "num_clients": 100, "client_fraction": 1.0, "local_epochs": 5,
+              "batch_size": 50, "lr": 0.05, "weight_decay": 0.0},
+    "cifar10": {"rounds": 250, "num_clients": 100, "client_fraction": 1.0, "local_epochs": 5,
+                "batch_size": 50, "lr": 0.05, "weight_decay": 5.0e-4},
+}
+# The paper's CNNs (Table 3: MNIST, Table 4: CIFAR10), as fedrun's model classes.
+MODELS = {"mnist": "fedrun.models.MnistCNN", "cifar10": "fedrun.models.Cifar10CNN"}
+# Image shape (channels, size) of each paper dataset, for a synthetic stand-in the paper's CNN accepts.
 SHAPES = {"mnist": (1, 28), "cifar10": (3, 32)}
+PAPER_CSV = "fednnnn_table2_accuracy.csv"  # in scripts/paper_targets: method,dataset,condition,accuracy_pct
+CSV_NAME = "fednnnn_table2.csv"
 CSV_COLUMNS = ["method", "dataset", "condition", "ours_pct", "paper_pct", "diff_pct", "run_dir",
                "n_runs", "metric", "deviations",
                "final_acc_pct", "best_acc_pct", "best_round", "final_diff_pct", "best_diff_pct", "closer"]
@@ -106,13 +115,30 @@ NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their accuraci
 
 
 def paper_table(path: str | None = None) -> dict[tuple[str, str, str], float]:
-    """Table 2 of the paper as {(method, dataset, condition): accuracy %}."""
-    if path:
-        with open(path, newline="") as f:
-            return {(r["method"], r["dataset"], r["condition"]): float(r["accuracy_pct"])
-                    for r in csv.DictReader(f)}
-    return {(m, d, c): values[i] for m, per in PAPER_TABLE2.items() for d, values in per.items()
-            for i, c in enumerate(CONDITIONS)}
+    """Table 2 of the paper as {(method, dataset, condition): accuracy %}: ``scripts/paper_targets``'
+    transcription, or the CSV at ``path`` (``--paper-csv``)."""
+    return {(r["method"], r["dataset"], r["condition"]): float(r["accuracy_pct"])
+            for r in tables.paper_csv(path, PAPER_CSV)}
+
+
+def load_runs(dirs: list[str]) -> tuple[list[Run], list]:
+    """The FedNNNN preset runs under ``dirs`` (tagged with a dataset and condition), and the skipped."""
+    return load_tagged(dirs, PAPER, ("dataset", "condition"))
+
+
+def cell(run: Run) -> tuple[str, str, str]:
+    """The Table 2 cell of a run: (method, dataset, condition), from summary.json and the preset's tags."""
+    return run.method, run.dataset, run.tags.get("condition")
+
+
+def deviations(run: Run) -> list[str]:
+    """How ``run`` departs from the paper's setting (Table 1, the paper's CNN, the real dataset):
+    short phrases, empty for a run at the paper's scale on the paper's data."""
+    out = setting_deviations(run, TABLE1.get(run.dataset, {}))
+    model = (run.config.get("model") or {}).get("_target_")
+    if model and run.dataset in MODELS and model != MODELS[run.dataset]:
+        out.append(f"model {model.rsplit('.', 1)[-1]} (paper {MODELS[run.dataset].rsplit('.', 1)[-1]})")
+    return out
 
 
 # ----------------------------------------------------------------------------- collect
@@ -124,19 +150,13 @@ def best_round(run: Run) -> int | None:
     value = run.summary.get("best_round")
     if value is not None:
         return int(value)
-    best = run.accuracy("best")
-    try:
-        df = run.rounds().dropna(subset=["test_acc"])
-    except (OSError, ValueError, KeyError):
+    df = run.rounds()
+    if df is None or "test_acc" not in df:
         return None
+    df, best = df.dropna(subset=["test_acc"]), run.accuracy("best")
     if df.empty or (best is not None and abs(float(df["test_acc"].max()) - best) > 1e-9):
         return None
     return int(df.loc[df["test_acc"].idxmax(), "round"])
-
-
-def _mean_pct(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return 100.0 * sum(values) / len(values) if values else None
 
 
 def _shown(value: float | None) -> float | None:
@@ -154,42 +174,39 @@ def closer(final: float | None, best: float | None, paper: float | None) -> str:
     return "final" if d_final < d_best else "best"
 
 
+def _best_rounds(runs: list[Run]):
+    """The seeds' best rounds: one round, or all of them joined by ``;`` (``?`` where unknown)."""
+    rounds = [best_round(r) for r in runs if r.accuracy("best") is not None]
+    if not rounds:
+        return None
+    if len(set(rounds)) == 1 and None not in rounds:
+        return rounds[0]
+    return ";".join("?" if x is None else str(x) for x in rounds)
+
+
 def table2_rows(runs: list[Run], paper: dict, accuracy: str = "final") -> list[dict]:
     """One long-form row per Table 2 cell (40 rows, missing cells included), in the paper's order.
 
     Each row has both ``final_acc_pct`` and ``best_acc_pct`` (means over the cell's runs) with
     ``best_round``; ``ours_pct`` / ``diff_pct`` repeat the one named by ``accuracy``.
     """
-    cells = by_cell(runs)
+    cells = group(runs, cell)
     rows = []
-    for method in METHODS:
-        for condition in CONDITIONS:
-            for dataset in DATASETS:
-                group = [r for r in cells.get((method, dataset, condition), [])
-                         if r.accuracy("final") is not None or r.accuracy("best") is not None]
-                final = _mean_pct([r.accuracy("final") for r in group])
-                best = _mean_pct([r.accuracy("best") for r in group])
-                rounds = [best_round(r) for r in group if r.accuracy("best") is not None]
-                if not rounds:
-                    rnd = None
-                elif len(set(rounds)) == 1 and None not in rounds:
-                    rnd = rounds[0]
-                else:
-                    rnd = ";".join("?" if x is None else str(x) for x in rounds)
-                ref = paper.get((method, dataset, condition))
-                ours = final if accuracy == "final" else best
-                rows.append({
-                    "method": method, "dataset": dataset, "condition": condition,
-                    "ours_pct": ours, "paper_pct": ref,
-                    "diff_pct": None if ours is None or ref is None else ours - ref,
-                    "run_dir": ";".join(str(r.path) for r in group), "n_runs": len(group),
-                    "metric": f"{accuracy}_test_acc",
-                    "deviations": "; ".join(sorted({d for r in group for d in r.deviations})),
-                    "final_acc_pct": final, "best_acc_pct": best, "best_round": rnd,
-                    "final_diff_pct": None if final is None or ref is None else final - ref,
-                    "best_diff_pct": None if best is None or ref is None else best - ref,
-                    "closer": closer(final, best, ref),
-                })
+    for key in TABLE_CELLS:
+        seeds = [r for r in cells.get(key, []) if r.accuracy("final") is not None or r.accuracy("best") is not None]
+        final = tables.mean_pct(r.accuracy("final") for r in seeds)
+        best = tables.mean_pct(r.accuracy("best") for r in seeds)
+        ref = paper.get(key)
+        ours = final if accuracy == "final" else best
+        rows.append({
+            **dict(zip(("method", "dataset", "condition"), key)),
+            "ours_pct": ours, "paper_pct": ref, "diff_pct": tables.minus(ours, ref),
+            "run_dir": ";".join(str(r.path) for r in seeds), "n_runs": len(seeds), "metric": f"{accuracy}_test_acc",
+            "deviations": "; ".join(sorted({d for r in seeds for d in deviations(r)})),
+            "final_acc_pct": final, "best_acc_pct": best, "best_round": _best_rounds(seeds),
+            "final_diff_pct": tables.minus(final, ref), "best_diff_pct": tables.minus(best, ref),
+            "closer": closer(final, best, ref),
+        })
     return rows
 
 
@@ -217,10 +234,7 @@ def format_cell(row: dict) -> str:
     final, best = _shown(row["final_acc_pct"]), _shown(row["best_acc_pct"])
     text = ("-" if final is None else f"{final:.1f}") + " / " + \
         ("-" if best is None else f"{best:.1f}@{_round_text(row['best_round'])}")
-    if row["n_runs"] > 1:
-        text += f" [{row['n_runs']}]"
-    if row["deviations"]:
-        text += "*"
+    text += (f" [{row['n_runs']}]" if row["n_runs"] > 1 else "") + ("*" if row["deviations"] else "")
 
     def diff(v):
         return "-" if v is None or row["paper_pct"] is None else f"{v - row['paper_pct']:+.1f}"
@@ -233,12 +247,9 @@ def which_is_closer(rows: list[dict]) -> dict:
     many our final / our best accuracy is the closer to the paper's, and the mean |ours - paper|."""
     usable = [r for r in rows if r["closer"] and not r["deviations"]]
     count = {k: sum(r["closer"] == k for r in usable) for k in ("final", "best", "tie")}
-    mean = {k: (sum(abs(_shown(r[f"{k}_acc_pct"]) - r["paper_pct"]) for r in usable) / len(usable)
-                if usable else None) for k in ("final", "best")}
-    if count["final"] == count["best"]:
-        verdict = None
-    else:
-        verdict = "final" if count["final"] > count["best"] else "best"
+    mean = {k: tables.mean([abs(_shown(r[f"{k}_acc_pct"]) - r["paper_pct"]) for r in usable])
+            for k in ("final", "best")}
+    verdict = None if count["final"] == count["best"] else max(("final", "best"), key=count.get)
     return {"cells": len(usable), "count": count, "mean_abs_diff": mean, "verdict": verdict,
             "excluded": sum(1 for r in rows if r["closer"] and r["deviations"])}
 
@@ -270,32 +281,17 @@ def footnote(rows: list[dict]) -> str:
 
 def format_table(rows: list[dict], accuracy: str = "final") -> str:
     """Table 2 as text: the paper's layout (methods x (condition, dataset))."""
-    cols = [(c, d) for c in CONDITIONS for d in DATASETS]
     lookup = {(r["method"], r["dataset"], r["condition"]): r for r in rows}
-    body = [[METHOD_LABELS[m]] + [format_cell(lookup[(m, d, c)]) for c, d in cols] for m in METHODS]
-    width0 = max(len(r[0]) for r in body)
-    widths = [max(len(DATASET_LABELS[d]), *(len(r[i + 1]) for r in body)) for i, (_c, d) in enumerate(cols)]
-    # The condition header spans its two dataset columns.
-    head1, head2 = [" " * width0], [" " * width0]
-    for j, c in enumerate(CONDITIONS):
-        span = widths[2 * j] + 3 + widths[2 * j + 1]
-        head1.append(CONDITION_LABELS[c].center(span))
-        head2.append(DATASET_LABELS[DATASETS[0]].center(widths[2 * j]) + " | "
-                     + DATASET_LABELS[DATASETS[1]].center(widths[2 * j + 1]))
-    lines = [" | ".join(head1), " | ".join(head2)]
-    lines.append("-+-".join("-" * len(h) for h in head2))
-    for r in body:
-        lines.append(" | ".join([r[0].ljust(width0)] + [v.rjust(w) for v, w in zip(r[1:], widths)]))
+    body = [[METHOD_LABELS[m]] + [format_cell(lookup[(m, d, c)]) for c in CONDITIONS for d in DATASETS]
+            for m in METHODS]
+    head = [""] + [DATASET_LABELS[d] for _c in CONDITIONS for d in DATASETS]
+    text = tables.render(head, body, groups=[(CONDITION_LABELS[c], len(DATASETS)) for c in CONDITIONS])
     title = ("FedNNNN Table 2: test accuracy (%), each cell: ours final / ours best@rR = highest over the "
              "rounds, first reached in round R (paper; final - paper / best - paper); [n] = mean of n runs "
              "(rA-B: their best rounds); * = not the paper's setting (see NOTE); - = no run.\n"
              f"The paper's numbers appear to be the {PAPER_METRIC} accuracy (see the footnote). "
              f"CSV ours_pct/diff_pct: the {accuracy} test accuracy (--accuracy).")
-    return title + "\n" + "\n".join(lines) + "\n\n" + footnote(rows)
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    grid.write_csv(rows, path, CSV_COLUMNS, ".4f")
+    return title + "\n" + text + "\n\n" + footnote(rows)
 
 
 def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = None,
@@ -305,108 +301,54 @@ def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = Non
     runs, skipped = load_runs(dirs)
     rows = table2_rows(runs, paper_table(paper_csv), accuracy)
     print(format_table(rows, accuracy), file=out)
-    filled = sum(r["n_runs"] > 0 for r in rows)
-    print(f"\n{len(runs)} run(s) in {filled} of {len(rows)} cells, from {', '.join(map(str, dirs))}", file=out)
-    unknown = sorted({r.cell for r in runs if r.cell not in {(x['method'], x['dataset'], x['condition'])
-                                                             for x in rows}})
-    if unknown:
-        print(f"not in Table 2 (ignored): {unknown}", file=out)
-    if skipped:
-        print(f"{len(skipped)} run director{'ies' if len(skipped) > 1 else 'y'} skipped "
-              f"(not FedNNNN preset runs): " + "; ".join(f"{p} ({why})" for p, why in skipped[:5])
-              + (" ..." if len(skipped) > 5 else ""), file=out)
-    notes = deviation_notes(runs)
-    if notes:
-        print("\n" + NOT_PAPER, file=out)
-        for n in notes:
-            print(f"  - {n}", file=out)
-    if csv_path:
-        write_csv(rows, Path(csv_path))
-        print(f"\nwrote {csv_path}", file=out)
+    tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table 2", paper="FedNNNN",
+                  deviations=deviations, not_paper=NOT_PAPER, out=out)
+    tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4f", out)
     return rows
 
 
 # ----------------------------------------------------------------------------- run
 
-def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[str]:
-    """The fedrun overrides that run ``substitutes[dataset]`` in place of ``dataset``."""
-    option = substitutes.get(dataset)
-    if option is None:
-        return []
-    out = [f"dataset={option}"]
-    if option == "synthetic":
-        channels, size = SHAPES[dataset]
-        out += [f"dataset.channels={channels}", f"dataset.image_size={size}"]
-    return out
-
-
-def cell_command(cell: str, methods: list[str], seeds: list[str], out: Path, smoke: bool,
-                 substitutes: dict[str, str], extra: list[str]) -> list[str]:
-    """One ``fedrun -m`` call: every method (and seed) of one Table 2 column."""
-    dataset, _ = CELLS[cell]
-    return [*grid.fedrun_command(), "-m", f"experiment=fednnnn/{cell}", f"aggregator={','.join(methods)}",
-            f"seed={','.join(seeds)}", *substitution_overrides(substitutes, dataset),
-            *(["scale=smoke"] if smoke else []), "progress=false", *extra,
-            f"hydra.sweep.dir={out / cell}", grid.SUBDIR]
-
-
 def run_grid(args) -> int:
     """Launch every requested cell (skipping runs already done in ``--out``), then collect."""
-    out = Path(args.out).resolve()
     substitutes = dict(args.substitute)
-    cells = args.cells or list(CELLS)
-    seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
+
+    def overrides(dataset: str) -> list[str]:
+        return grid.substitute_overrides(substitutes.get(dataset), SHAPES[dataset])
+
+    def command(out: Path, column: str, methods: list[str], seeds: list[str]) -> list[str]:
+        return grid.sweep_command(f"fednnnn/{column}", methods, seeds,
+                                  [*overrides(CELLS[column][0]), *(["scale=smoke"] if args.smoke else [])],
+                                  args.set, out / column)
+
     banner = []
     if args.smoke:
         banner.append("SMOKE SCALE (scale=smoke: 3 rounds, 10 clients, 1000 train / 300 test samples, "
                       "1 local epoch): a check that the pipeline runs, NOT the paper's Table 1 setting.")
     for real, option in substitutes.items():
-        banner.append(f"SUBSTITUTED DATA: {real} runs read dataset={option} "
-                      f"({' '.join(substitution_overrides(substitutes, real))}), not the real {real}.")
-    if args.set:
-        banner.append(f"EXTRA OVERRIDES: {' '.join(args.set)}")
-    for line in banner:
-        print("NOTE: " + line, flush=True)
-    t_all = time.perf_counter()
-    failures = grid.launch(cells, lambda cell, methods, seeds: cell_command(
-        cell, methods, seeds, out, args.smoke, substitutes, args.set), args.methods, seeds, out, args.dry_run)
-    if args.dry_run:
-        return 0
-    print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
-    for line in banner:
-        print("NOTE: " + line)
-    print()
-    collect([str(out)], args.accuracy, str(out / "fednnnn_table2.csv") if args.csv is None else args.csv or None,
-            args.paper_csv)
-    return grid.report_failures(failures, out)
+        banner.append(f"SUBSTITUTED DATA: {real} runs read dataset={option} ({' '.join(overrides(real))}), "
+                      f"not the real {real}.")
+    return grid.run_sweeps(args, args.cells or list(CELLS), command, banner, lambda out: collect(
+        [str(out)], args.accuracy, tables.run_csv(args, out, CSV_NAME), args.paper_csv))
 
 
 # ----------------------------------------------------------------------------- command line
 
-def _substitute(text: str) -> tuple[str, str]:
-    return grid.dataset_substitute(text, DATASETS)
-
-
-def parser() -> argparse.ArgumentParser:
-    p, c, r = grid.table_parser("fednnnn_table2.py", __doc__, "Table 2", "fednnnn_table2.csv",
-                                "<cell>/<method>_seed<seed>",
-                                "Launch one `fedrun -m` per Table 2 column (all methods), then collect.")
+def parser():
+    p, c, r = tables.table_parser(
+        "fednnnn_table2.py", __doc__, "Table 2", CSV_NAME, "<cell>/<method>_seed<seed>",
+        "Launch one `fedrun -m` per Table 2 column (all methods), then collect.", PAPER_CSV, DATASETS,
+        "run conf/dataset OPTION in place of DATASET (not available offline), e.g. cifar10=synthetic (adds "
+        "dataset.channels=3 dataset.image_size=32) or mnist=mnist_train10k; repeatable. The runs are marked as "
+        "substituted")
     for q in (c, r):
         q.add_argument("--accuracy", choices=("final", "best"), default="final",
                        help="which accuracy fills the CSV's ours_pct/diff_pct columns: final_test_acc "
                             "(after the last round; default) or best_test_acc (highest over the rounds). "
                             "The table and the CSV's final_*/best_* columns always show both")
-        q.add_argument("--paper-csv", default=None,
-                       help="read the paper's numbers from this CSV (method,dataset,condition,accuracy_pct, "
-                            "e.g. ../shared/papers/targets/fednnnn_table2_accuracy.csv) instead of the "
-                            "built-in transcription")
     r.add_argument("--smoke", action="store_true",
                    help="add scale=smoke (3 rounds, 10 clients, 1000/300 samples): checks the pipeline, "
                         "is not the paper's setting")
-    r.add_argument("--substitute", action="append", type=_substitute, default=[], metavar="DATASET=OPTION",
-                   help="run conf/dataset OPTION in place of DATASET (not available offline), e.g. "
-                        "cifar10=synthetic (adds dataset.channels=3 dataset.image_size=32) or "
-                        "mnist=mnist_train10k; repeatable. The runs are marked as substituted")
     r.add_argument("--cells", nargs="+", choices=list(CELLS), default=None, metavar="CELL",
                    help=f"which presets of conf/experiment/fednnnn (default: all 8: {', '.join(CELLS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
@@ -415,9 +357,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grid.table_main(parser().parse_args(argv), run_grid,
-                           lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv),
-                           "fednnnn_table2.csv", "fednnnn_table2")
+    return tables.table_main(parser().parse_args(argv), run_grid,
+                             lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv),
+                             CSV_NAME, "fednnnn_table2")
 
 
 if __name__ == "__main__":

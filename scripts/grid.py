@@ -1,13 +1,13 @@
-"""Launching a paper's grid of fedrun sweeps, shared by the table scripts' ``run`` modes.
+"""Launching a paper's grid of fedrun runs, shared by the table scripts' ``run`` modes.
 
-A *column* of a paper's table (a FedNNNN condition, a FedLayerWise scenario) is one
-``fedrun -m`` call over methods and seeds into ``OUT/<column>/<method>_seed<seed>``; runs already
-finished there are skipped, and what is still missing after the call is reported.
+A *column* of FedNNNN's or FedLayerWise's table (a condition, a scenario) is one ``fedrun -m``
+call over methods and seeds into ``OUT/<column>/<method>_seed<seed>`` (:func:`run_sweeps`); the
+parameter-divergence study runs one ``fedrun`` per run (:func:`run_logged`).  Runs already
+finished are skipped, and what is still missing afterwards is reported.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import shlex
 import shutil
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from runs import Run, missing_dirs
+from runs import Run
 
 REPO = Path(__file__).resolve().parents[1]
 SUBDIR = "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"
@@ -31,6 +31,67 @@ def fedrun_command() -> list[str]:
     if exe is None:
         sys.exit("fedrun is neither importable nor on PATH; activate its environment")
     return [exe]
+
+
+# ----------------------------------------------------------------------------- data stand-ins
+
+def dataset_substitute(text: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """Parse ``DATASET=OPTION`` for ``--substitute``: DATASET in ``allowed``, OPTION a conf/dataset file."""
+    real, sep, option = text.partition("=")
+    if not sep or real not in allowed or not option:
+        raise argparse.ArgumentTypeError(f"expected DATASET=OPTION with DATASET in {allowed}, got {text!r}")
+    if not (REPO / "conf" / "dataset" / f"{option}.yaml").is_file():
+        options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
+        raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
+    return real, option
+
+
+def substitute_overrides(option: str | None, shape: tuple[int, int]) -> list[str]:
+    """The overrides that read conf/dataset ``option`` in place of a paper's dataset of image
+    ``shape`` (channels, size): a synthetic stand-in takes that shape, so the paper's model is
+    unchanged.  None: no substitute."""
+    if option is None:
+        return []
+    channels, size = shape
+    extra = [f"dataset.channels={channels}", f"dataset.image_size={size}"] if option == "synthetic" else []
+    return [f"dataset={option}", *extra]
+
+
+def seed_list(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def print_banner(lines: list[str], extra: list[str]) -> None:
+    """What the launched runs change from the paper's setting, and the extra overrides, as NOTE lines."""
+    for line in lines + ([f"EXTRA OVERRIDES: {' '.join(extra)}"] if extra else []):
+        print("NOTE: " + line, flush=True)
+
+
+# ----------------------------------------------------------------------------- one process, logged
+
+def run_logged(cmd: list[str], log_path: Path) -> tuple[int, float]:
+    """Run ``cmd`` from the repository root, appending its output to ``log_path``:
+    ``(exit code, seconds)``."""
+    t0 = time.perf_counter()
+    with open(log_path, "a") as log:
+        rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+    return rc, time.perf_counter() - t0
+
+
+def print_errors(log_path: Path, last: int) -> None:
+    """The ``last`` lines of a log that mention an error, indented under the run's line."""
+    errors = [line for line in log_path.read_text().splitlines() if "error" in line.lower()]
+    if errors:
+        print("    " + "\n    ".join(errors[-last:]), flush=True)
+
+
+# ----------------------------------------------------------------------------- sweeps per column
+
+def sweep_command(preset: str, methods: list[str], seeds: list[str], overrides: list[str], extra: list[str],
+                  folder: Path) -> list[str]:
+    """One ``fedrun -m``: every method (and seed) of one table column, into ``folder``."""
+    return [*fedrun_command(), "-m", f"experiment={preset}", f"aggregator={','.join(methods)}",
+            f"seed={','.join(seeds)}", *overrides, "progress=false", *extra, f"hydra.sweep.dir={folder}", SUBDIR]
 
 
 def cell_state(folder: Path) -> tuple[set, set]:
@@ -71,15 +132,12 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
                   f"{shlex.join(cmd)}", flush=True)
             if not dry_run:
                 log_path = out / "logs" / f"{column}.log"
-                t0 = time.perf_counter()
-                with open(log_path, "a") as log:
-                    rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+                rc, seconds = run_logged(cmd, log_path)
                 after, _ = cell_state(out / column)
-                print(f"    exit {rc}, {len(after - done)} run(s) finished in {time.perf_counter() - t0:.0f} s "
+                print(f"    exit {rc}, {len(after - done)} run(s) finished in {seconds:.0f} s "
                       f"(log: {log_path})", flush=True)
                 if rc != 0:
-                    errors = [line for line in log_path.read_text().splitlines() if "error" in line.lower()]
-                    print("    " + "\n    ".join(errors[-4:]), flush=True)
+                    print_errors(log_path, 4)
         if not dry_run:
             missing = sorted(wanted - cell_state(out / column)[0])
             if missing:
@@ -87,81 +145,22 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
     return failures
 
 
-def report_failures(failures: list[tuple[str, list]], out: Path) -> int:
+def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str], list[str]], list[str]],
+               banner: list[str], collect: Callable[[Path], object]) -> int:
+    """A table script's ``run``: launch ``command(out, column, methods, seeds)`` per column (runs
+    already in ``--out`` are skipped), then ``collect(out)``; the exit code (1 if a run is missing)."""
+    out = Path(args.out).resolve()
+    print_banner(banner, args.set)
+    t_all = time.perf_counter()
+    failures = launch(columns, lambda column, methods, seeds: command(out, column, methods, seeds),
+                      args.methods, seed_list(args.seeds), out, args.dry_run)
+    if args.dry_run:
+        return 0
+    print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
+    print_banner(banner, args.set)  # again, beside the table it qualifies
+    print()
+    collect(out)
     for column, missing in failures:
         print(f"FAILED or missing in {column}: {', '.join(f'{m} seed {s}' for m, s in missing)} "
               f"(see {out / 'logs' / (column + '.log')} and the run's fedrun.log)")
     return 1 if failures else 0
-
-
-def write_csv(rows: list[dict], path: Path, columns: list[str], float_format: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, columns)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: ("" if r[k] is None else (format(r[k], float_format) if isinstance(r[k], float)
-                                                         else r[k])) for k in columns})
-
-
-def dataset_substitute(text: str, allowed: tuple[str, ...]) -> tuple[str, str]:
-    """Parse ``DATASET=OPTION`` for ``--substitute``: DATASET in ``allowed``, OPTION a conf/dataset file."""
-    real, sep, option = text.partition("=")
-    if not sep or real not in allowed or not option:
-        raise argparse.ArgumentTypeError(f"expected DATASET=OPTION with DATASET in {allowed}, got {text!r}")
-    if not (REPO / "conf" / "dataset" / f"{option}.yaml").is_file():
-        options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
-        raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
-    return real, option
-
-
-def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str,
-                 run_description: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser,
-                                                 argparse.ArgumentParser]:
-    """The command line every table script shares: ``collect DIR...`` and ``run --out OUT``.
-
-    Returns ``(parser, collect, run)``; the script adds its own options to the two modes.
-    ``layout``: where ``run`` puts each run below OUT.
-    """
-    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="mode", required=True)
-    c = sub.add_parser("collect", help=f"print {table} from existing run directories",
-                       description=f"Find run directories under DIRs and print {table} (ours vs paper).")
-    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    c.add_argument("--csv", default=None,
-                   help=f"long-form CSV to write (default: DIR/{csv_name} for the first DIR, or beside it when "
-                        "DIR is itself a run directory; '' to write none)")
-    r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect", description=run_description)
-    r.add_argument("--out", required=True, help=f"output folder: runs go to OUT/{layout}")
-    add_launch_arguments(r, csv_name)
-    return p, c, r
-
-
-def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace], int],
-               collect: Callable[[argparse.Namespace, str | None], object], csv_name: str, prog: str) -> int:
-    """Dispatch a table script's mode: ``run`` launches the grid; ``collect`` checks the DIRs
-    and calls ``collect(args, csv_path)`` (csv_path None: write no CSV).  The exit code."""
-    if args.mode == "run":
-        return run_grid(args)
-    if missing_dirs(args.dirs, prog):
-        return 2
-    csv_path = default_csv(args.dirs, csv_name) if args.csv is None else args.csv
-    collect(args, csv_path or None)
-    return 0
-
-
-def add_launch_arguments(r: argparse.ArgumentParser, csv_name: str) -> None:
-    """The options every ``run`` mode shares."""
-    r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra fedrun override for every run, e.g. --set device=cuda; repeatable. One value "
-                        "each, not a sweep (runs are named <method>_seed<seed>)")
-    r.add_argument("--csv", default=None, help=f"long-form CSV (default OUT/{csv_name}; '' for none)")
-    r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
-
-
-def default_csv(dirs: list[str], name: str) -> str:
-    """``collect``'s CSV: beside the runs (in DIR, or beside DIR when DIR is itself a run)."""
-    first = Path(dirs[0])
-    is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
-    return str((first.parent if is_run else first) / name)

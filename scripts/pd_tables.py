@@ -63,23 +63,21 @@ Examples (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import math
 import shlex
-import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
-from runs import Run, count_notes, find_runs, setting_deviations  # noqa: E402
+import tables  # noqa: E402
+from runs import Run, count_notes, group, load_runs, setting_deviations  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-TARGETS = REPO.parent / "shared" / "papers" / "targets" / "parameter_divergence_tables4-10_accuracy.csv"
+REPO = grid.REPO
+PAPER_CSV = "parameter_divergence_tables4-10_accuracy.csv"  # in scripts/paper_targets, as in ../shared
 
 TABLES = ("table4", "table5", "table6", "table7", "table8", "table9", "table10")
 TABLE_TITLES = {
@@ -93,8 +91,7 @@ TABLE_TITLES = {
 }
 DATASETS = ("cifar10", "svhn")
 DATASET_LABELS = {"cifar10": "CIFAR-10", "svhn": "SVHN"}
-SETTINGS = ("vanilla_bs50", "vanilla_bs500", "iid", "noniid2")  # the tables' columns
-EXTRA_SETTINGS = ("noniid1",)  # a preset of the study with no table column
+SETTINGS = ("vanilla_bs50", "vanilla_bs500", "iid", "noniid2")  # the tables' columns; noniid1 has none
 SETTING_LABELS = {"vanilla_bs50": "Vanilla BS:50", "vanilla_bs500": "Vanilla BS:500", "iid": "IID",
                   "noniid2": "Non-IID(2)", "noniid1": "Non-IID(1)"}
 NETWORKS = {
@@ -122,20 +119,17 @@ PAPER_SETTING = {
     "vanilla_bs500": {"rounds": 100, "local_epochs": 1, "batch_size": 500},
 }
 PAPER_LR = {"pure-sgd": 0.05, "nmom-wb": 0.01, "nmom-a": 0.01, "adam-wb": 0.001, "adam-a": 0.001}
-SHAPES = {"cifar10": (3, 32), "svhn": (3, 32)}  # a synthetic stand-in of the same shape
+IMAGE_SHAPE = (3, 32)  # CIFAR-10's and SVHN's (channels, size): a synthetic stand-in takes it
+CSV_NAME = "pd_tables.csv"
 CSV_COLUMNS = ["table", "dataset", "network", "optimizer", "variant", "setting", "final", "best",
                "paper_final", "paper_best", "diff_final", "diff_best", "n_runs", "run_dirs", "notes"]
-
-# The paper's Tables 4-10 (accuracy in %), transcribed beside this script so users without
-# ../shared have it: the same rows as TARGETS (tested).
-PAPER_CSV = Path(__file__).resolve().parent / "paper_targets" / "parameter_divergence_tables4-10_accuracy.csv"
 
 
 # ----------------------------------------------------------------------------- rows and runs
 
 @dataclass(frozen=True)
 class Target:
-    """One row of the targets CSV: a cell of one of the paper's tables."""
+    """One row of the paper's CSV: a cell of one of the paper's tables."""
 
     table: str
     dataset: str
@@ -156,11 +150,9 @@ def _float(text: str | None) -> float | None:
 
 
 def paper_rows(path: str | Path | None = None) -> list[Target]:
-    """The paper's rows, in order: from ``path`` (a CSV like the targets file) or the transcription."""
-    text = Path(path or PAPER_CSV).read_text()
+    """The paper's rows, in order: ``scripts/paper_targets``' transcription, or the CSV at ``path``."""
     return [Target(r["table"], r["dataset"], r["network"], r["optimizer"], r["variant"] or "", r["setting"],
-                   _float(r["final_acc_pct"]), _float(r["best_acc_pct"]))
-            for r in csv.DictReader(io.StringIO(text))]
+                   _float(r["final_acc_pct"]), _float(r["best_acc_pct"])) for r in tables.paper_csv(path, PAPER_CSV)]
 
 
 def canonical_variant(variant: str) -> str:
@@ -187,18 +179,19 @@ def run_key(dataset: str, network: str, optimizer: str, variant: str, setting: s
     return dataset, network, optimizer, canonical_variant(variant), setting
 
 
+# A variant's parts as fedrun overrides (weight decay is ``wd=X``).
+VARIANT_OVERRIDES = {"bn": "model.norm=bn", "brn": "model.norm=brn", "da": "hyperparams.augment=true",
+                     "do": "model.dropout=true"}
+
+
 def variant_overrides(variant: str) -> list[str]:
     """The fedrun overrides of a (canonical) variant."""
     out = []
     for part in filter(None, variant.split("+")):
         if part.startswith("wd="):
             out.append(f"hyperparams.weight_decay={float(part[3:])!r}")
-        elif part in ("bn", "brn"):
-            out.append(f"model.norm={part}")
-        elif part == "da":
-            out.append("hyperparams.augment=true")
-        elif part == "do":
-            out.append("model.dropout=true")
+        elif part in VARIANT_OVERRIDES:
+            out.append(VARIANT_OVERRIDES[part])
         else:
             raise ValueError(f"unknown variant {part!r}")
     return out
@@ -222,11 +215,8 @@ def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[st
         # SVHN's train set has 4,659 nines and 4,948 zeros: the class-balanced 10 x 5,000 pool of
         # the presets (dataset.per_class) takes the rest from its extra set, as the paper's code does.
         return [f"dataset={dataset}", *(["dataset.load.extra=10000"] if dataset == "svhn" else [])]
-    out = [f"dataset={option}"]
-    if option == "synthetic":
-        channels, size = SHAPES[dataset]
-        out += [f"dataset.channels={channels}", f"dataset.image_size={size}", "dataset.per_class=null"]
-    return out
+    # A stand-in has its own class sizes: no class-balanced pool of the real dataset's size.
+    return [*grid.substitute_overrides(option, IMAGE_SHAPE), *(["dataset.per_class=null"] if option == "synthetic" else [])]
 
 
 def run_overrides(key: tuple, seed, substitutes: dict[str, str] | None = None, scale: str | None = None) -> list[str]:
@@ -255,8 +245,9 @@ def plan(rows: list[Target]) -> list[tuple]:
 # ----------------------------------------------------------------------------- identifying a run
 
 def identify(run: Run) -> tuple[tuple | None, str]:
-    """The run key of a run directory, from its ``config.yaml``; ``(None, why)`` if it is not one
-    of the study's runs."""
+    """The run key of a run directory, from its ``config.yaml`` (``choices``: the experiment, model
+    and hyperparams options; the variant from the settings); ``(None, why)`` if it is not one of the
+    study's runs."""
     cfg = run.config
     choices = cfg.get("choices")
     if not isinstance(choices, dict):
@@ -264,23 +255,16 @@ def identify(run: Run) -> tuple[tuple | None, str]:
     experiment = str(choices.get("experiment") or "")
     if not experiment.startswith("pd/"):
         return None, f"experiment={experiment or 'none'} is not a pd/* preset"
-    setting = experiment.split("/", 1)[1]
     network = NETWORK_BY_OPTION.get(str(choices.get("model")))
     optimizer = OPTIMIZER_BY_OPTION.get(str(choices.get("hyperparams")))
     if network is None or optimizer is None:
         return None, f"model={choices.get('model')} hyperparams={choices.get('hyperparams')} is not in the tables"
     hp, model = cfg.get("hyperparams") or {}, cfg.get("model") or {}
-    parts = []
-    wd = hp.get("weight_decay")
-    if wd is not None:
-        parts.append(f"wd={float(wd)!r}")
+    parts = [] if hp.get("weight_decay") is None else [f"wd={float(hp['weight_decay'])!r}"]
     if str(model.get("norm") or "").lower() in ("bn", "brn"):
         parts.append(str(model["norm"]).lower())
-    if _true(model.get("dropout")):
-        parts.append("do")
-    if _true(hp.get("augment")):
-        parts.append("da")
-    return run_key(paper_dataset(run), network, optimizer, "+".join(parts), setting), ""
+    parts += [part for part, value in (("do", model.get("dropout")), ("da", hp.get("augment"))) if _true(value)]
+    return run_key(paper_dataset(run), network, optimizer, "+".join(parts), experiment.split("/", 1)[1]), ""
 
 
 def _true(value) -> bool:
@@ -292,7 +276,7 @@ def _true(value) -> bool:
 def paper_dataset(run: Run) -> str:
     """The dataset a run stands for: ``tags.dataset`` (set by ``run``, also when substituted), else
     the dataset it read."""
-    tagged = (run.config.get("tags") or {}).get("dataset")
+    tagged = run.tags.get("dataset")
     if tagged:
         return str(tagged)
     return str((run.config.get("dataset") or {}).get("name") or (run.config.get("choices") or {}).get("dataset"))
@@ -301,15 +285,11 @@ def paper_dataset(run: Run) -> str:
 def run_notes(run: Run, key: tuple) -> list[str]:
     """How a run departs from the paper's setting of its row (smoke scale, data, rounds, lr ...)."""
     dataset, _network, optimizer, _variant, setting = key
-    notes = []
     scale = scale_of(run)
-    if scale:
-        notes.append(f"{scale} scale (scale={scale})")
+    notes = [f"{scale} scale (scale={scale})"] if scale else []
     if setting.startswith("vanilla") and run.config.get("centralized") is False:
         notes.append("centralized=false (the paper's vanilla training is one learner on all the data)")
-    reference = dict(PAPER_SETTING.get(setting, {}), lr=PAPER_LR[optimizer])
-    notes += setting_deviations(run, reference, data=dataset)
-    return notes
+    return notes + setting_deviations(run, dict(PAPER_SETTING.get(setting, {}), lr=PAPER_LR[optimizer]), data=dataset)
 
 
 def scale_of(run: Run) -> str | None:
@@ -320,47 +300,35 @@ def scale_of(run: Run) -> str | None:
 
 # ----------------------------------------------------------------------------- collect
 
+def _reject(run: Run) -> str:
+    """Why a run directory is not a finished run of the study ('' if it is)."""
+    key, why = identify(run)
+    if key is None:
+        return why
+    return "" if run.accuracy("final") is not None else "no final_test_acc in summary.json"
+
+
 def load(dirs: list[str]) -> tuple[dict[tuple, list[Run]], list[tuple[Path, str]]]:
     """Finished runs under ``dirs`` grouped by run key, and ``(path, why)`` for the others."""
-    by_key: dict[tuple, list[Run]] = defaultdict(list)
-    skipped = []
-    for path in find_runs(dirs):
-        try:
-            run = Run.load(path)
-        except Exception as e:  # noqa: BLE001 - a half-written or foreign file
-            skipped.append((path, f"unreadable: {e}"))
-            continue
-        key, why = identify(run)
-        if key is None:
-            skipped.append((path, why))
-        elif run.accuracy("final") is None:
-            skipped.append((path, "no final_test_acc in summary.json"))
-        else:
-            by_key[key].append(run)
-    return dict(by_key), skipped
+    runs, skipped = load_runs(dirs, _reject)
+    return group(runs, lambda r: identify(r)[0]), skipped
 
 
 def table_rows(targets: list[Target], by_key: dict[tuple, list[Run]]) -> list[dict]:
     """One tidy row per target row (ours averaged over seeds, in %)."""
     rows = []
     for t in targets:
-        group = by_key.get(t.key, [])
-        final = _mean([100 * r.accuracy("final") for r in group])
-        best = _mean([100 * r.accuracy("best") for r in group if r.accuracy("best") is not None])
-        notes = sorted({n for r in group for n in run_notes(r, t.key)})
+        seeds = by_key.get(t.key, [])
+        final, best = (tables.mean_pct(r.accuracy(which) for r in seeds) for which in ("final", "best"))
         rows.append({
             "table": t.table, "dataset": t.dataset, "network": t.network, "optimizer": t.optimizer,
             "variant": t.variant, "setting": t.setting, "final": final, "best": best,
             "paper_final": t.final, "paper_best": t.best,
-            "diff_final": None if final is None or t.final is None else final - t.final,
-            "diff_best": None if best is None or t.best is None else best - t.best,
-            "n_runs": len(group), "run_dirs": ";".join(str(r.path) for r in group), "notes": "; ".join(notes),
+            "diff_final": tables.minus(final, t.final), "diff_best": tables.minus(best, t.best),
+            "n_runs": len(seeds), "run_dirs": ";".join(str(r.path) for r in seeds),
+            "notes": "; ".join(sorted({n for r in seeds for n in run_notes(r, t.key)})),
         })
     return rows
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def _pair(final: float | None, best: float | None) -> str:
@@ -385,104 +353,84 @@ def format_cell(row: dict | None) -> str:
     return f"{ours} vs {paper} {round(row['final'], 2) - row['paper_final']:+.2f}"
 
 
-def _row_label(table_rows_: list[dict], r: dict) -> list[str]:
+def _row_label(r: dict, networks: bool, wd: bool) -> list[str]:
     """The label cells of a table row: dataset, network (depth/width tables), method, WD factor."""
-    networks = {x["network"] for x in table_rows_}
-    has_wd = any(x["variant"].startswith("wd=") for x in table_rows_)
-    method = OPTIMIZER_LABELS.get(r["optimizer"], r["optimizer"])
     extra = [VARIANT_LABELS.get(v, v) for v in r["variant"].split("+") if v and not v.startswith("wd=")]
-    if extra:
-        method += " + " + " + ".join(extra)
-    label = [DATASET_LABELS.get(r["dataset"], r["dataset"])]
-    if len(networks) > 1:
-        label.append(r["network"])
-    label.append(method)
-    if has_wd:
-        wd = next((v[3:] for v in r["variant"].split("+") if v.startswith("wd=")), f"{BASE_WEIGHT_DECAY:g}")
-        label.append(wd)
-    return label
+    method = " + ".join([OPTIMIZER_LABELS.get(r["optimizer"], r["optimizer"]), *extra])
+    weight_decay = next((v[3:] for v in r["variant"].split("+") if v.startswith("wd=")), f"{BASE_WEIGHT_DECAY:g}")
+    return [DATASET_LABELS.get(r["dataset"], r["dataset"]), *([r["network"]] if networks else []), method,
+            *([weight_decay] if wd else [])]
 
 
 def format_table(table: str, rows: list[dict]) -> str:
     """One of the paper's tables as text: rows = dataset/network/method/variant, columns = settings."""
     mine = [r for r in rows if r["table"] == table]
-    order: dict[tuple, list[str]] = {}
+    networks = len({r["network"] for r in mine}) > 1
+    wd = any(r["variant"].startswith("wd=") for r in mine)
+    labels: dict[tuple, list[str]] = {}
     cells: dict[tuple, dict] = {}
     for r in mine:
         ident = (r["dataset"], r["network"], r["optimizer"], r["variant"])
-        order.setdefault(ident, _row_label(mine, r))
+        labels.setdefault(ident, _row_label(r, networks, wd))
         cells[(*ident, r["setting"])] = r
-    head = ["Dataset"] + (["Network"] if len({r["network"] for r in mine}) > 1 else []) + ["Method"]
-    if any(r["variant"].startswith("wd=") for r in mine):
-        head.append("WD Factor")
-    head += [SETTING_LABELS[s] for s in SETTINGS]
-    body = [label + [format_cell(cells.get((*ident, s))) for s in SETTINGS] for ident, label in order.items()]
-    widths = [max(len(head[i]), *(len(b[i]) for b in body)) for i in range(len(head))]
-    n_label = len(head) - len(SETTINGS)
-    lines = [" | ".join(h.ljust(w) if i < n_label else h.center(w) for i, (h, w) in enumerate(zip(head, widths)))]
-    lines.append("-+-".join("-" * w for w in widths))
-    for b in body:
-        lines.append(" | ".join(v.ljust(w) if i < n_label else v.rjust(w) for i, (v, w) in enumerate(zip(b, widths))))
+    head = ["Dataset", *(["Network"] if networks else []), "Method", *(["WD Factor"] if wd else [])]
+    body = [label + [format_cell(cells.get((*ident, s))) for s in SETTINGS] for ident, label in labels.items()]
+    text = tables.render(head + [SETTING_LABELS[s] for s in SETTINGS], body, labels=len(head))
     done = sum(r["final"] is not None for r in mine)
     title = (f"{TABLE_TITLES.get(table, table)} -- test accuracy (%), each cell: ours final (best) vs "
              f"paper final (best) ours-paper final; * = not the paper's setting (NOTES); xN = mean of N seeds; "
              f"{done}/{len(mine)} cells run")
-    return title + "\n" + "\n".join(lines)
+    return title + "\n" + text
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
-    grid.write_csv(rows, path, CSV_COLUMNS, ".4f")
-
-
-def collect(dirs: list[str], csv_path: str | None = None, tables=None, paper_csv: str | None = None,
-            out=None) -> list[dict]:
-    """Find, identify, print and write Tables 4-10 for the runs under ``dirs``; return the tidy rows."""
-    out = out or sys.stdout
-    targets = paper_rows(paper_csv)
-    by_key, skipped = load(dirs)
-    chosen = [t for t in TABLES if not tables or t in tables]
-    rows = table_rows([t for t in targets if t.table in chosen], by_key)
-    shown = [t for t in chosen if any(r["table"] == t and r["n_runs"] for r in rows)] or chosen
-    for table in shown:
-        print(format_table(table, rows) + "\n", file=out)
-    n_runs = sum(len(v) for v in by_key.values())
-    print(f"{n_runs} run(s) of {len(by_key)} distinct setting(s) found under {', '.join(map(str, dirs))}", file=out)
-
-    notes = []
-    used = {k for t in targets for k in [t.key]}
-    scales = count_notes([[f"scale={scale_of(r)}"] for rs in by_key.values() for r in rs if scale_of(r)])
+def notes(by_key: dict[tuple, list[Run]], rows: list[dict], chosen: list[str], targets: list[Target],
+          skipped: list) -> list[str]:
+    """The NOTES under the tables: smoke scale, substituted data, other departures from the paper's
+    setting, cells without a run, runs of no table, run directories that are not the study's."""
+    out = []
+    runs = [(r, k) for k, rs in by_key.items() for r in rs]
+    scales = count_notes([[f"scale={scale_of(r)}"] for r, _k in runs if scale_of(r)])
     if scales:
-        notes.append(f"SMOKE SCALE: {', '.join(scales)} (few rounds, learners and examples): a check that the "
-                     "pipeline runs, NOT comparable with the paper's accuracies.")
-    subst = count_notes([[n for n in run_notes(r, k) if n.startswith("data substituted")]
-                         for k, rs in by_key.items() for r in rs])
-    for n in subst:
-        notes.append(f"SUBSTITUTED DATA: {n}: these numbers say nothing about the paper's dataset.")
-    other = count_notes([[n for n in run_notes(r, k) if not n.startswith("data substituted") and " scale (scale=" not in n]
-                         for k, rs in by_key.items() for r in rs])
+        out.append(f"SMOKE SCALE: {', '.join(scales)} (few rounds, learners and examples): a check that the "
+                   "pipeline runs, NOT comparable with the paper's accuracies.")
+    departures = [run_notes(r, k) for r, k in runs]
+    out += [f"SUBSTITUTED DATA: {n}: these numbers say nothing about the paper's dataset."
+            for n in count_notes([[n for n in d if n.startswith("data substituted")] for d in departures])]
+    other = count_notes([[n for n in d if not n.startswith("data substituted") and " scale (scale=" not in n]
+                         for d in departures])
     if other:
-        notes.append("NOT THE PAPER'S SETTING: " + "; ".join(other))
+        out.append("NOT THE PAPER'S SETTING: " + "; ".join(other))
     for table in chosen:
         missing = [r for r in rows if r["table"] == table and r["n_runs"] == 0]
         if missing:
-            notes.append(f"MISSING: {len(missing)} of {sum(r['table'] == table for r in rows)} cells of {table} "
-                         f"have no run (e.g. {_describe(missing[0])})")
+            out.append(f"MISSING: {len(missing)} of {sum(r['table'] == table for r in rows)} cells of {table} "
+                       f"have no run (e.g. {_describe(missing[0])})")
+    used = {t.key for t in targets}
     unmatched = [(k, rs) for k, rs in by_key.items() if k not in used]
     if unmatched:
-        notes.append("IN NO TABLE (ignored): " + "; ".join(f"{_describe_key(k)} ({len(rs)} run(s))"
-                                                          for k, rs in unmatched[:6])
-                     + (" ..." if len(unmatched) > 6 else ""))
+        out.append("IN NO TABLE (ignored): " + "; ".join(f"{_describe_key(k)} ({len(rs)} run(s))"
+                                                        for k, rs in unmatched[:6])
+                   + (" ..." if len(unmatched) > 6 else ""))
     if skipped:
-        notes.append(f"SKIPPED {len(skipped)} run director{'ies' if len(skipped) > 1 else 'y'} (not runs of the "
-                     "study): " + "; ".join(f"{p} ({why})" for p, why in skipped[:4])
-                     + (" ..." if len(skipped) > 4 else ""))
-    if notes:
-        print("\nNOTES:", file=out)
-        for n in notes:
-            print(f"  - {n}", file=out)
-    if csv_path:
-        write_csv(rows, Path(csv_path))
-        print(f"\nwrote {csv_path}", file=out)
+        out.append(f"SKIPPED {tables.directories(len(skipped))} (not runs of the study): {tables.listing(skipped, 4)}")
+    return out
+
+
+def collect(dirs: list[str], csv_path: str | None = None, which: list[str] | None = None, paper_csv: str | None = None,
+            out=None) -> list[dict]:
+    """Find, identify, print and write Tables 4-10 (or ``which`` of them) for the runs under ``dirs``;
+    return the tidy rows."""
+    out = out or sys.stdout
+    targets = paper_rows(paper_csv)
+    by_key, skipped = load(dirs)
+    chosen = [t for t in TABLES if not which or t in which]
+    rows = table_rows([t for t in targets if t.table in chosen], by_key)
+    for table in [t for t in chosen if any(r["table"] == t and r["n_runs"] for r in rows)] or chosen:
+        print(format_table(table, rows) + "\n", file=out)
+    print(f"{sum(map(len, by_key.values()))} run(s) of {len(by_key)} distinct setting(s) found under "
+          f"{', '.join(map(str, dirs))}", file=out)
+    tables.print_notes("\nNOTES:", notes(by_key, rows, chosen, targets, skipped), out)
+    tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4f", out)
     return rows
 
 
@@ -512,47 +460,41 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
     ``(key, seed, state)`` that are not finished afterwards."""
     jobs = [(k, s) for k in keys for s in seeds]
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    counts = defaultdict(int)
-    for k, s in jobs:
-        counts[run_state(run_dir(out, k, s))] += 1
+    counts = Counter(run_state(run_dir(out, k, s)) for k, s in jobs)
     print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs)} fedrun run(s): "
           f"{counts['done']} done, {counts['started']} started but unfinished, {counts['todo']} to run", flush=True)
     unfinished = []
     for i, (key, seed) in enumerate(jobs, 1):
         path = run_dir(out, key, seed)
-        where = path.relative_to(out)
-        state = run_state(path)
-        if state == "done" or (state == "started" and not resume):
-            print(f"[{i}/{len(jobs)}] {where}: {'done' if state == 'done' else 'started but unfinished: skipped '}"
-                  f"{'' if state == 'done' else '(--resume continues it; delete the folder to redo it)'}", flush=True)
-            if state != "done":
-                unfinished.append((key, seed, state))
+        where, state = f"[{i}/{len(jobs)}] {path.relative_to(out)}", run_state(path)
+        if state == "done":
+            print(f"{where}: done", flush=True)
+            continue
+        if state == "started" and not resume:
+            print(f"{where}: started but unfinished: skipped (--resume continues it; delete the folder to redo it)",
+                  flush=True)
+            unfinished.append((key, seed, state))
             continue
         cmd = [*grid.fedrun_command(), *run_overrides(key, seed, substitutes, scale),
-               *(["resume=true"] if state == "started" else []), "progress=false", *extra,
-               f"hydra.run.dir={path}"]
-        print(f"[{i}/{len(jobs)}] {where}: {shlex.join(cmd)}", flush=True)
+               *(["resume=true"] if state == "started" else []), "progress=false", *extra, f"hydra.run.dir={path}"]
+        print(f"{where}: {shlex.join(cmd)}", flush=True)
         if dry_run:
             continue
         log_path = out / "logs" / f"{key[0]}_{key[4]}_{path.name}.log"
-        t0 = time.perf_counter()
-        with open(log_path, "a") as log:
-            rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc, seconds = grid.run_logged(cmd, log_path)
         after = run_state(path)
-        print(f"    exit {rc}, {after} in {time.perf_counter() - t0:.0f} s (log: {log_path})", flush=True)
+        print(f"    exit {rc}, {after} in {seconds:.0f} s (log: {log_path})", flush=True)
         if after != "done":
-            errors = [line for line in log_path.read_text().splitlines() if "error" in line.lower()]
-            if errors:
-                print("    " + "\n    ".join(errors[-3:]), flush=True)
+            grid.print_errors(log_path, 3)
             unfinished.append((key, seed, after))
     return unfinished
 
 
 def _list(text: str | None, allowed, prefix: str = "") -> list[str] | None:
+    """A comma-separated selection (``4,8`` -> table4, table8 with ``prefix='table'``), checked."""
     if not text:
         return None
-    items = [prefix + x.strip() if not x.strip().startswith(prefix) else x.strip()
-             for x in text.split(",") if x.strip()]
+    items = [x.strip() if x.strip().startswith(prefix) else prefix + x.strip() for x in text.split(",") if x.strip()]
     bad = [x for x in items if x not in allowed]
     if bad:
         raise SystemExit(f"pd_tables: unknown {bad}; choose from {', '.join(allowed)}")
@@ -560,17 +502,16 @@ def _list(text: str | None, allowed, prefix: str = "") -> list[str] | None:
 
 
 def run_grid(args) -> int:
+    """Launch the missing runs of the selected table cells (each distinct run once), then collect."""
     out = Path(args.out).resolve()
     substitutes = dict(args.substitute)
-    tables = _list(args.tables, TABLES, "table")
-    settings = _list(args.settings, SETTINGS)
-    datasets = _list(args.datasets, DATASETS)
-    networks = _list(args.networks, list(NETWORKS))
-    optimizers = _list(args.optimizers, list(OPTIMIZERS))
+    which = _list(args.tables, TABLES, "table")
+    selection = [which, _list(args.settings, SETTINGS), _list(args.datasets, DATASETS),
+                 _list(args.networks, list(NETWORKS)), _list(args.optimizers, list(OPTIMIZERS))]
     all_rows = paper_rows(args.paper_csv)
     variants = _list(args.variants, sorted({canonical_variant(r.variant) or "none" for r in all_rows}))
-    seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
-    rows = select(all_rows, tables, settings, datasets, networks, optimizers, variants)
+    seeds = grid.seed_list(args.seeds)
+    rows = select(all_rows, *selection, variants)
     if not rows:
         print("pd_tables: no table cell matches the selection", file=sys.stderr)
         return 2
@@ -580,13 +521,10 @@ def run_grid(args) -> int:
     if scale:
         banner.append(f"SMOKE SCALE (scale={scale}: few rounds, learners and examples): a check that the pipeline "
                       "runs, NOT the paper's setting.")
-    for real, option in substitutes.items():
+    for real in substitutes:
         banner.append(f"SUBSTITUTED DATA: {real} runs read {' '.join(substitution_overrides(substitutes, real))}, "
                       f"not the real {real}.")
-    if args.set:
-        banner.append(f"EXTRA OVERRIDES: {' '.join(args.set)}")
-    for line in banner:
-        print("NOTE: " + line, flush=True)
+    grid.print_banner(banner, args.set)
     print(f"{len(rows)} table cell(s) of {', '.join(sorted({r.table for r in rows}, key=TABLES.index))} "
           f"-> {len(keys)} distinct run(s) (shared baselines, wd=0.00005 and vanilla -WB = -A run once)", flush=True)
     t0 = time.perf_counter()
@@ -594,8 +532,7 @@ def run_grid(args) -> int:
     if args.dry_run:
         return 0
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n", flush=True)
-    collect([str(out)], str(out / "pd_tables.csv") if args.csv is None else args.csv or None, tables,
-            args.paper_csv)
+    collect([str(out)], tables.run_csv(args, out, CSV_NAME), which, args.paper_csv)
     for key, seed, state in unfinished:
         print(f"MISSING ({'failed or unfinished' if state == 'started' else 'not run'}): {_describe_key(key)} "
               f"seed {seed} in {run_dir(out, key, seed)} (see {out / 'logs'} and the run's fedrun.log)")
@@ -604,20 +541,14 @@ def run_grid(args) -> int:
 
 # ----------------------------------------------------------------------------- command line
 
-def _substitute(text: str) -> tuple[str, str]:
-    return grid.dataset_substitute(text, DATASETS)
-
-
 def parser() -> argparse.ArgumentParser:
-    p, c, r = grid.table_parser("pd_tables.py", __doc__, "Tables 4-10", "pd_tables.csv",
-                                "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
-                                "Launch one fedrun per missing run of the chosen tables, then collect.")
+    p, c, r = tables.table_parser(
+        "pd_tables.py", __doc__, "Tables 4-10", CSV_NAME, "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
+        "Launch one fedrun per missing run of the chosen tables, then collect.", PAPER_CSV, DATASETS,
+        "run conf/dataset OPTION in place of DATASET, e.g. cifar10=synthetic (adds dataset.channels=3 "
+        "dataset.image_size=32); repeatable. Marked as substituted")
     for q in (c, r):
-        q.add_argument("--tables", default=None, metavar="N[,N...]",
-                       help="which tables, e.g. 4,8 (default: 4-10)")
-        q.add_argument("--paper-csv", default=None,
-                       help="read the paper's rows from this CSV (table,dataset,network,optimizer,variant,setting,"
-                            f"final_acc_pct,best_acc_pct, e.g. {TARGETS}) instead of the built-in transcription")
+        q.add_argument("--tables", default=None, metavar="N[,N...]", help="which tables, e.g. 4,8 (default: 4-10)")
     r.add_argument("--settings", default=None, metavar="S[,S...]",
                    help=f"which columns: {','.join(SETTINGS)} (default: all)")
     r.add_argument("--datasets", default=None, metavar="D[,D...]", help="cifar10 and/or svhn (default: both)")
@@ -630,19 +561,16 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--smoke", action="store_true", help="add scale=smoke: checks the pipeline, not the paper's setting")
     r.add_argument("--scale", default=None, choices=sorted(p.stem for p in (REPO / "conf" / "scale").glob("*.yaml")),
                    help="add scale=SCALE (e.g. tiny: 2 rounds on 200 images, the whole grid in minutes)")
-    r.add_argument("--substitute", action="append", type=_substitute, default=[], metavar="DATASET=OPTION",
-                   help="run conf/dataset OPTION in place of DATASET, e.g. cifar10=synthetic (adds "
-                        "dataset.channels=3 dataset.image_size=32); repeatable. Marked as substituted")
     r.add_argument("--resume", action="store_true",
                    help="continue runs that started but did not finish (resume=true) instead of skipping them")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grid.table_main(
+    return tables.table_main(
         parser().parse_args(argv), run_grid,
         lambda a, csv_path: collect(a.dirs, csv_path, _list(a.tables, TABLES, "table"), a.paper_csv),
-        "pd_tables.csv", "pd_tables")
+        CSV_NAME, "pd_tables")
 
 
 if __name__ == "__main__":

@@ -37,21 +37,14 @@ Examples::
 """
 from __future__ import annotations
 
-import argparse
-import csv
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from runs import (Run, count_notes, integer_rounds, load_tagged, mean_by_round, missing_dirs,  # noqa: E402
-                  read_csv, save_figure, setting_deviations, stragglers)
+import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
+import tables  # noqa: E402
+from plots import ROUNDS, plt  # noqa: E402
+from runs import Run, count_notes, group, load_tagged, mean_by_round, missing_dirs, setting_deviations  # noqa: E402
 
 PAPER = "fedlap"
 METHODS = ("fedlap", "fedprox", "fedavg")
@@ -80,6 +73,8 @@ LABELS = {"rounds": "presets 100; the paper does not state T"}
 SUMMARY_COLUMNS = ["dataset", "stragglers", "method", "acc_at_round_pct", "round", "final_acc_pct",
                    "rounds_run", "n_runs", "fedlap_lead_at_round_pct", "fedlap_lead_final_pct", "run_dir",
                    "deviations"]
+NOT_PAPER = ("\nNOTE: these runs do NOT use the paper's setting (sec. V.A), so their accuracies are not comparable "
+             "with the paper's figures:")
 
 
 def deviations(run: Run) -> list[str]:
@@ -90,110 +85,93 @@ def deviations(run: Run) -> list[str]:
     return setting_deviations(run, PAPER_HYPERPARAMS, model=model, partition=partition, labels=LABELS)
 
 
+def stragglers(run: Run) -> float:
+    """The share of each round's clients that are stragglers (``hyperparams.stragglers``, 0 if unset)."""
+    return float((run.config.get("hyperparams") or {}).get("stragglers") or 0.0)
+
+
+def cell(run: Run) -> tuple[str, float, str]:
+    """Where a run is filed: (dataset, stragglers, method)."""
+    return run.dataset, stragglers(run), run.method
+
+
 def straggler_label(s: float) -> str:
     return "no stragglers" if s == 0 else f"{100 * s:g}% stragglers"
-
-
-def group_runs(runs: list[Run]) -> dict[tuple[str, float, str], list[Run]]:
-    """Runs grouped by (dataset, stragglers, method)."""
-    out: dict[tuple[str, float, str], list[Run]] = {}
-    for r in runs:
-        out.setdefault((r.dataset, stragglers(r), r.method), []).append(r)
-    return out
 
 
 def _order(values, preferred) -> list:
     return sorted(values, key=lambda v: (preferred.index(v) if v in preferred else len(preferred), str(v)))
 
 
-def _methods(present) -> list[str]:
-    return _order(set(present), METHODS)
+def _panels(groups: dict, dataset: str) -> list[tuple[float, list[str]]]:
+    """The straggler fractions of ``dataset`` (a panel each), with their methods in the paper's order."""
+    return [(s, _order({m for d, s2, m in groups if d == dataset and s2 == s}, METHODS))
+            for s in sorted({s for d, s, _m in groups if d == dataset})]
 
 
-def _style(df: pd.DataFrame) -> dict:
-    return {"marker": "o", "markersize": 3} if len(df) <= 30 else {}
-
-
-def _finish(fig, axes, title: str, notes: list[str], path: Path, written: list[Path]) -> None:
-    for ax in axes:
-        integer_rounds(ax)
-        ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    written.append(save_figure(fig, path, notes, bottom=0.08))
-
-
-def client_means(run: Run) -> pd.DataFrame | None:
+def client_means(run: Run):
     """Per round, the mean of ``lambda_mean`` and ``reg_loss`` over the clients that trained."""
-    df = read_csv(run, "clients.csv")
+    df = run.csv("clients.csv")
     if df is None or df.empty:
         return None
     if "dropped" in df:
         df = df[df["dropped"].fillna(0) == 0]
     cols = [c for c in ("lambda_mean", "reg_loss") if c in df]
-    if not cols:
-        return None
-    return df.groupby("round", as_index=False)[cols].mean()
+    return df.groupby("round", as_index=False)[cols].mean() if cols else None
 
 
 def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, out: Path) -> list[Path]:
     """Write the PNGs of one dataset; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    fractions = sorted({s for (d, s, _m) in groups if d == dataset})
-    runs = [r for (d, _s, _m), rs in groups.items() if d == dataset for r in rs]
-    notes = sorted({d for r in runs for d in deviations(r)})
+    panels = _panels(groups, dataset)
+    notes = sorted({d for (ds, _s, _m), rs in groups.items() if ds == dataset for r in rs for d in deviations(r)})
     name = DATASET_LABELS.get(dataset, dataset)
     written: list[Path] = []
 
     # Figs. 1-4: accuracy, one panel per straggler fraction.
-    fig, axes = plt.subplots(1, len(fractions), figsize=(5.2 * len(fractions), 4.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
     axes = list(axes[0])
-    for ax, s in zip(axes, fractions):
-        for m in _methods(m for (d, s2, m) in groups if d == dataset and s2 == s):
+    for ax, (s, methods) in zip(axes, panels):
+        for m in methods:
             rs = groups[(dataset, s, m)]
-            df = mean_by_round([r.rounds() for r in rs]).dropna(subset=["test_acc"])
-            label = METHOD_LABELS.get(m, m) + (f" (mean of {len(rs)})" if len(rs) > 1 else "")
-            ax.plot(df["round"], 100 * df["test_acc"], color=COLORS.get(m), label=label, **_style(df))
+            plots.curve(ax, mean_by_round([r.rounds() for r in rs]), "test_acc", 100, color=COLORS.get(m),
+                        label=plots.mean_label(METHOD_LABELS.get(m, m), len(rs)))
         fig_ref = FIGURES.get((dataset, s))
         ax.set_title(straggler_label(s) + (f" ({fig_ref} style)" if fig_ref else ""), fontsize=9)
-        ax.set_xlabel("Communication rounds")
+        ax.set_xlabel(ROUNDS)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("Test accuracy (%)")
-    _finish(fig, axes, f"Test accuracy for FedLap, FedProx and FedAvg on {name}", notes,
-            out / f"{dataset}_accuracy.png", written)
+    written.append(plots.finish(fig, axes, f"Test accuracy for FedLap, FedProx and FedAvg on {name}", notes,
+                                out / f"{dataset}_accuracy.png", bottom=0.08))
 
     # Diagnostics: FedLap's lambda and the regularization term per round.
-    series = {}
-    for s in fractions:
-        for m in _methods(m for (d, s2, m) in groups if d == dataset and s2 == s):
-            df = mean_by_round([client_means(r) for r in groups[(dataset, s, m)]])
-            if df is not None:
-                series[(s, m)] = df
+    series = {(s, m): mean_by_round([client_means(r) for r in groups[(dataset, s, m)]])
+              for s, methods in panels for m in methods}
+    series = {k: df for k, df in series.items() if df is not None}
     quantities = [(c, label) for c, label in
                   (("lambda_mean", r"mean layer dissimilarity $\lambda$ (lambda_mean)"),
                    ("reg_loss", "regularization term (reg_loss)"))
                   if any(c in df and df[c].notna().any() for df in series.values())]
     if quantities:
-        fig, axes = plt.subplots(len(quantities), len(fractions), figsize=(5.2 * len(fractions), 3.4 * len(quantities)),
+        fig, axes = plt.subplots(len(quantities), len(panels), figsize=(5.2 * len(panels), 3.4 * len(quantities)),
                                  squeeze=False, sharex="col")
         for i, (col, ylabel) in enumerate(quantities):
-            for j, s in enumerate(fractions):
+            for j, (s, _methods) in enumerate(panels):
                 ax = axes[i][j]
                 for (s2, m), df in series.items():
-                    if s2 != s or col not in df or not df[col].notna().any():
-                        continue
-                    d = df.dropna(subset=[col])
-                    ax.plot(d["round"], d[col], color=COLORS.get(m), label=METHOD_LABELS.get(m, m), **_style(d))
+                    if s2 == s and col in df and df[col].notna().any():
+                        plots.curve(ax, df, col, color=COLORS.get(m), label=METHOD_LABELS.get(m, m))
                 if i == 0:
                     ax.set_title(straggler_label(s), fontsize=9)
                 if j == 0:
                     ax.set_ylabel(ylabel, fontsize=8)
                 if i == len(quantities) - 1:
-                    ax.set_xlabel("Communication rounds")
+                    ax.set_xlabel(ROUNDS)
                 if ax.lines:
                     ax.legend(fontsize=7)
-        _finish(fig, [a for row in axes for a in row],
-                f"FedLap regularizer diagnostics on {name} (mean over each round's clients, clients.csv)",
-                notes, out / f"{dataset}_diagnostics.png", written)
+        written.append(plots.finish(fig, [a for row in axes for a in row],
+                                    f"FedLap regularizer diagnostics on {name} (mean over each round's clients, "
+                                    "clients.csv)", notes, out / f"{dataset}_diagnostics.png", bottom=0.08))
     return written
 
 
@@ -211,40 +189,37 @@ def acc_at(run: Run, round_: int) -> tuple[float | None, float | None, int]:
     return at, float(df["test_acc"].iloc[-1]), last
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def summary_rows(groups: dict[tuple[str, float, str], list[Run]], round_: int = 20) -> list[dict]:
     """One row per (dataset, stragglers, method) present, in the paper's order, accuracies in %."""
     rows = []
-    datasets = _order({d for d, _s, _m in groups}, DATASETS)
-    for dataset in datasets:
-        for s in sorted({s for d, s, _m in groups if d == dataset}):
+    for dataset in _order({d for d, _s, _m in groups}, DATASETS):
+        for s, methods in _panels(groups, dataset):
             block = []
-            for m in _methods(m for d, s2, m in groups if d == dataset and s2 == s):
+            for m in methods:
                 rs = groups[(dataset, s, m)]
                 got = [acc_at(r, round_) for r in rs]
-                at = _mean([g[0] for g in got]) if all(g[0] is not None for g in got) else None
-                final = _mean([g[1] for g in got])
+                at = tables.mean_pct(g[0] for g in got) if all(g[0] is not None for g in got) else None
                 block.append({"dataset": dataset, "stragglers": s, "method": m,
-                              "acc_at_round_pct": None if at is None else 100 * at, "round": round_,
-                              "final_acc_pct": None if final is None else 100 * final,
+                              "acc_at_round_pct": at, "round": round_,
+                              "final_acc_pct": tables.mean_pct(g[1] for g in got),
                               "rounds_run": min((g[2] for g in got), default=0), "n_runs": len(rs),
                               "fedlap_lead_at_round_pct": None, "fedlap_lead_final_pct": None,
                               "run_dir": ";".join(str(r.path) for r in rs),
                               "deviations": "; ".join(sorted({d for r in rs for d in deviations(r)}))})
-            lap = next((b for b in block if b["method"] == "fedlap"), None)
-            others = [b for b in block if b["method"] in ("fedprox", "fedavg")]
-            if lap and others:
-                for key, lead in (("acc_at_round_pct", "fedlap_lead_at_round_pct"),
-                                  ("final_acc_pct", "fedlap_lead_final_pct")):
-                    rivals = [b[key] for b in others if b[key] is not None]
-                    if lap[key] is not None and rivals:
-                        lap[lead] = lap[key] - max(rivals)
+            _leads(block)
             rows += block
     return rows
+
+
+def _leads(block: list[dict]) -> None:
+    """FedLap's lead over the better of FedProx and FedAvg, at the round and final, on FedLap's row."""
+    lap = next((b for b in block if b["method"] == "fedlap"), None)
+    others = [b for b in block if b["method"] in ("fedprox", "fedavg")]
+    if lap and others:
+        for key, lead in (("acc_at_round_pct", "fedlap_lead_at_round_pct"), ("final_acc_pct", "fedlap_lead_final_pct")):
+            rivals = [b[key] for b in others if b[key] is not None]
+            if lap[key] is not None and rivals:
+                lap[lead] = lap[key] - max(rivals)
 
 
 def format_summary(rows: list[dict], round_: int) -> str:
@@ -260,37 +235,19 @@ def format_summary(rows: list[dict], round_: int) -> str:
              METHOD_LABELS.get(r["method"], r["method"]) + ("*" if r["deviations"] else ""),
              pct(r["acc_at_round_pct"]), pct(r["final_acc_pct"]), str(r["rounds_run"]), str(r["n_runs"]),
              lead(r["fedlap_lead_at_round_pct"]), lead(r["fedlap_lead_final_pct"])] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    lines = [" | ".join(h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
-    lines.append("-+-".join("-" * w for w in widths))
-    for b in body:
-        lines.append(" | ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(b, widths))))
     title = (f"FedLap Figs. 1-4 summary: test accuracy at round {round_} (last evaluation at or before it; "
              f"- = the run stopped before) and after the last round T; n = runs averaged; "
              f"FedLap lead = FedLap minus the better of FedProx and FedAvg (points); * = not the paper's "
              f"setting (see NOTE)")
-    return title + "\n" + "\n".join(lines)
-
-
-def write_summary_csv(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, SUMMARY_COLUMNS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: ("" if r[k] is None or (isinstance(r[k], float) and math.isnan(r[k]))
-                                 else (f"{r[k]:.4g}" if isinstance(r[k], float) else r[k])) for k in SUMMARY_COLUMNS})
+    return title + "\n" + tables.render(head, body, labels=3, align_head=str.rjust)
 
 
 # ----------------------------------------------------------------------------- command line
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="plot_fedlap.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+def parser():
+    p = plots.parser("plot_fedlap.py", __doc__, out_required=False)
     p.add_argument("--dataset", choices=DATASETS, default=None,
                    help="the dataset tag to plot (default: every dataset found)")
-    p.add_argument("--out", default=None, help="folder for the PNGs (required unless --summary)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
                    help=f"methods to overlay (default: {' '.join(METHODS)})")
     p.add_argument("--summary", action="store_true",
@@ -309,25 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     if missing_dirs(args.dirs, "plot_fedlap"):
         return 2
     runs, _skipped = load_tagged(args.dirs, PAPER, ("dataset",))
-    runs = [r for r in runs if r.method in args.methods and (r.path / "rounds.csv").is_file()
-            and args.dataset in (None, r.dataset)]
+    runs = [r for r in runs if r.method in args.methods and r.rounds() is not None and args.dataset in (None, r.dataset)]
     if not runs:
         print(f"plot_fedlap: no FedLap preset runs for dataset={args.dataset or 'any'} under "
               f"{', '.join(args.dirs)}", file=sys.stderr)
         return 1
-    groups = group_runs(runs)
+    groups = group(runs, cell)
     if args.summary:
         rows = summary_rows(groups, args.round_)
         print(format_summary(rows, args.round_))
-        notes = count_notes(deviations(r) for r in runs)
-        if notes:
-            print("\nNOTE: these runs do NOT use the paper's setting (sec. V.A), so their accuracies are "
-                  "not comparable with the paper's figures:")
-            for n in notes:
-                print(f"  - {n}")
+        tables.print_notes(NOT_PAPER, count_notes(deviations(r) for r in runs), sys.stdout)
         if args.csv:
-            write_summary_csv(rows, Path(args.csv))
-            print(f"\nwrote {args.csv}")
+            tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")
     if args.out:
         for dataset in _order({r.dataset for r in runs}, DATASETS):
             for path in plot_dataset(groups, dataset, Path(args.out)):

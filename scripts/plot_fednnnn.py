@@ -29,123 +29,103 @@ Example: ``python scripts/plot_fednnnn.py outputs/table2 --dataset cifar10 --con
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from runs import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                  METHODS, Run, by_cell, load_runs, missing_dirs, save_figure)
+import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
+from fednnnn_table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
+                            METHODS, cell, deviations, load_runs)
+from plots import ROUNDS, markers, plt  # noqa: E402
+from runs import Run, group, mean_by_round, missing_dirs  # noqa: E402
 
 COLORS = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
 STEP_LABEL = r"N = $\|w_{t+1}-w_t\|$ (server step, eq. 24)"
 EQ4_LABEL = r"N = $\|\sum_k p_k \Delta w_k\|$ (eq. 4)"
 
 
-def mean_rounds(runs: list[Run]) -> pd.DataFrame:
-    """The runs' ``rounds.csv`` averaged round by round (seeds of one method); NaN stays NaN."""
-    frames = [r.rounds() for r in runs]
-    if len(frames) == 1:
-        return frames[0]
-    return pd.concat(frames).groupby("round", as_index=False).mean(numeric_only=True)
-
-
-def _style(df: pd.DataFrame) -> dict:
-    return {"marker": "o", "markersize": 3} if len(df) <= 30 else {}
-
-
-def _finish(fig, ax, title: str, notes: list[str], path: Path, written: list[Path]) -> None:
-    ax.set_xlabel("Communication rounds")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+def _finish(fig, ax, title: str, notes: list[str], path: Path) -> Path:
+    """FedNNNN's figures: round axis, the title over the axes, grid, then save."""
+    ax.set_xlabel(ROUNDS)
+    plots.integer_rounds(ax)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    written.append(save_figure(fig, path, notes, bottom=0.06))
+    return plots.save_figure(fig, path, notes, bottom=0.06)
 
 
 def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: Path,
               n_def: str = "step") -> list[Path]:
     """Write the PNGs of one (dataset, condition) from ``{method: [runs]}``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    data = {m: mean_rounds(groups[m]) for m in METHODS if groups.get(m)}
-    notes = sorted({d for rs in groups.values() for r in rs for d in r.deviations})
+    data = {m: mean_by_round([r.rounds() for r in groups[m]]) for m in METHODS if groups.get(m)}
+    notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
     where = f"{DATASET_LABELS.get(dataset, dataset)}, {CONDITION_LABELS.get(condition, condition)}"
-    stem = f"{dataset}_{condition}"
-    counts = {m: len(groups[m]) for m in data}
-    label = {m: METHOD_LABELS.get(m, m) + (f" (mean of {counts[m]})" if counts[m] > 1 else "") for m in data}
+
+    def png(name: str) -> Path:
+        return out / f"{dataset}_{condition}_{name}.png"
+
+    label = {m: plots.mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in data}
     written: list[Path] = []
 
     # Fig. 7: accuracy curves.
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for m, df in data.items():
-        acc = df.dropna(subset=["test_acc"])
-        ax.plot(acc["round"], 100 * acc["test_acc"], color=COLORS.get(m), label=label[m], **_style(df))
+        plots.curve(ax, df, "test_acc", 100, color=COLORS.get(m), label=label[m])
     ax.set_ylabel("Test accuracy (%)")
     ax.legend(fontsize=8)
-    _finish(fig, ax, f"Accuracy curves, {where} (Fig. 7 style)", notes, out / f"{stem}_accuracy.png", written)
+    written.append(_finish(fig, ax, f"Accuracy curves, {where} (Fig. 7 style)", notes, png("accuracy")))
 
     # Figs. 8, 9 (and Fig. 3 over the whole model): E solid, N dashed.
     n_label = STEP_LABEL if n_def == "step" else EQ4_LABEL
-    for part, suffix, fig_ref in (("fc", "_fc", "Fig. 8"), ("conv", "_conv", "Fig. 9"), ("all", "", "Fig. 3")):
-        e_col = f"E{suffix}"
-        n_col = f"server_step{suffix}" if n_def == "step" else f"N{suffix}"
-        present = {m: df for m, df in data.items()
-                   if e_col in df and n_col in df and df[e_col].notna().any()}
+    for part, suffix, fig_ref, what in (("fc", "_fc", "Fig. 8", "fully connected layers"),
+                                        ("conv", "_conv", "Fig. 9", "convolutional layers"),
+                                        ("all", "", "Fig. 3", "all layers")):
+        e_col, n_col = f"E{suffix}", f"server_step{suffix}" if n_def == "step" else f"N{suffix}"
+        present = {m: df for m, df in data.items() if e_col in df and n_col in df and df[e_col].notna().any()}
         if not present:
             continue
         fig, ax = plt.subplots(figsize=(9, 4.6))
         for m, df in present.items():
-            ax.plot(df["round"], df[e_col], color=COLORS.get(m), ls="-", label=f"{label[m]} E", **_style(df))
-            ax.plot(df["round"], df[n_col], color=COLORS.get(m), ls="--", label=f"{label[m]} N", **_style(df))
+            for col, ls, name in ((e_col, "-", "E"), (n_col, "--", "N")):
+                ax.plot(df["round"], df[col], color=COLORS.get(m), ls=ls, label=f"{label[m]} {name}", **markers(len(df)))
         ax.set_ylabel(r"$L_2$ norm")
         ax.legend(fontsize=7, handlelength=3.5, title=f"solid: E (eq. 5)\ndashed: {n_label}",
                   title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        what = {"fc": "fully connected layers", "conv": "convolutional layers", "all": "all layers"}[part]
-        _finish(fig, ax, f"N and E of the {what}, {where} ({fig_ref} style)", notes,
-                out / f"{stem}_norms_{part}.png", written)
+        written.append(_finish(fig, ax, f"N and E of the {what}, {where} ({fig_ref} style)", notes,
+                               png(f"norms_{part}")))
 
     # N/E: eq. 4 (Proposition 1: <= 1) and server step / E.
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
     for m, df in data.items():
-        axes[0].plot(df["round"], df["N_over_E"], color=COLORS.get(m), label=label[m], **_style(df))
-        axes[1].plot(df["round"], df["server_step"] / df["E"], color=COLORS.get(m), label=label[m], **_style(df))
+        axes[0].plot(df["round"], df["N_over_E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
+        axes[1].plot(df["round"], df["server_step"] / df["E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
     axes[0].set_ylabel("N / E  (N of eq. 4)")
     axes[1].set_ylabel(r"$\|w_{t+1}-w_t\|$ / E  (server step, eq. 24)")
-    axes[1].set_xlabel("Communication rounds")
-    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].set_xlabel(ROUNDS)
     axes[1].grid(alpha=0.3)
     axes[1].set_title("server step over E", fontsize=10)
     axes[0].legend(fontsize=8)
-    _finish(fig, axes[0], f"N/E ratio, {where}", notes, out / f"{stem}_n_over_e.png", written)
+    written.append(_finish(fig, axes[0], f"N/E ratio, {where}", notes, png("n_over_e")))
 
     # Fig. 4: the integrated server norm.
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for m, df in data.items():
         y = df["server_step_sum"] if n_def == "step" else df["N"].cumsum()
-        ax.plot(df["round"], y, color=COLORS.get(m), label=label[m], **_style(df))
+        ax.plot(df["round"], y, color=COLORS.get(m), label=label[m], **markers(len(df)))
     ax.set_ylabel(r"$\mathcal{N} = \sum_\tau \|w_{\tau+1}-w_\tau\|$" if n_def == "step"
                   else r"$\sum_\tau N_\tau$ (N of eq. 4)")
     ax.legend(fontsize=8)
-    _finish(fig, ax, f"Integrated server norm, {where} (Fig. 4 style)", notes,
-            out / f"{stem}_server_step_sum.png", written)
+    written.append(_finish(fig, ax, f"Integrated server norm, {where} (Fig. 4 style)", notes,
+                           png("server_step_sum")))
     return written
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="plot_fednnnn.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+def parser():
+    p = plots.parser("plot_fednnnn.py", __doc__)
     p.add_argument("--dataset", choices=DATASETS, default=None,
                    help="the dataset tag to plot (default: every dataset found)")
     p.add_argument("--condition", choices=CONDITIONS, default=None,
                    help="the condition tag to plot (default: every condition found)")
-    p.add_argument("--out", required=True, help="folder for the PNGs")
     p.add_argument("--n", choices=("step", "eq4"), default="step", dest="n_def",
                    help="what N means in the norm plots: step = ||w_{t+1} - w_t|| as in the paper's "
                         "figures (eq. 24, default), eq4 = norm of the weighted mean client update (eq. 4)")
@@ -159,9 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing_dirs(args.dirs, "plot_fednnnn"):
         return 2
     runs, _skipped = load_runs(args.dirs)
-    cells = by_cell(r for r in runs if r.method in args.methods)
-    pairs = sorted({(d, c) for (_m, d, c) in cells
-                    if (args.dataset in (None, d)) and (args.condition in (None, c))},
+    cells = group((r for r in runs if r.method in args.methods and r.rounds() is not None), cell)
+    pairs = sorted({(d, c) for (_m, d, c) in cells if args.dataset in (None, d) and args.condition in (None, c)},
                    key=lambda dc: (DATASETS.index(dc[0]) if dc[0] in DATASETS else 99,
                                    CONDITIONS.index(dc[1]) if dc[1] in CONDITIONS else 99))
     if not pairs:

@@ -33,7 +33,6 @@ outputs/pd_figs --layers C11,C21,C31,F1,F2,F3``.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
@@ -41,19 +40,14 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-import pandas as pd  # noqa: E402
-
+import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
 import pd_tables  # noqa: E402
-from runs import Run, find_runs, integer_rounds, mean_by_round, missing_dirs, read_csv, save_figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from plots import ROUNDS, plt  # noqa: E402
+from runs import Run, load_runs, mean_by_round, missing_dirs  # noqa: E402
 
 STYLES = {"iid": ":", "noniid2": "-", "noniid1": "--", "vanilla_bs50": "-.", "vanilla_bs500": "-.", None: "-"}
-STYLE_NAMES = {"iid": "IID", "noniid2": "Non-IID(2)", "noniid1": "Non-IID(1)", "vanilla_bs50": "Vanilla BS:50",
-               "vanilla_bs500": "Vanilla BS:500", None: "other"}
+STYLE_NAMES = {**pd_tables.SETTING_LABELS, None: "other"}
 SETTING_ORDER = ("vanilla_bs50", "vanilla_bs500", "iid", "noniid2", "noniid1", None)
 FIELDS = ("dataset", "network", "optimizer", "variant")
 
@@ -74,13 +68,14 @@ class Curve:
     def style(self) -> str:
         return STYLES.get(self.setting, "-")
 
-    def rounds(self) -> pd.DataFrame | None:
+    def rounds(self):
         return mean_by_round([r.rounds() for r in self.runs])
 
-    def layer(self, name: str) -> pd.DataFrame | None:
+    def layer(self, name: str):
+        """``layers.csv``'s rows of layer ``name``, averaged over the seeds; None without any."""
         frames = []
         for r in self.runs:
-            df = read_csv(r, "layers.csv")
+            df = r.csv("layers.csv")
             if df is not None and "layer" in df:
                 sel = df[df["layer"].astype(str) == name]
                 if len(sel):
@@ -89,35 +84,25 @@ class Curve:
 
 
 def _key_label(key: tuple, fields: list[str]) -> str:
+    """A configuration's label: the ``fields`` of its run key (those that differ between the runs)."""
     dataset, network, optimizer, variant, _setting = key
-    parts = []
-    if "dataset" in fields:
-        parts.append(pd_tables.DATASET_LABELS.get(dataset, dataset))
-    if "network" in fields:
-        parts.append(network)
-    if "optimizer" in fields:
-        parts.append(pd_tables.OPTIMIZER_LABELS.get(optimizer, optimizer))
-    if "variant" in fields:
-        shown = [("WD " + v[3:]) if v.startswith("wd=") else pd_tables.VARIANT_LABELS.get(v, v)
-                 for v in variant.split("+") if v]
-        parts.append("+ " + " + ".join(shown) if shown else "baseline")
-    return " ".join(parts)
+    shown = [("WD " + v[3:]) if v.startswith("wd=") else pd_tables.VARIANT_LABELS.get(v, v)
+             for v in variant.split("+") if v]
+    parts = {"dataset": pd_tables.DATASET_LABELS.get(dataset, dataset), "network": network,
+             "optimizer": pd_tables.OPTIMIZER_LABELS.get(optimizer, optimizer),
+             "variant": "+ " + " + ".join(shown) if shown else "baseline"}
+    return " ".join(parts[f] for f in FIELDS if f in fields)
 
 
 def curves(runs: list[Run]) -> list[Curve]:
     """Group runs into curves: one per (configuration, setting), labelled by what differs."""
     keys = {r.path: pd_tables.identify(r)[0] for r in runs}
     known = [k for k in keys.values() if k is not None]
-    differing = [f for i, f in enumerate(FIELDS) if len({k[i] for k in known}) > 1]
-    if not differing:
-        differing = ["network", "optimizer", "variant"]
+    differing = [f for i, f in enumerate(FIELDS) if len({k[i] for k in known}) > 1] or ["network", "optimizer", "variant"]
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
         key = keys[r.path]
-        if key is None:
-            groups[(r.path.name, None)].append(r)
-        else:
-            groups[(_key_label(key, differing), key[4])].append(r)
+        groups[(r.path.name, None) if key is None else (_key_label(key, differing), key[4])].append(r)
     out = [Curve(label, setting, rs) for (label, setting), rs in groups.items()]
     labels = list(dict.fromkeys(c.label for c in out))
     out.sort(key=lambda c: (labels.index(c.label), SETTING_ORDER.index(c.setting)
@@ -142,55 +127,43 @@ def _legend(fig, cs: list[Curve], colors: dict) -> None:
                bbox_to_anchor=(0.5, 1.0), frameon=False)
 
 
-def _notes(cs: list[Curve]) -> list[str]:
-    notes = set()
-    for c in cs:
-        for r in c.runs:
-            key = pd_tables.identify(r)[0]
-            if key is not None:
-                notes.update(pd_tables.run_notes(r, key))
-            elif (r.config.get("choices") or {}).get("scale") == "smoke":
-                notes.add("smoke scale (scale=smoke)")
-    return sorted(notes)
+def _notes_of(run: Run) -> list[str]:
+    """How a run departs from the paper's setting of its table row; a run of no row: its scale only."""
+    key = pd_tables.identify(run)[0]
+    if key is not None:
+        return pd_tables.run_notes(run, key)
+    return ["smoke scale (scale=smoke)"] if (run.config.get("choices") or {}).get("scale") == "smoke" else []
 
 
-def _save(fig, notes: list[str], path: Path, written: list[Path], legend_rows: int = 1) -> None:
-    top = 1 - 0.05 * legend_rows * (6 / max(fig.get_figheight(), 1))  # room for the legend above
-    written.append(save_figure(fig, path, notes, bottom=0.05, top=top, dpi=110))
+def _save(fig, cs: list[Curve], colors: dict, notes: list[str], path: Path) -> Path:
+    """The legend above the panels (with room for its rows), then save."""
+    _legend(fig, cs, colors)
+    rows = math.ceil((len(colors) + len({c.setting for c in cs})) / 5)
+    top = 1 - 0.05 * rows * (6 / max(fig.get_figheight(), 1))
+    return plots.save_figure(fig, path, notes, bottom=0.05, top=top, dpi=110)
 
 
-def _plot(ax, df: pd.DataFrame | None, column: str, curve: Curve, color, scale: float = 1.0) -> bool:
-    if df is None or column not in df:
-        return False
-    d = df[["round", column]].dropna()
-    if d.empty:
-        return False
-    ax.plot(d["round"], scale * d[column], ls=curve.style, color=color, lw=1.3,
-            **({"marker": "o", "markersize": 3} if len(d) <= 30 else {}))
-    return True
+def _panel(ax, ylabel: str, fontsize: int | None = None) -> None:
+    ax.set_xlabel(ROUNDS, fontsize=fontsize)
+    ax.set_ylabel(ylabel, fontsize=fontsize)
+    ax.grid(alpha=0.3)
+    plots.integer_rounds(ax)
 
 
 def default_layers(cs: list[Curve]) -> list[str]:
     """Every conv and fc layer of the runs' ``layers.csv``, in the order the first run lists them."""
     names: dict[str, None] = {}
-    for c in cs:
-        for r in c.runs:
-            df = read_csv(r, "layers.csv")
-            if df is None or "layer" not in df:
-                continue
+    for r in (r for c in cs for r in c.runs):
+        df = r.csv("layers.csv")
+        if df is not None and "layer" in df:
             sel = df[df["type"].isin(("conv", "fc"))] if "type" in df else df
             names.update(dict.fromkeys(sel["layer"].astype(str)))
     return list(names)
 
 
-def _legend_rows(cs: list[Curve], colors: dict) -> int:
-    n = len(colors) + len({c.setting for c in cs})
-    return math.ceil(n / 5)
-
-
 def plot_layers(cs: list[Curve], layers: list[str], column: str, title: str, path: Path,
-                notes: list[str], written: list[Path]) -> bool:
-    """One panel per layer of ``column`` (pd_ls or pd_vl) vs round; False if no run has it."""
+                notes: list[str]) -> Path | None:
+    """One panel per layer of ``column`` (pd_ls or pd_vl) vs round; None if no run has it."""
     colors = _colors(cs)
     panels = []
     for name in layers:
@@ -198,60 +171,49 @@ def plot_layers(cs: list[Curve], layers: list[str], column: str, title: str, pat
         if any(df is not None and column in df and df[column].notna().any() for _c, df in data):
             panels.append((name, data))
     if not panels:
-        return False
+        return None
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows + 0.8), squeeze=False)
     drawn = set()
     for ax, (name, data) in zip(axes.flat, panels):
         for c, df in data:
-            if _plot(ax, df, column, c, colors[c.label]):
+            if plots.curve(ax, df, column, ls=c.style, color=colors[c.label], lw=1.3):
                 drawn.add(id(c))
         ax.set_title(layer_label(name), fontsize=10)
-        ax.set_xlabel("Communication rounds", fontsize=8)
-        ax.set_ylabel(title, fontsize=8)
         ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        integer_rounds(ax)
+        _panel(ax, title, 8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    _legend(fig, [c for c in cs if id(c) in drawn], colors)
-    _save(fig, notes, path, written, _legend_rows(cs, colors))
-    return True
+    return _save(fig, [c for c in cs if id(c) in drawn], colors, notes, path)
 
 
-def plot_rounds(cs: list[Curve], panels: list[tuple[str, str, float]], path: Path, notes: list[str],
-                written: list[Path]) -> bool:
-    """Panels of ``rounds.csv`` columns ``(column, y label, scale)`` vs round; False if none has data."""
+def plot_rounds(cs: list[Curve], panels: list[tuple[str, str, float]], path: Path, notes: list[str]) -> Path | None:
+    """Panels of ``rounds.csv`` columns ``(column, y label, scale)`` vs round; None if none has data."""
     colors = _colors(cs)
     frames = [(c, c.rounds()) for c in cs]
     have = [(col, ylabel, scale) for col, ylabel, scale in panels
             if any(df is not None and col in df and df[col].notna().any() for _c, df in frames)]
     if not have:
-        return False
+        return None
     fig, axes = plt.subplots(1, len(have), figsize=(5.2 * len(have), 4.0), squeeze=False)
     drawn = set()
     for ax, (col, ylabel, scale) in zip(axes.flat, have):
         for c, df in frames:
-            if _plot(ax, df, col, c, colors[c.label], scale):
+            if plots.curve(ax, df, col, scale, ls=c.style, color=colors[c.label], lw=1.3):
                 drawn.add(id(c))
-        ax.set_ylabel(ylabel)
-        ax.set_xlabel("Communication rounds")
-        ax.grid(alpha=0.3)
-        integer_rounds(ax)
-    _legend(fig, [c for c in cs if id(c) in drawn], colors)
-    _save(fig, notes, path, written, _legend_rows(cs, colors))
-    return True
+        _panel(ax, ylabel)
+    return _save(fig, [c for c in cs if id(c) in drawn], colors, notes, path)
 
 
-def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str], written: list[Path]) -> bool:
+def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str]) -> Path | None:
     """Figure 1: learners x classes heatmap of the output-layer neuron magnitudes after ``round_``."""
-    df = read_csv(run, "output_layer.csv")
+    df = run.csv("output_layer.csv")
     if df is None or not {"round", "client", "class", "weight_norm"} <= set(df.columns):
-        return False
+        return None
     sel = df[df["round"] == round_]
     if sel.empty:
-        return False
+        return None
     grid = sel.pivot_table(index="client", columns="class", values="weight_norm", aggfunc="mean").sort_index()
     fig, ax = plt.subplots(figsize=(0.45 * grid.shape[1] + 2.6, 0.35 * grid.shape[0] + 1.8))
     im = ax.imshow(grid.to_numpy(), cmap="gray", aspect="auto", interpolation="nearest")
@@ -261,8 +223,7 @@ def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str]
     ax.set_ylabel("learner")
     ax.set_title(f"{title}\noutput-layer neuron magnitude after round {round_}", fontsize=8)
     fig.colorbar(im, ax=ax, label=r"$\|d_q\|$ (weight row norm)")
-    _save(fig, notes, path, written, 0)
-    return True
+    return plots.save_figure(fig, path, notes, bottom=0.05, dpi=110)
 
 
 def _run_title(run: Run) -> tuple[str, str]:
@@ -279,34 +240,29 @@ def plot_all(runs: list[Run], out: Path, layers: list[str] | None = None, neuron
     """Every figure for ``runs``; returns the PNGs written."""
     out.mkdir(parents=True, exist_ok=True)
     cs = curves(runs)
-    notes = _notes(cs)
-    written: list[Path] = []
+    notes = sorted({n for c in cs for r in c.runs for n in _notes_of(r)})
     chosen = layers or default_layers(cs)
-    plot_layers(cs, chosen, "pd_ls", "PD-Ls", out / "pd_ls_layers.png", notes, written)
-    plot_layers(cs, chosen, "pd_vl", "PD-VL", out / "pd_vl_layers.png", notes, written)
-    plot_rounds(cs, [("pd_ls", "PD-Ls (whole model)", 1.0), ("pd_vl", "PD-VL (whole model)", 1.0)],
-                out / "pd_model.png", notes, written)
-    plot_rounds(cs, [("train_loss", "Training loss (mean of the learners)", 1.0)], out / "train_loss.png",
-                notes, written)
-    plot_rounds(cs, [("test_acc", "Test accuracy (%)", 100.0)], out / "test_accuracy.png", notes, written)
+    written = [
+        plot_layers(cs, chosen, "pd_ls", "PD-Ls", out / "pd_ls_layers.png", notes),
+        plot_layers(cs, chosen, "pd_vl", "PD-VL", out / "pd_vl_layers.png", notes),
+        plot_rounds(cs, [("pd_ls", "PD-Ls (whole model)", 1.0), ("pd_vl", "PD-VL (whole model)", 1.0)],
+                    out / "pd_model.png", notes),
+        plot_rounds(cs, [("train_loss", "Training loss (mean of the learners)", 1.0)], out / "train_loss.png", notes),
+        plot_rounds(cs, [("test_acc", "Test accuracy (%)", 100.0)], out / "test_accuracy.png", notes),
+    ]
     stems: dict[str, int] = defaultdict(int)
-    for c in cs:
-        for r in c.runs:
-            title, stem = _run_title(r)
-            stems[stem] += 1
-            if stems[stem] > 1:
-                stem += f"_{stems[stem]}"
-            key = pd_tables.identify(r)[0]
-            run_notes = pd_tables.run_notes(r, key) if key is not None else []
-            plot_neurons(r, title, neuron_round, out / f"neurons_{stem}.png", run_notes, written)
-    return written
+    for r in (r for c in cs for r in c.runs):
+        title, stem = _run_title(r)
+        stems[stem] += 1
+        stem += f"_{stems[stem]}" if stems[stem] > 1 else ""
+        key = pd_tables.identify(r)[0]
+        written.append(plot_neurons(r, title, neuron_round, out / f"neurons_{stem}.png",
+                                    pd_tables.run_notes(r, key) if key is not None else []))
+    return [p for p in written if p is not None]
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="plot_pd.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders searched for them")
-    p.add_argument("--out", required=True, help="folder for the PNGs")
+def parser():
+    p = plots.parser("plot_pd.py", __doc__)
     p.add_argument("--layers", default=None, metavar="NAME[,NAME...]",
                    help="the layer panels, as named in layers.csv, e.g. F3,C11 (default: every conv and fc layer)")
     p.add_argument("--neuron-round", type=int, default=1,
@@ -316,24 +272,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _not_plotted(run: Run, settings: list[str] | None) -> str:
+    """Why a run is not plotted ('' if it is): no rounds.csv, or not of the chosen settings."""
+    if run.rounds() is None:
+        return "no rounds.csv"
+    key = pd_tables.identify(run)[0]
+    return "another setting" if settings and (key is None or key[4] not in settings) else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if missing_dirs(args.dirs, "plot_pd"):
         return 2
-    runs = []
-    for path in find_runs(args.dirs):
-        try:
-            run = Run.load(path)
-        except Exception as e:  # noqa: BLE001
-            print(f"plot_pd: skipping {path}: {e}", file=sys.stderr)
-            continue
-        if not (path / "rounds.csv").is_file():
-            continue
-        if args.settings:
-            key = pd_tables.identify(run)[0]
-            if key is None or key[4] not in args.settings.split(","):
-                continue
-        runs.append(run)
+    settings = args.settings.split(",") if args.settings else None
+    runs, skipped = load_runs(args.dirs, lambda r: _not_plotted(r, settings))
+    for path, why in skipped:
+        if why.startswith("unreadable"):
+            print(f"plot_pd: skipping {path}: {why}", file=sys.stderr)
     if not runs:
         print(f"plot_pd: no run directories with rounds.csv under {', '.join(args.dirs)}", file=sys.stderr)
         return 1

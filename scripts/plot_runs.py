@@ -10,20 +10,18 @@ step ``||w_{t+1} - w_t||``.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
+from plots import plt  # noqa: E402
 from runs import Run, find_runs  # noqa: E402
 
 PANELS = (("test_acc", "test accuracy"), ("test_loss", "test loss"),
           ("N_over_E", "N / E (client agreement)"), ("server_step", "server step ||w_{t+1} - w_t||"))
+# The settings people vary first, named before any other that differs (e.g. beta of one method).
+FIRST = ("aggregator._target_", "dataset.name", "partition._target_", "model._target_", "seed")
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -36,34 +34,34 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _item(key: str, value: str | None) -> str:
+    """One setting in a label: ``fedavg`` for aggregator._target_, ``dataset=fmnist``, ``seed=0``."""
+    if key.endswith("_target_"):
+        return str(value).rsplit(".", 1)[-1]
+    if key.endswith(".name"):
+        return f"{key.rsplit('.', 2)[-2]}={value}"
+    return f"{key.rsplit('.', 1)[-1]}={value}"
+
+
 def labels(runs: list[Run]) -> list[str]:
     """Each run's label: the settings that differ between the runs (its folder if none do)."""
     flat = [_flat(r.config) for r in runs]
     keys = sorted({k for f in flat for k in f})
     differing = [k for k in keys if len({f.get(k) for f in flat}) > 1
                  and not k.startswith(("hydra", "progress", "resume", "device"))]
-    # The axes people vary first, then settings every run has, then the rest (e.g. beta of one method).
-    first = ("aggregator._target_", "dataset.name", "partition._target_", "model._target_", "seed")
-    differing.sort(key=lambda k: (first.index(k) if k in first else len(first),
-                                  any(k not in f for f in flat), k))
+    # The axes people vary first, then settings every run has, then the rest.
+    differing.sort(key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), any(k not in f for f in flat), k))
     if not differing:
         return [r.path.name for r in runs]
-    def item(key: str, value: str | None) -> str:
-        if key.endswith("_target_"):  # aggregator._target_ = fedrun.aggregators.fedavg -> fedavg
-            return str(value).rsplit(".", 1)[-1]
-        if key.endswith(".name"):  # dataset.name = fmnist -> dataset=fmnist
-            return f"{key.rsplit('.', 2)[-2]}={value}"
-        return f"{key.rsplit('.', 1)[-1]}={value}"
-
-    chosen = [k for k in differing if k in first] or differing[:4]  # a group choice implies its values
-    return [", ".join(item(k, f[k]) for k in chosen if k in f) for f in flat]
+    chosen = [k for k in differing if k in FIRST] or differing[:4]  # a group choice implies its values
+    return [", ".join(_item(k, f[k]) for k in chosen if k in f) for f in flat]
 
 
 def plot(runs: list[Run], out: Path) -> Path:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4))
     for run, label in zip(runs, labels(runs)):
         frame = run.rounds()
-        for ax, (column, _) in zip(axes, PANELS):
+        for ax, (column, _) in zip(axes, PANELS if frame is not None else ()):
             if column in frame and frame[column].notna().any():
                 rows = frame[frame[column].notna()]
                 ax.plot(rows["round"], rows[column], marker=".", label=label)
@@ -72,18 +70,12 @@ def plot(runs: list[Run], out: Path) -> Path:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "runs.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.save_figure(fig, out / "runs.png")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    p.add_argument("--out", required=True, help="folder for runs.png")
+    p = plots.parser(None, __doc__)
     args = p.parse_args(argv)
     try:
         runs = [Run.load(path) for path in find_runs(args.dirs)]

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import compose
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 CONF = ROOT / "conf"
@@ -334,8 +336,8 @@ def test_fedlap_client_means_skip_dropped(fedlap_grid):
     # Clients 0-3 with reg * (1 + k): mean factor 2.5; the dropped client (empty) is left out.
     assert means["reg_loss"].tolist() == pytest.approx([0.75, 0.5, 0.25])
     assert means["lambda_mean"].tolist() == pytest.approx([0.05, 0.025, 0.0125])
-    assert runs.stragglers(run) == 0.0
-    assert runs.stragglers(runs.Run.load(fedlap_grid / "c" / "fedlap")) == 0.9
+    assert plot_fedlap.stragglers(run) == 0.0
+    assert plot_fedlap.stragglers(runs.Run.load(fedlap_grid / "c" / "fedlap")) == 0.9
 
 
 def test_plot_fedlap_needs_out_or_summary(fedlap_grid, capsys):
@@ -345,24 +347,17 @@ def test_plot_fedlap_needs_out_or_summary(fedlap_grid, capsys):
 
 # ----------------------------------------------------------------------------- presets vs paper settings
 
-def _compose(overrides: list[str]) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="test"):
-        return OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
-
-
 def test_fedlayerwise_presets_are_the_papers_setting(tmp_path):
     presets = sorted((CONF / "experiment" / "fedlayerwise").glob("*.yaml"))
     assert {p.stem for p in presets} == set(t1.PRESETS.values())
     for scenario, preset in t1.PRESETS.items():
         for method in t1.METHODS:
-            cfg = _compose([f"experiment=fedlayerwise/{preset}", f"aggregator={method}"])
+            cfg = compose([f"experiment=fedlayerwise/{preset}", f"aggregator={method}"], resolve=True)
             assert cfg["tags"] == {"paper": "fedlayerwise", "dataset": "mnist", "scenario": scenario}
             assert cfg["aggregator"]["_target_"] == f"fedrun.aggregators.{method}"
             assert t1.deviations(runs.Run(tmp_path, cfg, {})) == []
-    cfg = _compose(["experiment=fedlayerwise/mnist_2iid_8noniid", "dataset=mnist_train10k", *t1.SMOKE_OVERRIDES])
+    cfg = compose(["experiment=fedlayerwise/mnist_2iid_8noniid", "dataset=mnist_train10k", *t1.SMOKE_OVERRIDES],
+                  resolve=True)
     dev = t1.deviations(runs.Run(tmp_path, cfg, {}))
     assert "data substituted: mnist_train10k instead of mnist" in dev
     assert "rounds=3 (paper 30)" in dev and "partition.samples_per_client=60 (paper 600)" in dev
@@ -374,8 +369,8 @@ def test_fedlap_presets_are_the_papers_setting(tmp_path):
     for dataset in plot_fedlap.DATASETS:
         for method in plot_fedlap.METHODS:
             for s in (0, 0.5, 0.9):
-                cfg = _compose([f"experiment=fedlap/{dataset}", f"aggregator={method}",
-                                f"hyperparams.stragglers={s}"])
+                cfg = compose([f"experiment=fedlap/{dataset}", f"aggregator={method}",
+                               f"hyperparams.stragglers={s}"], resolve=True)
                 run = runs.Run(tmp_path, cfg, {})
                 assert cfg["tags"] == {"paper": "fedlap", "dataset": dataset}
-                assert plot_fedlap.deviations(run) == [] and runs.stragglers(run) == s
+                assert plot_fedlap.deviations(run) == [] and plot_fedlap.stragglers(run) == s

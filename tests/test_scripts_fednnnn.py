@@ -1,6 +1,6 @@
-"""The FedNNNN reproduction scripts (scripts/fednnnn_table2.py, scripts/plot_fednnnn.py,
-scripts/runs.py) on tiny fake run directories, and the conf/experiment/fednnnn presets
-(Table 5 values) through Hydra's compose API.  Fast, CPU, offline."""
+"""The FedNNNN reproduction scripts (scripts/fednnnn_table2.py, scripts/plot_fednnnn.py and the
+run-directory reading of scripts/runs.py) on tiny fake run directories, and the
+conf/experiment/fednnnn presets (Table 5 values) through Hydra's compose API.  Fast, CPU, offline."""
 from __future__ import annotations
 
 import csv
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -106,17 +108,17 @@ def test_find_runs_needs_summary_and_config(grid):
     found = runs.find_runs([grid])
     assert len(found) == 6
     assert all((p / "config.yaml").is_file() and (p / "summary.json").is_file() for p in found)
-    loaded, skipped = runs.load_runs([grid])
+    loaded, skipped = fednnnn_table2.load_runs([grid])
     assert len(loaded) == 5 and len(skipped) == 1 and "untagged" in str(skipped[0][0])
-    cells = runs.by_cell(loaded)
+    cells = runs.group(loaded, fednnnn_table2.cell)
     assert len(cells[("fednnnn", "cifar10", "noniid-b")]) == 2
 
 
 def test_deviations_read_from_the_runs_config(grid):
-    loaded, _ = runs.load_runs([grid])
+    loaded, _ = fednnnn_table2.load_runs([grid])
     by_path = {r.path.name: r for r in loaded}
-    assert by_path["fedavg"].deviations == []
-    dev = by_path["x"].deviations
+    assert fednnnn_table2.deviations(by_path["fedavg"]) == []
+    dev = fednnnn_table2.deviations(by_path["x"])
     assert "data substituted: synthetic instead of cifar10" in dev
     assert "rounds=3 (paper 250)" in dev and "num_clients=10 (paper 100)" in dev
 
@@ -268,7 +270,7 @@ def test_unknown_substitute_is_rejected(capsys):
 @pytest.mark.parametrize("n_def", ["step", "eq4"])
 def test_plot_writes_nonempty_pngs(tmp_path, capsys, n_def):
     top = tmp_path / "runs"
-    for m in runs.METHODS:
+    for m in fednnnn_table2.METHODS:
         make_run(top / m, m, "cifar10", "noniid-b", 0.7)
     make_run(top / "seed1", "fedavg", "cifar10", "noniid-b", 0.6, seed=1)
     out = tmp_path / "figs"
@@ -303,35 +305,30 @@ def _table5() -> dict:
 
 
 def test_presets_compose_with_table5_values():
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     assert {p.stem for p in PRESETS} == set(fednnnn_table2.CELLS)
     table5 = _table5()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="test"):
-        for preset in PRESETS:
-            dataset, condition = fednnnn_table2.CELLS[preset.stem]
-            assert preset.read_text().startswith("# @package _global_")
-            for method in runs.METHODS:
-                cfg = compose("config", overrides=[f"experiment=fednnnn/{preset.stem}", f"aggregator={method}"])
-                c = OmegaConf.to_container(cfg, resolve=True)
-                assert c["tags"] == {"paper": "fednnnn", "dataset": dataset, "condition": condition}
-                assert c["dataset"]["name"] == dataset
-                assert c["model"]["_target_"].endswith("MnistCNN" if dataset == "mnist" else "Cifar10CNN")
-                assert c["hyperparams"]["rounds"] == (100 if dataset == "mnist" else 250)
-                assert c["hyperparams"]["num_clients"] == 100 and c["hyperparams"]["local_epochs"] == 5
-                iid, balanced = condition.startswith("iid"), condition.endswith("-b")
-                assert c["partition"]["_target_"] == f"fedrun.partition.{'iid' if iid else 'classes'}"
-                if not iid:
-                    assert c["partition"]["classes_per_client"] == 2
-                assert c["partition"]["sizes"] == ("balanced" if balanced else "powerlaw")
-                assert c["aggregator"]["weighting"] == ("examples" if balanced else "uniform")
-                assert c["aggregator"]["_target_"] == f"fedrun.aggregators.{method}"
-                for param, value in table5.get((dataset, condition), {}).get(method, {}).items():
-                    assert c["aggregator"][param] == pytest.approx(value), (preset.stem, method, param)
-        # One cell checked by hand against the paper's Table 5 (independent of the CSV).
-        cfg = compose("config", overrides=["experiment=fednnnn/mnist_noniid_ub", "aggregator=fednnnn"])
-        assert cfg.aggregator.beta == 0.7 and cfg.aggregator.gamma == 0.8
-        assert cfg.aggregator.weighting == "uniform" and cfg.partition.sizes == "powerlaw"
-        cfg = compose("config", overrides=["experiment=fednnnn/cifar10_iid_b", "aggregator=fedprox"])
-        assert cfg.aggregator.mu == 0.015 and cfg.hyperparams.weight_decay == 5.0e-4
+    for preset in PRESETS:
+        dataset, condition = fednnnn_table2.CELLS[preset.stem]
+        assert preset.read_text().startswith("# @package _global_")
+        for method in fednnnn_table2.METHODS:
+            c = compose([f"experiment=fednnnn/{preset.stem}", f"aggregator={method}"], resolve=True)
+            assert c["tags"] == {"paper": "fednnnn", "dataset": dataset, "condition": condition}
+            assert c["dataset"]["name"] == dataset
+            assert c["model"]["_target_"].endswith("MnistCNN" if dataset == "mnist" else "Cifar10CNN")
+            assert c["hyperparams"]["rounds"] == (100 if dataset == "mnist" else 250)
+            assert c["hyperparams"]["num_clients"] == 100 and c["hyperparams"]["local_epochs"] == 5
+            iid, balanced = condition.startswith("iid"), condition.endswith("-b")
+            assert c["partition"]["_target_"] == f"fedrun.partition.{'iid' if iid else 'classes'}"
+            if not iid:
+                assert c["partition"]["classes_per_client"] == 2
+            assert c["partition"]["sizes"] == ("balanced" if balanced else "powerlaw")
+            assert c["aggregator"]["weighting"] == ("examples" if balanced else "uniform")
+            assert c["aggregator"]["_target_"] == f"fedrun.aggregators.{method}"
+            for param, value in table5.get((dataset, condition), {}).get(method, {}).items():
+                assert c["aggregator"][param] == pytest.approx(value), (preset.stem, method, param)
+    # One cell checked by hand against the paper's Table 5 (independent of the CSV).
+    cfg = compose(["experiment=fednnnn/mnist_noniid_ub", "aggregator=fednnnn"])
+    assert cfg.aggregator.beta == 0.7 and cfg.aggregator.gamma == 0.8
+    assert cfg.aggregator.weighting == "uniform" and cfg.partition.sizes == "powerlaw"
+    cfg = compose(["experiment=fednnnn/cifar10_iid_b", "aggregator=fedprox"])
+    assert cfg.aggregator.mu == 0.015 and cfg.hyperparams.weight_decay == 5.0e-4

@@ -1,0 +1,189 @@
+"""The skeleton the papers' table scripts share (fednnnn_table2.py, fedlayerwise_table1.py,
+pd_tables.py; plot_fedlap.py's summary too).
+
+A table script describes its paper's table: the cells (what files a run under which cell), the
+reduction of a cell's runs (seeds) to one long-form row, how a row prints, and its paper's numbers
+(a CSV in ``scripts/paper_targets/``, the same as ``../shared/papers/targets/``).  This module does
+the rest: reading the paper's CSV, means over seeds, the text table (ours beside the paper's, with
+the difference), the lines under it (counts, skipped runs, the NOTE on runs that are not the
+paper's setting), the long-form CSV, and the ``collect`` / ``run`` command line.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+import grid
+from runs import Run, count_notes, missing_dirs
+
+PAPER_TARGETS = Path(__file__).resolve().parent / "paper_targets"
+
+
+def paper_csv(path: str | Path | None, default: str) -> list[dict]:
+    """The rows of a paper's numbers: from ``path`` (``--paper-csv``), else the transcription
+    ``scripts/paper_targets/<default>``."""
+    with open(path or PAPER_TARGETS / default, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    """The mean over a cell's runs (seeds) that have a value; None when none has."""
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def mean_pct(fractions: Iterable[float | None]) -> float | None:
+    """:func:`mean` of fractions (accuracies), in percent."""
+    return mean(None if v is None else 100 * v for v in fractions)
+
+
+def minus(ours: float | None, paper: float | None) -> float | None:
+    """ours - paper, or None when either is missing."""
+    return None if ours is None or paper is None else ours - paper
+
+
+# ----------------------------------------------------------------------------- text
+
+def render(head: list[str], body: list[list[str]], labels: int = 1, groups: list[tuple[str, int]] | None = None,
+           align_head: Callable[[str, int], str] = str.center) -> str:
+    """A text table: the first ``labels`` columns left-aligned, the values right-aligned under their
+    headers (centred, or ``align_head``).  ``groups`` ``[(title, n)]`` puts a title over each run of
+    ``n`` value columns (FedNNNN's condition over its two datasets)."""
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(head)]
+
+    def line(cells: list[str], align) -> str:
+        return " | ".join(c.ljust(w) if i < labels else align(c, w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    lines, rule = [], ["-" * w for w in widths[:labels]]
+    if groups:
+        top, i = [" " * w for w in widths[:labels]], labels
+        for title, n in groups:
+            span = sum(widths[i:i + n]) + 3 * (n - 1)
+            top.append(title.center(span))
+            rule.append("-" * span)
+            i += n
+        lines.append(" | ".join(top))
+    else:
+        rule += ["-" * w for w in widths[labels:]]
+    lines += [line(head, align_head), "-+-".join(rule)] + [line(b, str.rjust) for b in body]
+    return "\n".join(lines)
+
+
+def directories(n: int) -> str:
+    return f"{n} run director{'ies' if n > 1 else 'y'}"
+
+
+def listing(skipped: list[tuple[Path, str]], limit: int) -> str:
+    """``path (why); ...`` for the first ``limit`` skipped runs."""
+    return "; ".join(f"{p} ({why})" for p, why in skipped[:limit]) + (" ..." if len(skipped) > limit else "")
+
+
+def print_notes(heading: str, notes: list[str], out) -> None:
+    if notes:
+        print(heading, file=out)
+        for n in notes:
+            print(f"  - {n}", file=out)
+
+
+def report(runs: list[Run], skipped: list, rows: list[dict], dirs: list[str], *, cell: Callable[[Run], tuple],
+           table_cells: list[tuple], table: str, paper: str, deviations: Callable[[Run], list[str]], not_paper: str,
+           out) -> None:
+    """The lines under a table of methods x columns: how many runs filled how many of its cells,
+    the runs' cells that are not in the table, the skipped run directories, and the NOTE on runs
+    that are not the paper's setting (each departure with the number of runs it concerns)."""
+    filled = sum(r["n_runs"] > 0 for r in rows)
+    print(f"\n{len(runs)} run(s) in {filled} of {len(rows)} cells, from {', '.join(map(str, dirs))}", file=out)
+    unknown = sorted({cell(r) for r in runs} - set(table_cells))
+    if unknown:
+        print(f"not in {table} (ignored): {unknown}", file=out)
+    if skipped:
+        print(f"{directories(len(skipped))} skipped (not {paper} preset runs): {listing(skipped, 5)}", file=out)
+    print_notes("\n" + not_paper, count_notes(deviations(r) for r in runs), out)
+
+
+def write_csv(rows: list[dict], path: str | None, columns: list[str], float_format: str, out=None) -> None:
+    """The long-form CSV (floats as ``float_format``; None and NaN empty) and a ``wrote`` line;
+    nothing when ``path`` is None or empty."""
+    if not path:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: _csv_value(r[k], float_format) for k in columns})
+    print(f"\nwrote {path}", file=out or sys.stdout)
+
+
+def _csv_value(value, float_format: str):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return format(value, float_format) if isinstance(value, float) else value
+
+
+# ----------------------------------------------------------------------------- command line
+
+def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, run_description: str,
+                 paper: str, datasets: tuple[str, ...], substitute_help: str,
+                 substitute_metavar: str = "DATASET=OPTION") -> tuple[argparse.ArgumentParser,
+                                                                     argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line every table script shares: ``collect DIR...`` and ``run --out OUT``, both
+    with ``--paper-csv`` (a CSV like ``paper``, the script's transcription), ``run`` with
+    ``--substitute`` for one of ``datasets``.
+
+    Returns ``(parser, collect, run)``; the script adds its own options to the two modes.
+    ``layout``: where ``run`` puts each run below OUT.
+    """
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("collect", help=f"print {table} from existing run directories",
+                       description=f"Find run directories under DIRs and print {table} (ours vs paper).")
+    c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+    c.add_argument("--csv", default=None,
+                   help=f"long-form CSV to write (default: DIR/{csv_name} for the first DIR, or beside it when "
+                        "DIR is itself a run directory; '' to write none)")
+    r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect", description=run_description)
+    r.add_argument("--out", required=True, help=f"output folder: runs go to OUT/{layout}")
+    r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra fedrun override for every run, e.g. --set device=cuda; repeatable. One value "
+                        "each, not a sweep (runs are named <method>_seed<seed>)")
+    r.add_argument("--csv", default=None, help=f"long-form CSV (default OUT/{csv_name}; '' for none)")
+    r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
+    r.add_argument("--substitute", action="append", type=lambda text: grid.dataset_substitute(text, datasets),
+                   default=[], metavar=substitute_metavar, help=substitute_help)
+    columns = ",".join(paper_csv(None, paper)[0])
+    for q in (c, r):
+        q.add_argument("--paper-csv", default=None,
+                       help=f"read the paper's numbers from this CSV ({columns}, e.g. ../shared/papers/targets/"
+                            f"{paper}) instead of the built-in transcription")
+    return p, c, r
+
+
+def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace], int],
+               collect: Callable[[argparse.Namespace, str | None], object], csv_name: str, prog: str) -> int:
+    """Dispatch a table script's mode: ``run`` launches the grid; ``collect`` checks the DIRs
+    and calls ``collect(args, csv_path)`` (csv_path None: write no CSV).  The exit code."""
+    if args.mode == "run":
+        return run_grid(args)
+    if missing_dirs(args.dirs, prog):
+        return 2
+    csv_path = default_csv(args.dirs, csv_name) if args.csv is None else args.csv
+    collect(args, csv_path or None)
+    return 0
+
+
+def default_csv(dirs: list[str], name: str) -> str:
+    """``collect``'s CSV: beside the runs (in DIR, or beside DIR when DIR is itself a run)."""
+    first = Path(dirs[0])
+    is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
+    return str((first.parent if is_run else first) / name)
+
+
+def run_csv(args, out: Path, name: str) -> str | None:
+    """``run``'s CSV after the grid: ``--csv``, by default OUT/<name>; None for ``--csv ''``."""
+    return str(out / name) if args.csv is None else args.csv or None
