@@ -204,9 +204,11 @@ def fedlap(q: float = 0.5, form: str = "linear", weighting: str = "examples") ->
 
 
 # ----------------------------------------------------------------------------- FedOpt (Reddi et al., ICLR 2021)
+# The server's model x_{t+1} is the model these methods evaluate (``evaluate="sent"``): with a
+# server learning rate or adaptive scaling, ``w_t + mean update`` is not a model the method has.
 
 def fedavgm(server_lr: float = 1.0, beta1: float = 0.9, weighting: str = "examples",
-            evaluate: str = "average") -> Aggregator:
+            evaluate: str = "sent") -> Aggregator:
     """FedAvgM (Hsu et al. 2019; Reddi et al. sec. 5): server SGD with momentum on the mean update,
     ``m_t = beta1 m_{t-1} + Delta_t``, ``x_{t+1} = x_t + eta m_t``.  At ``server_lr = 1`` it is
     FedNNNN's server Momentum (eq. 10-11) with ``gamma = beta1``."""
@@ -221,21 +223,21 @@ def _fedopt(rule: str, server_lr: float, beta1: float, beta2: float, tau: float,
 
 
 def fedadagrad(server_lr: float = 0.1, beta1: float = 0.9, tau: float = 1e-3, weighting: str = "examples",
-               evaluate: str = "average") -> Aggregator:
+               evaluate: str = "sent") -> Aggregator:
     """FedAdagrad (Reddi et al. Algorithm 2): ``v_t = v_{t-1} + Delta_t^2``,
     ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adaptive`)."""
     return _fedopt("adagrad", server_lr, beta1, 0.0, tau, weighting, evaluate)
 
 
 def fedadam(server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-            weighting: str = "examples", evaluate: str = "average") -> Aggregator:
+            weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
     """FedAdam (Reddi et al. Algorithm 2): ``v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2``,
     ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adaptive`)."""
     return _fedopt("adam", server_lr, beta1, beta2, tau, weighting, evaluate)
 
 
 def fedyogi(server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-            weighting: str = "examples", evaluate: str = "average") -> Aggregator:
+            weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
     """FedYogi (Reddi et al. Algorithm 2):
     ``v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)``,
     ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adaptive`)."""

@@ -16,7 +16,6 @@ from fedrun.precision import check_engine_options
 from fedrun.sequential import SequentialEngine
 
 
-
 def auto_engine(model, train_x, train_y, local, regularizer, seed,
                 clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False):
     """``engine=auto``: the batched engine on CUDA, the sequential one elsewhere.

@@ -39,6 +39,8 @@ class LocalTraining:
     augment: object = None  # fedrun.augment.Augmentation applied to every training batch, or None
 
     def __post_init__(self):
+        for name in ("betas", "lr_milestones"):  # lists from the config
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         check(self.epochs >= 1, "hyperparams.local_epochs", self.epochs, "must be >= 1")
         check(self.batch_size >= 1, "hyperparams.batch_size", self.batch_size, "must be >= 1")
         check(self.lr > 0, "hyperparams.lr", self.lr, "must be > 0")

@@ -21,9 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedrun.batchnorm import (
+    BatchRenorm1d,
+    BatchRenorm2d,
+    FederatedBatchNorm,
+    FederatedBatchNorm1d,
+    FederatedBatchNorm2d,
+)
 from fedrun.errors import check
-from fedrun.batchnorm import (BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm,
-                                  FederatedBatchNorm1d, FederatedBatchNorm2d)
 
 NORMS = {"none": None, "bn": (FederatedBatchNorm1d, FederatedBatchNorm2d), "brn": (BatchRenorm1d, BatchRenorm2d)}
 POOLINGS = ("max2", "max4", "avg")

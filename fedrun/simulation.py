@@ -57,6 +57,7 @@ class Federation:
     snapshots: tuple[int, ...] = ()  # rounds whose evaluated global model is saved to models/
 
     def __post_init__(self):
+        object.__setattr__(self, "snapshots", tuple(self.snapshots))  # a list from the config
         check(self.rounds >= 1, "hyperparams.rounds", self.rounds, "must be >= 1")
         check(self.vanilla_every >= 0, "vanilla_every", self.vanilla_every, "must be >= 0 (0: off)")
         check(all(1 <= r <= self.rounds for r in self.snapshots), "snapshots", list(self.snapshots),

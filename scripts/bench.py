@@ -51,12 +51,16 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.aggregators import fedavg, server_round
+from fedrun.aggregators import fedavg
 from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
-from fedrun.engine import PRECISIONS, LocalTraining, SequentialEngine, evaluate, split_state
+from fedrun.evaluation import evaluate
 from fedrun.layers import layers
+from fedrun.local_training import LocalTraining
 from fedrun.models import Cifar10CNN, MnistCNN
+from fedrun.params import split_state
+from fedrun.precision import PRECISIONS
+from fedrun.sequential import SequentialEngine
 
 
 @dataclass(frozen=True)
@@ -141,17 +145,18 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
         for prec, comp in modes:
             label = _label(prec, comp)
             params, buffers = (dict(t) for t in initial)
-            engine = make(model, data.train_x, data.train_y, idx, local, None, 0, precision=prec, compile=comp)
+            engine = make(model, data.train_x, data.train_y, local, None, 0, precision=prec, compile=comp)
+            state = agg.init(params, len(idx), lays)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             train_s = round_s = warm_s = 0.0
             for t in range(rounds + 1):  # round 0 warms up (kernels, allocator, compilation), not timed
                 _sync(device)
                 t0 = time.perf_counter()
-                res = engine.train(params, buffers, clients, t + 1)
+                res = engine.train(params, buffers, clients, [idx[k] for k in clients], t + 1)
                 _sync(device)
                 t1 = time.perf_counter()
-                out = server_round(agg, params, {}, res.deltas, res.buffers, res.num_examples, lays)
+                out, state = agg.apply(state, params, res)
                 evaluate(model, {**out.average, **out.buffers}, data.test_x, data.test_y,
                          256 if device.type == "cpu" else 4096)
                 _sync(device)
@@ -177,7 +182,8 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
                   f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
                   f"({floor * scale:.2f} s/round)" + chunk + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
             if profile_rows:
-                profile(lambda: engine.train(params, buffers, clients, rounds + 2), device, profile_rows)
+                profile(lambda: engine.train(params, buffers, clients, [idx[k] for k in clients], rounds + 2), device,
+                        profile_rows)
     for prec, comp in modes:
         label = _label(prec, comp)
         for engine_name, _ in variants:
@@ -213,7 +219,8 @@ def profile(train_round, device: torch.device, rows: int) -> None:
     CPU, the wall time they leave over is Python, autograd and dispatcher overhead.  On CUDA the
     device self times are what the GPU spent in kernels, so their sum / wall = how busy it was.
     """
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     _sync(device)

@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import collections
 import contextlib
 import tempfile
@@ -29,12 +30,17 @@ import torch
 
 from fedrun import aggregators as A
 from fedrun import simulation
-from fedrun.batched import configure
+from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
-from fedrun.engine import LocalTraining
+from fedrun.engines import auto_engine
+from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, MnistCNN
 from fedrun.partition import iid
+from fedrun.sequential import SequentialEngine
 
+# As conf/engine/*.yaml build them.
+ENGINES = {"auto": auto_engine, "sequential": SequentialEngine,
+           "batched": functools.partial(BatchedEngine, clients_per_step="auto")}
 AGGREGATORS = {"fedavg": A.fedavg, "fednnnn": lambda: A.fednnnn(0.7, 0.8), "fedlayerwise": A.fedlayerwise,
                "fedlap": lambda: A.fedlap(0.5)}
 MODELS = {"mlp": lambda: MLP(hidden=[200]), "mnist_cnn": MnistCNN}
@@ -76,7 +82,7 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
     k = args.num_clients
     data = prepare(synthetic(num_train=k * args.samples, num_test=500, noise=0.5), None, None, device=device)
     counter = TransferCounter()
-    make_engine = configure(args.engine)
+    make_engine = ENGINES[args.engine]
 
     def engine(*a, **kw):  # the engine's own transfers are training's, not bookkeeping's
         inner = make_engine(*a, **kw)
@@ -88,7 +94,7 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         inner.train = paused_train
         return inner
 
-    evaluate, sample = simulation._evaluate, simulation.sample_clients
+    evaluate, sample = simulation.evaluate_round, simulation.sample_clients
 
     def paused_evaluate(*a, **kw):
         with counter.paused():
@@ -99,7 +105,7 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         return sample(*a, **kw)
 
     run = Path(tempfile.mkdtemp()) / "run"
-    simulation._evaluate, simulation.sample_clients = paused_evaluate, start_counting
+    simulation.evaluate_round, simulation.sample_clients = paused_evaluate, start_counting
     try:
         with counter:
             simulation.simulate(run, data, MODELS[args.model], iid, AGGREGATORS[aggregator](),
@@ -109,7 +115,7 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
                                 make_engine=engine, device=device, progress=False)
             counter.active = False
     finally:
-        simulation._evaluate, simulation.sample_clients = evaluate, sample
+        simulation.evaluate_round, simulation.sample_clients = evaluate, sample
     rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
     rest = (rounds.wall_s - rounds.train_s - rounds.eval_s) * 1e3
     return {"aggregator": aggregator, "clients a round": clients,

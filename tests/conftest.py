@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrun.simulation import TIMING_COLUMNS
+from fedrun.recorder import TIMING_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -44,6 +44,40 @@ def compose(overrides: list[str] = (), resolve: bool = False):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
         cfg = hydra_compose("config", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=True) if resolve else cfg
+
+
+def aggregate(agg, params, deltas, n, layers, state=None, clients=None, buffers=None):
+    """One round of the aggregator ``agg`` on stacked ``deltas`` of clients with ``n`` examples:
+    the outcome, with the aggregator's new state as ``outcome.state``.  ``state``: the previous
+    round's (None: ``agg.init``, clients numbered 0..m-1 unless ``clients`` names them)."""
+    from fedrun.local_training import ClientResults
+
+    m = len(n)
+    clients = list(range(m)) if clients is None else list(clients)
+    state = agg.init(params, max(clients, default=-1) + 1, layers) if state is None else state
+    results = ClientResults(clients, deltas, buffers or {}, torch.as_tensor(n), torch.zeros(m, dtype=torch.float64),
+                            torch.zeros(m, dtype=torch.long), torch.ones(m, dtype=torch.long))
+    outcome, outcome.state = agg.apply(state, params, results)
+    return outcome
+
+
+class OnPartition:
+    """An engine with a fixed partition, called as the round loop calls it: ``train(params,
+    buffers, clients, round_, ...)`` hands the engine ``indices[k]`` for each client k."""
+
+    def __init__(self, engine, indices):
+        self.engine, self.indices = engine, indices
+
+    def train(self, params, buffers, clients, round_, *args, **kwargs):
+        return self.engine.train(params, buffers, clients, [self.indices[k] for k in clients], round_, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def on_partition(make, model, x, y, indices, *args, **kwargs) -> OnPartition:
+    """``make(model, x, y, *args, **kwargs)`` (an engine class) bound to the partition ``indices``."""
+    return OnPartition(make(model, x, y, *args, **kwargs), indices)
 
 
 def pytest_configure(config):

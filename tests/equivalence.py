@@ -25,9 +25,11 @@ import copy
 
 import numpy as np
 import torch
+from conftest import on_partition
 
 from fedrun.batched import BatchedEngine
-from fedrun.engine import SequentialEngine, split_state
+from fedrun.params import split_state
+from fedrun.sequential import SequentialEngine
 
 F64_RTOL = 1e-10
 F32_RTOL = 2e-4
@@ -75,9 +77,9 @@ def both_engines(model, local, regularizer=None, sizes=(13, 40, 7, 25), epochs=N
     clients = list(range(len(sizes)))
     with default_dtype(dtype):  # tensors the engines create (optimizer state) follow the model
         params, buffers = split_state(model)
-        seq = SequentialEngine(model, x, y, idx, local, regularizer, seed, **options).train(
+        seq = on_partition(SequentialEngine, model, x, y, idx, local, regularizer, seed, **options).train(
             params, buffers, clients, 3, epochs)
-        bat = BatchedEngine(model, x, y, idx, local, regularizer, seed, chunk, **options).train(
+        bat = on_partition(BatchedEngine, model, x, y, idx, local, regularizer, seed, chunk, **options).train(
             params, buffers, clients, 3, epochs)
     return seq, bat
 

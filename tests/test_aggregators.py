@@ -17,12 +17,14 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import aggregate
 from fedrun import aggregators as A
 from fedrun import transforms as T
-from fedrun.engine import split_state
+from fedrun.weighting import base_rule
 from fedrun.errors import ConfigError, DivergenceError
 from fedrun.layers import Layer, layers
 from fedrun.nwda import NormStats, nwda
+from fedrun.params import split_state
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 SQRT_0625 = math.sqrt(0.625)  # N of the standard round
@@ -37,7 +39,8 @@ def stacked(*rows) -> dict:
 
 
 def run_round(agg, params, state, deltas, n=(1, 3), buffers=None, layer_list=W_LAYERS):
-    return A.server_round(agg, params, state, deltas, buffers or {}, torch.tensor(n), layer_list)
+    """One round; ``state``: the previous outcome's ``.state``, or None for a fresh one."""
+    return aggregate(agg, params, deltas, n, layer_list, state, buffers=buffers)
 
 
 STD_DELTAS = stacked([1.0, 0.0], [0.0, 1.0])
@@ -49,7 +52,7 @@ STD_DELTAS = stacked([1.0, 0.0], [0.0, 1.0])
 def test_fedavg_and_fedprox_golden(make):
     agg = make()
     params = w(0.0, 0.0)
-    out = run_round(agg, params, agg.server.init(params), STD_DELTAS)
+    out = run_round(agg, params, None, STD_DELTAS)
     assert out.weights.tolist() == [0.25, 0.75]
     assert torch.allclose(out.average["w"], torch.tensor([0.25, 0.75], dtype=torch.float64))
     # FedAvg sends the average model itself (eq. 3).
@@ -64,22 +67,23 @@ def test_fedprox_carries_proximal_regularizer():
     agg = A.fedprox(mu=0.02)
     assert agg.regularizer is not None and agg.regularizer.mu == 0.02
     # penalty = mu/2 ||w - w_t||^2 = 0.01 * (3^2 + 4^2) = 0.25
-    pen = agg.regularizer.penalty({"w": torch.tensor([3.0, 4.0])}, {"w": torch.zeros(2)})
-    assert float(pen) == pytest.approx(0.25)
+    anchor = {"w": torch.zeros(2)}
+    pen = agg.regularizer.penalty({}, {"w": torch.tensor([[3.0, 4.0]])}, anchor, torch.zeros(1, dtype=torch.long))
+    assert pen.tolist() == pytest.approx([0.25])
     assert A.fedavg().regularizer is None
 
 
 def test_fedavg_starting_from_nonzero_params():
     # w_t = [1, -1]: both models are w_t + [0.25, 0.75] = [1.25, -0.25].
     agg = A.fedavg()
-    out = run_round(agg, w(1.0, -1.0), {}, STD_DELTAS)
+    out = run_round(agg, w(1.0, -1.0), None, STD_DELTAS)
     assert torch.allclose(out.sent["w"], torch.tensor([1.25, -0.25], dtype=torch.float64))
 
 
 def test_uniform_weighting():
     # weighting=uniform ignores n: p = [0.5, 0.5], mean [0.5, 0.5], N = sqrt(0.5), E = 1.
     agg = A.fedavg(weighting="uniform")
-    out = run_round(agg, w(0.0, 0.0), {}, STD_DELTAS, n=(1, 3))
+    out = run_round(agg, w(0.0, 0.0), None, STD_DELTAS, n=(1, 3))
     assert out.weights.tolist() == [0.5, 0.5]
     assert torch.allclose(out.average["w"], torch.tensor([0.5, 0.5], dtype=torch.float64))
     assert out.stats.N == pytest.approx(math.sqrt(0.5))
@@ -90,7 +94,7 @@ def test_uniform_weighting():
 def test_normnorm_step_has_norm_beta_E(beta):
     # eq. 8-9: step = beta (E / N) mean = beta / sqrt(0.625) * [0.25, 0.75]; ||step|| = beta * E = beta.
     agg = A.normnorm(beta=beta)
-    out = run_round(agg, w(0.0, 0.0), agg.server.init(w(0.0, 0.0)), STD_DELTAS)
+    out = run_round(agg, w(0.0, 0.0), None, STD_DELTAS)
     expected = torch.tensor([0.25, 0.75], dtype=torch.float64) * beta / SQRT_0625
     assert torch.allclose(out.sent["w"], expected)
     assert out.server_step == pytest.approx(beta * out.stats.E, rel=1e-12)
@@ -102,7 +106,7 @@ def test_normnorm_step_has_norm_beta_E(beta):
 def test_normnorm_beta1_golden_values():
     # beta = 1: sent = [0.25, 0.75] / 0.7905694 = [0.3162278, 0.9486833] (= [1, 3] / sqrt(10)).
     agg = A.normnorm(beta=1.0)
-    out = run_round(agg, w(0.0, 0.0), {}, STD_DELTAS)
+    out = run_round(agg, w(0.0, 0.0), None, STD_DELTAS)
     assert out.sent["w"].tolist() == pytest.approx([1 / math.sqrt(10), 3 / math.sqrt(10)], rel=1e-12)
 
 
@@ -111,11 +115,11 @@ def test_momentum_two_rounds():
     # d1 = m, w1 = m; d2 = 0.9 m + m = 1.9 m, w2 = w1 + d2 = 2.9 m = [0.725, 2.175].
     agg = A.momentum(gamma=0.9)
     p0 = w(0.0, 0.0)
-    r1 = run_round(agg, p0, agg.server.init(p0), STD_DELTAS)
+    r1 = run_round(agg, p0, None, STD_DELTAS)
     assert r1.sent["w"].tolist() == pytest.approx([0.25, 0.75])
-    assert r1.server_state["d"]["w"].tolist() == pytest.approx([0.25, 0.75])
-    r2 = run_round(agg, r1.sent, r1.server_state, STD_DELTAS)
-    assert r2.server_state["d"]["w"].tolist() == pytest.approx([0.475, 1.425])
+    assert r1.state["server"]["d"]["w"].tolist() == pytest.approx([0.25, 0.75])
+    r2 = run_round(agg, r1.sent, r1.state, STD_DELTAS)
+    assert r2.state["server"]["d"]["w"].tolist() == pytest.approx([0.475, 1.425])
     assert r2.sent["w"].tolist() == pytest.approx([0.725, 2.175])
     # The average model of round 2 is w1 + m = [0.5, 1.5], not the sent one.
     assert r2.average["w"].tolist() == pytest.approx([0.5, 1.5])
@@ -135,13 +139,13 @@ def test_fednnnn_two_rounds_uniform():
     s2 = math.sqrt(2)
     agg = A.fednnnn(beta=1.0, gamma=0.5, weighting="uniform")
     p0 = w(0.0, 0.0)
-    r1 = run_round(agg, p0, agg.server.init(p0), STD_DELTAS)
+    r1 = run_round(agg, p0, None, STD_DELTAS)
     assert r1.weights.tolist() == [0.5, 0.5]
     assert r1.stats.N == pytest.approx(1 / s2) and r1.stats.E == pytest.approx(1.0)
     assert r1.sent["w"].tolist() == pytest.approx([1 / s2, 1 / s2])
     assert r1.average["w"].tolist() == pytest.approx([0.5, 0.5])
     assert r1.server_step == pytest.approx(1.0)  # beta * E
-    r2 = run_round(agg, r1.sent, r1.server_state, stacked([2.0, 0.0], [0.0, 2.0]))
+    r2 = run_round(agg, r1.sent, r1.state, stacked([2.0, 0.0], [0.0, 2.0]))
     assert r2.stats.N == pytest.approx(s2) and r2.stats.E == pytest.approx(2.0)
     assert r2.sent["w"].tolist() == pytest.approx([7 / (2 * s2)] * 2)
     assert r2.average["w"].tolist() == pytest.approx([1 / s2 + 1] * 2)
@@ -155,10 +159,10 @@ def test_fednnnn_momentum_is_eq10_accumulation():
     nnnn, nn_only = A.fednnnn(beta=beta, gamma=gamma), A.normnorm(beta=beta)
     p0 = w(0.0, 0.0)
     d_round2 = stacked([3.0, 1.0], [-1.0, 2.0])
-    r1 = run_round(nnnn, p0, nnnn.server.init(p0), STD_DELTAS)
-    r2 = run_round(nnnn, r1.sent, r1.server_state, d_round2)
+    r1 = run_round(nnnn, p0, None, STD_DELTAS)
+    r2 = run_round(nnnn, r1.sent, r1.state, d_round2)
     d1 = r1.sent["w"] - p0["w"]
-    step2 = run_round(nn_only, r1.sent, {}, d_round2).sent["w"] - r1.sent["w"]
+    step2 = run_round(nn_only, r1.sent, None, d_round2).sent["w"] - r1.sent["w"]
     assert torch.allclose(r2.sent["w"] - r1.sent["w"], gamma * d1 + step2)
 
 
@@ -191,7 +195,7 @@ def random_round(m, seed):
 def test_proposition1_N_le_E(name, m, seed):
     agg = AGGREGATORS[name]()
     params, deltas, n, lays = random_round(m, seed)
-    out = A.server_round(agg, params, agg.server.init(params), deltas, {}, n, lays)
+    out = aggregate(agg, params, deltas, n, lays)
     assert out.stats.N <= out.stats.E * (1 + 1e-12)
     assert out.stats.N < out.stats.E  # random directions: strictly less
     assert out.weights.sum().item() == pytest.approx(1.0)
@@ -199,7 +203,7 @@ def test_proposition1_N_le_E(name, m, seed):
 
 def test_N_equals_E_with_one_client():
     params, deltas, n, lays = random_round(1, 3)
-    stats = nwda(deltas, A.client_weights("examples", n), lays)
+    stats = nwda(deltas, base_rule("examples").base(n), lays)
     # float32 updates: N is the norm of a float32 mean, E a float64 sum of float32 squares.
     assert stats.N == pytest.approx(stats.E, rel=1e-6)
     assert stats.client_norms[0].item() == pytest.approx(stats.E, rel=1e-12)
@@ -209,7 +213,7 @@ def test_N_equals_E_when_all_clients_agree():
     g = torch.Generator().manual_seed(4)
     one = torch.randn(5, generator=g)
     deltas = {"x": one.expand(6, 5).clone()}
-    stats = nwda(deltas, A.client_weights("examples", torch.arange(1, 7)), [Layer("x", "fc", ("x",))])
+    stats = nwda(deltas, base_rule("examples").base(torch.arange(1, 7)), [Layer("x", "fc", ("x",))])
     assert stats.N == pytest.approx(stats.E, rel=1e-6)
     assert stats.N == pytest.approx(one.norm().item(), rel=1e-6)
 
@@ -219,27 +223,27 @@ def test_opposite_updates_skip_round(name):
     """N = 0 (two opposite updates with equal weights): w_t and the momentum state are kept."""
     agg = AGGREGATORS[name]()
     p0 = w(0.0, 0.0)
-    r1 = run_round(agg, p0, agg.server.init(p0), STD_DELTAS)  # state with a non-zero d for fednnnn
-    r2 = run_round(agg, r1.sent, r1.server_state, stacked([1.0, -2.0], [-1.0, 2.0]), n=(5, 5))
+    r1 = run_round(agg, p0, None, STD_DELTAS)  # state with a non-zero d for fednnnn
+    r2 = run_round(agg, r1.sent, r1.state, stacked([1.0, -2.0], [-1.0, 2.0]), n=(5, 5))
     assert r2.stats.N == 0 and r2.stats.E == pytest.approx(math.sqrt(5))
     assert r2.skipped
     assert torch.equal(r2.sent["w"], r1.sent["w"])
     assert r2.server_step == 0
-    assert r2.server_state is r1.server_state or _state_equal(r2.server_state, r1.server_state)
+    assert r2.state is r1.state or _state_equal(r2.state, r1.state)
     if name == "fednnnn":
         # momentum keeps d1; the round after behaves as if the skipped round had not happened.
-        r3a = run_round(agg, r2.sent, r2.server_state, STD_DELTAS)
-        r3b = run_round(agg, r1.sent, r1.server_state, STD_DELTAS)
+        r3a = run_round(agg, r2.sent, r2.state, STD_DELTAS)
+        r3b = run_round(agg, r1.sent, r1.state, STD_DELTAS)
         assert torch.allclose(r3a.sent["w"], r3b.sent["w"])
 
 
 def test_nearly_opposite_updates_skip_below_eps():
     # dw = [1, 0], [-1, 1e-9]: mean [0, 5e-10], N = 5e-10 <= 1e-6 * E (E ~ 1): skipped.
     agg = A.normnorm(beta=1.0)
-    out = run_round(agg, w(0.0, 0.0), {}, stacked([1.0, 0.0], [-1.0, 1e-9]), n=(1, 1))
+    out = run_round(agg, w(0.0, 0.0), None, stacked([1.0, 0.0], [-1.0, 1e-9]), n=(1, 1))
     assert out.skipped and torch.equal(out.sent["w"], torch.zeros(2, dtype=torch.float64))
     # FedAvg never skips: it moves by the tiny mean.
-    out = run_round(A.fedavg(), w(0.0, 0.0), {}, stacked([1.0, 0.0], [-1.0, 1e-9]), n=(1, 1))
+    out = run_round(A.fedavg(), w(0.0, 0.0), None, stacked([1.0, 0.0], [-1.0, 1e-9]), n=(1, 1))
     assert not out.skipped and out.sent["w"][1].item() == pytest.approx(5e-10)
 
 
@@ -258,7 +262,7 @@ def test_overflowing_norms_are_not_a_skipped_round():
     params = {"w": torch.zeros(2)}
     deltas = {"w": torch.tensor([[3e19, 0.0], [0.0, 3e19]])}  # finite float32 values
     try:
-        out = run_round(agg, params, {}, deltas, n=(1, 1))
+        out = run_round(agg, params, None, deltas, n=(1, 1))
     except DivergenceError:
         return
     assert not out.skipped
@@ -288,7 +292,7 @@ def test_batchnorm_buffers_weighted_and_excluded_from_norms():
         "bn.num_batches_tracked": torch.tensor([3, 5]),
     }
     agg = A.fedavg()
-    out = A.server_round(agg, params, {}, deltas, stacked_buf, torch.tensor([1, 3]), lays)
+    out = aggregate(agg, params, deltas, torch.tensor([1, 3]), lays, buffers=stacked_buf)
     # p = [0.25, 0.75]: running_mean = 0.75 * [4, 8] = [3, 6]; running_var = 0.25 + 0.75 [5, 9] = [4, 7]
     assert out.buffers["bn.running_mean"].tolist() == pytest.approx([3.0, 6.0])
     assert out.buffers["bn.running_var"].tolist() == pytest.approx([4.0, 7.0])
@@ -296,7 +300,7 @@ def test_batchnorm_buffers_weighted_and_excluded_from_norms():
     assert set(out.sent) == set(params)  # buffers are not parameters of the step
     # Huge buffers change nothing in N, E or the server step.
     huge = {k: (v * 1000 if v.is_floating_point() else v) for k, v in stacked_buf.items()}
-    out2 = A.server_round(agg, params, {}, deltas, huge, torch.tensor([1, 3]), lays)
+    out2 = aggregate(agg, params, deltas, torch.tensor([1, 3]), lays, buffers=huge)
     assert (out2.stats.N, out2.stats.E, out2.server_step) == (out.stats.N, out.stats.E, out.server_step)
     # ... and N/E equal the norms of the parameter deltas alone.
     flat = torch.cat([deltas[k].flatten(1) for k in params], 1).double()
@@ -313,7 +317,7 @@ def _three_layer_round(m=5, seed=7):
     deltas = {k: torch.randn(m, *s, generator=g) for k, s in shapes.items()}
     lays = [Layer("c", "conv", ("c.weight", "c.bias")), Layer("f1", "fc", ("f1.weight", "f1.bias")),
             Layer("f2", "fc", ("f2.weight",))]
-    weights = A.client_weights("examples", torch.randint(1, 20, (m,), generator=g))
+    weights = base_rule("examples").base(torch.randint(1, 20, (m,), generator=g))
     return deltas, weights, lays
 
 
@@ -350,7 +354,7 @@ def test_step_layer_norms_match_normnorm_scale():
     params = {k: torch.zeros(v.shape[1:]) for k, v in deltas.items()}
     n = (weights * 1000).round().long()
     agg = A.normnorm(beta=0.8)
-    out = A.server_round(agg, params, {}, deltas, {}, n, lays)
+    out = aggregate(agg, params, deltas, n, lays)
     scale = 0.8 * out.stats.E / out.stats.N
     assert torch.allclose(out.step_layer_norms, out.stats.layer_N * scale, rtol=1e-5)
     assert out.server_step == pytest.approx(0.8 * out.stats.E, rel=1e-5)
@@ -426,13 +430,13 @@ def test_gamma_zero_and_mu_zero_allowed():
     # The boundaries that are allowed: gamma = 0 (no memory), mu = 0 (FedAvg).
     agg = A.momentum(gamma=0.0)
     p0 = w(0.0, 0.0)
-    r1 = run_round(agg, p0, agg.server.init(p0), STD_DELTAS)
-    r2 = run_round(agg, r1.sent, r1.server_state, STD_DELTAS)
+    r1 = run_round(agg, p0, None, STD_DELTAS)
+    r2 = run_round(agg, r1.sent, r1.state, STD_DELTAS)
     assert r2.sent["w"].tolist() == pytest.approx([0.5, 1.5])  # = two FedAvg steps
     assert A.fedprox(mu=0.0).regularizer.mu == 0.0
 
 
 def test_round_without_clients_is_an_error():
     with pytest.raises(ConfigError):
-        A.server_round(A.fedavg(), w(0.0, 0.0), {}, {"w": torch.zeros(0, 2, dtype=torch.float64)}, {},
-                       torch.zeros(0, dtype=torch.long), W_LAYERS)
+        aggregate(A.fedavg(), w(0.0, 0.0), {"w": torch.zeros(0, 2, dtype=torch.float64)},
+                  torch.zeros(0, dtype=torch.long), W_LAYERS)

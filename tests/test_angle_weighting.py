@@ -20,8 +20,8 @@ import math
 
 import pytest
 import torch
+from conftest import aggregate, compose
 
-from conftest import compose
 from fedrun import aggregators as A
 from fedrun.errors import ConfigError
 from fedrun.layers import Layer
@@ -43,11 +43,11 @@ def stacked(*rows) -> dict:
     return {"w": torch.tensor(rows, dtype=torch.float64)}
 
 
-def run_round(agg, deltas, n=(1, 1), layer_list=W_LAYERS, params=None, clients=None, rule_state=None):
+def run_round(agg, deltas, n=(1, 1), layer_list=W_LAYERS, params=None, clients=None, state=None):
+    """One round from w_t = 0 (or ``params``); ``state``: the aggregator's, or None for a fresh one."""
     params = params if params is not None else {k: torch.zeros(v.shape[1:], dtype=v.dtype)
                                                 for k, v in deltas.items()}
-    return A.server_round(agg, params, agg.server.init(params), deltas, {}, torch.tensor(n),
-                          layer_list, clients, rule_state)
+    return aggregate(agg, params, deltas, n, layer_list, state, clients)
 
 
 ALIGNED_VS_STILL = stacked([1.0, 0.0], [0.0, 0.0])
@@ -174,45 +174,46 @@ def test_smoothing_counts_rounds_the_client_took_part_in():
                                                  client 2: (1/2) pi/2 + 0 = pi/4; client 1 keeps pi/4
     """
     agg = A.fedadp()
-    state = A.init_rule_state(agg, 3, W_LAYERS)
-    assert state["smoothed"].tolist() == [0.0, 0.0, 0.0] and state["count"].tolist() == [0, 0, 0]
+    state = agg.init({}, 3, W_LAYERS)
+    rule = state["weighting"]
+    assert rule["smoothed"].tolist() == [0.0, 0.0, 0.0] and rule["count"].tolist() == [0, 0, 0]
     hp, qp = math.pi / 2, math.pi / 4
 
-    r1 = run_round(agg, ALIGNED_VS_STILL, clients=[0, 1], rule_state=state)
-    assert r1.rule_state["smoothed"].tolist() == pytest.approx([0.0, hp, 0.0], abs=1e-12)
-    assert r1.rule_state["count"].tolist() == [1, 1, 0]
+    r1 = run_round(agg, ALIGNED_VS_STILL, clients=[0, 1], state=state)
+    assert r1.state["weighting"]["smoothed"].tolist() == pytest.approx([0.0, hp, 0.0], abs=1e-12)
+    assert r1.state["weighting"]["count"].tolist() == [1, 1, 0]
     assert r1.diagnostics["smoothed_angle"].tolist() == pytest.approx([0.0, hp], abs=1e-12)
     assert r1.weights.tolist() == pytest.approx([PSI_ALIGNED, 1 - PSI_ALIGNED], rel=1e-12)
     # The input state is not modified in place.
-    assert state["count"].tolist() == [0, 0, 0]
+    assert state["weighting"]["count"].tolist() == [0, 0, 0]
 
-    r2 = run_round(agg, ALIGNED_VS_STILL, clients=[1, 2], rule_state=r1.rule_state)
-    assert r2.rule_state["smoothed"].tolist() == pytest.approx([0.0, qp, hp], abs=1e-12)
-    assert r2.rule_state["count"].tolist() == [1, 2, 1]
+    r2 = run_round(agg, ALIGNED_VS_STILL, clients=[1, 2], state=r1.state)
+    assert r2.state["weighting"]["smoothed"].tolist() == pytest.approx([0.0, qp, hp], abs=1e-12)
+    assert r2.state["weighting"]["count"].tolist() == [1, 2, 1]
     assert r2.diagnostics["angle"].tolist() == pytest.approx([0.0, hp], abs=1e-12)  # instantaneous
     assert r2.diagnostics["smoothed_angle"].tolist() == pytest.approx([qp, hp], abs=1e-12)
     # The weights follow the smoothed angles: f(pi/4) = 5 (1 - exp(-exp(-5 (0.785398 - 1))))
     # = 5 (1 - exp(-2.926)) = 4.731453; psi = 1 / (1 + e^(0.279931 - 4.731453)) = 0.988474.
     assert float(r2.weights[0]) == pytest.approx(0.9884735980545601, rel=1e-9)
 
-    r3 = run_round(agg, stacked([0.0, 0.0], [1.0, 0.0]), clients=[0, 2], rule_state=r2.rule_state)
-    assert r3.rule_state["smoothed"].tolist() == pytest.approx([qp, qp, qp], abs=1e-12)
-    assert r3.rule_state["count"].tolist() == [2, 2, 2]
+    r3 = run_round(agg, stacked([0.0, 0.0], [1.0, 0.0]), clients=[0, 2], state=r2.state)
+    assert r3.state["weighting"]["smoothed"].tolist() == pytest.approx([qp, qp, qp], abs=1e-12)
+    assert r3.state["weighting"]["count"].tolist() == [2, 2, 2]
     # Equal smoothed angles and equal n: equal weights, although the instantaneous angles differ.
     assert r3.weights.tolist() == pytest.approx([0.5, 0.5], rel=1e-12)
 
 
 def test_smoothing_per_layer_state_shape():
     agg = A.fedlayerwise()
-    state = A.init_rule_state(agg, 5, AB_LAYERS)
-    assert state["smoothed"].shape == (5, 2) and state["count"].shape == (5,)
+    state = agg.init({}, 5, AB_LAYERS)
+    assert state["weighting"]["smoothed"].shape == (5, 2) and state["weighting"]["count"].shape == (5,)
     deltas = {"a": torch.tensor([[1.0], [1.0]], dtype=torch.float64),
               "b": torch.tensor([[1.0], [0.0]], dtype=torch.float64)}
-    out = run_round(agg, deltas, layer_list=AB_LAYERS, clients=[3, 1], rule_state=state)
+    out = run_round(agg, deltas, layer_list=AB_LAYERS, clients=[3, 1], state=state)
     # Layer a: both parallel (0, 0); layer b: client 3 aligned (0), client 1 still (pi/2).
-    assert out.rule_state["smoothed"][3].tolist() == pytest.approx([0.0, 0.0], abs=1e-12)
-    assert out.rule_state["smoothed"][1].tolist() == pytest.approx([0.0, math.pi / 2], abs=1e-12)
-    assert out.rule_state["count"].tolist() == [0, 1, 0, 1, 0]
+    assert out.state["weighting"]["smoothed"][3].tolist() == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert out.state["weighting"]["smoothed"][1].tolist() == pytest.approx([0.0, math.pi / 2], abs=1e-12)
+    assert out.state["weighting"]["count"].tolist() == [0, 1, 0, 1, 0]
     assert out.diagnostics["smoothed_angle"].shape == (2, 2)  # [m, L]
 
 
@@ -225,19 +226,19 @@ def test_fedlayerwise_equals_fedadp_on_one_layer():
     params = {"fc.weight": torch.randn(3, 2, generator=g, dtype=torch.float64),
               "fc.bias": torch.randn(3, generator=g, dtype=torch.float64)}
     adp, lw = A.fedadp(), A.fedlayerwise()
-    s_adp, s_lw = A.init_rule_state(adp, 4, one), A.init_rule_state(lw, 4, one)
+    s_adp, s_lw = adp.init({}, 4, one), lw.init({}, 4, one)
     for clients in ([0, 1, 2], [3, 1, 2]):
         deltas = {k: torch.randn(3, *v.shape, generator=g, dtype=torch.float64) for k, v in params.items()}
         n = torch.tensor([5, 1, 3])
-        a = A.server_round(adp, params, {}, deltas, {}, n, one, clients, s_adp)
-        b = A.server_round(lw, params, {}, deltas, {}, n, one, clients, s_lw)
+        a = aggregate(adp, params, deltas, n, one, s_adp, clients)
+        b = aggregate(lw, params, deltas, n, one, s_lw, clients)
         assert b.weights.shape == (1, 3) and a.weights.shape == (3,)
         assert torch.equal(b.weights[0], a.weights)
         assert torch.equal(b.client_weights, a.client_weights)
         for k in params:
             assert torch.equal(a.average[k], b.average[k]) and torch.equal(a.sent[k], b.sent[k])
-        assert torch.equal(b.rule_state["smoothed"][:, 0], a.rule_state["smoothed"])
-        s_adp, s_lw, params = a.rule_state, b.rule_state, a.sent
+        assert torch.equal(b.state["weighting"]["smoothed"][:, 0], a.state["weighting"]["smoothed"])
+        s_adp, s_lw, params = a.state, b.state, a.sent
 
 
 def test_fedlayerwise_weights_per_layer_golden():
@@ -333,8 +334,8 @@ def test_bad_settings_through_the_cli_precheck():
 
 def test_rule_per_layer_flag():
     assert angle_rule(per_layer=True).per_layer and not angle_rule().per_layer
-    assert A.fedlayerwise().rule.per_layer and not A.fedadp().rule.per_layer
-    assert A.fedavg().rule is None and A.init_rule_state(A.fedavg(), 3, W_LAYERS) is None
+    assert A.fedlayerwise().weighting.per_layer and not A.fedadp().weighting.per_layer
+    assert not A.fedavg().weighting.per_layer and A.fedavg().init({}, 3, W_LAYERS)["weighting"] == {}
 
 
 # ----------------------------------------------------------------------------- experiment presets
@@ -363,7 +364,7 @@ def test_fedlayerwise_presets(preset, iid):
     assert type(model).__name__ == "MnistCNN" and count_parameters(model) == 582_026
     objects = cli.build(cfg)
     assert objects["local"].optimizer == "adam" and objects["local"].lr == 0.005
-    assert objects["aggregator"].name == "fedlayerwise" and objects["aggregator"].rule.per_layer
+    assert objects["aggregator"].name == "fedlayerwise" and objects["aggregator"].weighting.per_layer
     assert objects["federation"].per_round == 10
     # The partition: 10 clients x 600, the first `iid` holding all 10 classes, the rest 2 each.
     labels = np.random.default_rng(0).permutation(np.arange(20_000) % 10)

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import TINY, _cli_env
 
 DRIVER = Path(__file__).resolve().parent / "cli_driver.py"
@@ -64,7 +63,7 @@ SETTINGS = [
     (["targets=[2]"], ["targets=[2]", "[0, 1]"]),
     (["seed=1.5"], ["seed=1.5", "must be an integer"]),
     (["vanilla_every=-1"], ["vanilla_every=-1", ">= 0"]),
-    (["centralized=yes"], ["centralized=yes", "true or false"]),
+    (["mode=yes"], ["mode=yes", "centralized, federated"]),
     (["resume=maybe"], ["resume=maybe", "true or false"]),
     (["device=tpu"], ["device=tpu", "auto, cpu, cuda"]),
     (["dataset.max_train=0"], ["dataset.max_train=0", ">= 1 or null"]),

@@ -15,8 +15,8 @@ import torch
 from torch.func import functional_call, vmap
 
 from fedrun.aggregators import average_buffers
-from fedrun.pd_nets import PDNet, make_norm
 from fedrun.batchnorm import BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
+from fedrun.pd_nets import PDNet, make_norm
 
 RENORM_BUFFERS = ("renorm_mean", "renorm_mean_weight", "renorm_stddev", "renorm_stddev_weight")
 

@@ -11,22 +11,28 @@ TF32 precision, torch.compile, and the memory arithmetic of ``clients_per_step=a
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from conftest import TINY, run_fedrun
+from conftest import TINY, on_partition, run_fedrun
 from equivalence import F32_RTOL, assert_engines_agree, both_engines, relative_difference
+
 from fedrun import aggregators as A
-from fedrun.batched import BatchedEngine, auto_engine, choose_chunk, client_bytes, configure
+from fedrun import engines
+from fedrun.batched import BatchedEngine, choose_chunk, client_bytes
 from fedrun.data import prepare, synthetic
-from fedrun.engine import LocalTraining, SequentialEngine, split_state
+from fedrun.engines import auto_engine
 from fedrun.errors import ConfigError
+from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, Cifar10CNN, MnistCNN, TFTutorialCNN
-from fedrun.pd_nets import PDNet
+from fedrun.params import split_state
 from fedrun.partition import iid
+from fedrun.pd_nets import PDNet
 from fedrun.regularizers import LayerAdaptive, Proximal
+from fedrun.sequential import SequentialEngine
 from fedrun.simulation import Federation, simulate
 
 WITH_BATCHNORM = {"cifar10_cnn_bn"}  # compared in float64 only (tests/equivalence.py says why)
@@ -92,23 +98,11 @@ def test_fedlap_matches(q, form):
     assert bat.extras["lambda_mean"][1] == 0  # one epoch only: lambda never computed past epoch 1
 
 
-class _PlainPenalty:
-    """A regularizer with only the sequential interface (no ``stacked_penalty``)."""
-
-    def penalty(self, live, anchor):
-        return torch.zeros(())
-
-
-def test_unsupported_features_are_refused_and_auto_falls_back():
+def test_auto_engine_is_sequential_on_a_cpu_and_batched_runs_dropout():
     x, y = torch.randn(10, 1, 28, 28), torch.randint(0, 10, (10,))
-    args = (MLP(), x, y, [torch.arange(10)], LocalTraining(), _PlainPenalty(), 0)
-    with pytest.raises(ConfigError, match="_PlainPenalty has no batched form"):
-        BatchedEngine(*args)
-    assert isinstance(auto_engine(*args), SequentialEngine)  # unsupported regularizer: sequential
     with_dropout = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(784, 10))
-    BatchedEngine(with_dropout, x, y, [torch.arange(10)], LocalTraining(), None, 0)  # dropout: supported
-    plain = (MLP(), x, y, [torch.arange(10)], LocalTraining(), None, 0)
-    assert isinstance(auto_engine(*plain), SequentialEngine)  # CPU tensors: sequential
+    BatchedEngine(with_dropout, x, y, LocalTraining(), None, 0)  # dropout: supported
+    assert isinstance(auto_engine(MLP(), x, y, LocalTraining(), Proximal(0.1), 0), SequentialEngine)  # CPU tensors
 
 
 @pytest.mark.parametrize("aggregator", [A.fedavg(), A.fedprox(0.1), A.normnorm(1.0), A.momentum(0.9),
@@ -162,7 +156,7 @@ def twin_clients(p: float, seed: int = 0, chunk=None):
     x, y = torch.randn(10, 1, 8, 8), torch.randint(0, 10, (10,))
     model = dropout_net(p)
     params, buffers = split_state(model)
-    engine = BatchedEngine(model, x, y, [torch.arange(10)] * 2, LocalTraining(epochs=2, batch_size=10, lr=0.1),
+    engine = on_partition(BatchedEngine, model, x, y, [torch.arange(10)] * 2, LocalTraining(epochs=2, batch_size=10, lr=0.1),
                            None, seed, chunk)
     return engine.train(params, buffers, [0, 1], 1).deltas
 
@@ -197,7 +191,7 @@ def test_dropout_loss_agrees_in_distribution():
         model = dropout_net(p)
         params, buffers = split_state(model)
         for name, make in (("seq", SequentialEngine), ("bat", BatchedEngine)):
-            losses[name, p] = make(model, x, y, idx, local, None, 0).train(params, buffers, list(range(m)), 1).loss
+            losses[name, p] = on_partition(make, model, x, y, idx, local, None, 0).train(params, buffers, list(range(m)), 1).loss
 
     def t_stat(d):
         return float(d.mean() / (d.std() / m ** 0.5))
@@ -247,7 +241,7 @@ def test_tf32_is_fp32_on_cpu(caplog):
 def test_tf32_switch_uses_the_new_api_and_restores_a_users_setting():
     # Reading the legacy allow_tf32 after a user set the new fp32_precision flag raises in
     # PyTorch >= 2.9 ("mix of the legacy and new APIs"); set_tf32 must not touch the legacy one.
-    from fedrun.engine import set_tf32
+    from fedrun.precision import set_tf32
 
     matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
     before = matmul.fp32_precision, conv.fp32_precision
@@ -265,14 +259,16 @@ def test_tf32_switch_uses_the_new_api_and_restores_a_users_setting():
 
 
 def test_bad_engine_options_are_refused():
+    """The engine group's options are checked when the config is built (before any run directory)."""
     with pytest.raises(ConfigError, match=r"^engine\.precision=fp16: choose one of: fp32, tf32, bf16$"):
-        configure("batched", precision="fp16")
+        engines.check(functools.partial(BatchedEngine, precision="fp16"))
     with pytest.raises(ConfigError, match=r"^engine\.compile=yes"):
-        configure("sequential", compile="yes")
+        engines.check(functools.partial(SequentialEngine, compile="yes"))
     with pytest.raises(ConfigError, match=r"^engine\.clients_per_step=0"):
-        configure("auto", clients_per_step=0)
-    with pytest.raises(ConfigError, match=r"^engine\.kind="):
-        configure("fast")
+        engines.check(functools.partial(auto_engine, clients_per_step=0))
+    with pytest.raises(ConfigError, match=r"^engine=SequentialEngine: must be built with _partial_: true"):
+        engines.check(SequentialEngine(MLP(), torch.zeros(1, 1, 28, 28), torch.zeros(1, dtype=torch.long),
+                                       LocalTraining(), None, 0))
 
 
 @pytest.mark.parametrize("make", [SequentialEngine, BatchedEngine])
@@ -286,7 +282,7 @@ def test_compile_failure_is_one_line(make, monkeypatch):
 
     monkeypatch.setattr(torch, "compile", broken)
     x, y = torch.randn(10, 1, 4, 4), torch.randint(0, 10, (10,))
-    engine = make(MLP(image_size=4, hidden=[8]), x, y, [torch.arange(10)], LocalTraining(batch_size=5), None, 0,
+    engine = on_partition(make, MLP(image_size=4, hidden=[8]), x, y, [torch.arange(10)], LocalTraining(batch_size=5), None, 0,
                   compile=True)
     params, buffers = split_state(engine.model)
     with pytest.raises(ConfigError) as err:
@@ -313,7 +309,7 @@ def test_compiled_engine_matches_eager(make):
         torch.manual_seed(0)
         model = MLP(image_size=4, hidden=[8])
         params, buffers = split_state(model)
-        runs.append(make(model, x, y, idx, local, None, 0, compile=compile).train(params, buffers, [0, 1], 1))
+        runs.append(on_partition(make, model, x, y, idx, local, None, 0, compile=compile).train(params, buffers, [0, 1], 1))
     assert relative_difference(runs[0].deltas, runs[1].deltas) < 1e-6  # measured 2.9e-8
 
 
@@ -359,13 +355,13 @@ def test_auto_chunk_from_free_memory_gives_the_same_updates(monkeypatch):
     idx = [torch.arange(16 * k, 16 * (k + 1)) for k in range(4)]
     model = MLP(hidden=[16])
     params, buffers = split_state(model)
-    whole = BatchedEngine(model, x, y, idx, local, None, 0, "auto")
+    whole = on_partition(BatchedEngine, model, x, y, idx, local, None, 0, "auto")
     from fedrun.batched import CPU_CHUNK
     assert whole.chunk_size(params, buffers, 4) == min(4, CPU_CHUNK)  # CPU: the cache-friendly chunk
     assert whole.chunk_size(params, buffers, 100) == CPU_CHUNK
     per = client_bytes(model, params, buffers, x[:8], local)
-    small = BatchedEngine(model, x, y, idx, local, None, 0, "auto")
-    monkeypatch.setattr(small, "_free_bytes", lambda: 2.5 * per / 0.7)  # as if a GPU had room for 2.5
+    small = on_partition(BatchedEngine, model, x, y, idx, local, None, 0, "auto")
+    monkeypatch.setattr(small.engine, "_free_bytes", lambda: 2.5 * per / 0.7)  # as if a GPU had room for 2.5
     assert small.chunk_size(params, buffers, 4) == 2
     assert small.chunk_size(params, buffers, 1) == 1  # a round with fewer clients
     a = whole.train(params, buffers, [0, 1, 2, 3], 1)

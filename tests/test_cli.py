@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
 from conftest import CONF_DIR, TINY, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun, wait_for_rows
-from fedrun.simulation import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
+
+from fedrun.recorder import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
 
 pytestmark = pytest.mark.slow
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from conftest import CONF_DIR, compose
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR, compose
 from fedrun import cli
 from fedrun.aggregators import Aggregator
-from fedrun.engine import LocalTraining
 from fedrun.layers import count_parameters
+from fedrun.local_training import LocalTraining
 from fedrun.simulation import Federation
 
 GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "experiment", "scale")
@@ -83,10 +84,10 @@ def test_aggregator_defaults_and_overrides():
     cfg = compose(["aggregator=fednnnn"])
     agg = instantiate(cfg.aggregator)
     assert (cfg.aggregator.beta, cfg.aggregator.gamma) == (0.7, 0.8)
-    assert agg.evaluate == "average" and agg.weighting == "examples"
+    assert agg.evaluate == "average" and agg.weighting.base(torch.tensor([1, 3])).tolist() == [0.25, 0.75]
     cfg = compose(["aggregator=fednnnn", "aggregator.evaluate=sent", "aggregator.weighting=uniform"])
     agg = instantiate(cfg.aggregator)
-    assert (agg.evaluate, agg.weighting) == ("sent", "uniform")
+    assert agg.evaluate == "sent" and agg.weighting.base(torch.tensor([1, 3])).tolist() == [0.5, 0.5]
     # Tuned values in `tuned` (what experiment presets set) reach every aggregator config.
     cfg = compose(["aggregator=fedprox", "+tuned.fedprox.mu=0.02"])
     assert instantiate(cfg.aggregator).regularizer.mu == 0.02

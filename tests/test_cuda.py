@@ -11,13 +11,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from conftest import TINY, run_fedrun
+from conftest import TINY, on_partition, run_fedrun
 from equivalence import relative_difference
-from fedrun.batched import MEMORY_SAFETY, BatchedEngine, auto_engine, choose_chunk, client_bytes
-from fedrun.engine import LocalTraining, SequentialEngine, split_state
+
+from fedrun.batched import MAX_CHUNK, MEMORY_SAFETY, BatchedEngine, choose_chunk, client_bytes
+from fedrun.engines import auto_engine
+from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, Cifar10CNN, MnistCNN
+from fedrun.params import split_state
 from fedrun.pd_nets import pdnet
+from fedrun.sequential import SequentialEngine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -41,7 +44,7 @@ def train(make_model, device, engine, sizes=(13, 40, 7, 25), shape=(1, 28, 28), 
     options = dict(precision=precision)
     if engine is BatchedEngine:
         options["clients_per_step"] = chunk
-    eng = engine(model, x.to(device), y.to(device), idx, local, None, 0, **options)
+    eng = on_partition(engine, model, x.to(device), y.to(device), idx, local, None, 0, **options)
     return eng.train(params, buffers, list(range(len(sizes))), 3)
 
 
@@ -83,10 +86,10 @@ def test_auto_chunk_uses_real_free_memory_and_changes_nothing():
     x = torch.randn(8, *shape, device=CUDA)
     clients = [torch.arange(8, device=CUDA)] * 5000  # more clients than fit, so memory decides
     local = LocalTraining(batch_size=8)
-    engine = BatchedEngine(model, x, torch.zeros(8, dtype=torch.long, device=CUDA), clients, local, None, 0, "auto")
+    engine = BatchedEngine(model, x, torch.zeros(8, dtype=torch.long, device=CUDA), local, None, 0, "auto")
     free = engine._free_bytes()
     per = client_bytes(model, params, buffers, x, local)
-    expected = choose_chunk(free, per, len(clients), MEMORY_SAFETY)
+    expected = min(len(clients), choose_chunk(free, per, MAX_CHUNK, MEMORY_SAFETY))
     assert 1 <= engine.chunk_size(params, buffers, len(clients)) == expected
     whole = train(make, CUDA, BatchedEngine, shape=shape, chunk="auto")
     chunked = train(make, CUDA, BatchedEngine, shape=shape, chunk=2)
@@ -118,8 +121,7 @@ def test_lower_precision_stays_close_to_fp32(family, precision):
 
 def test_auto_engine_is_batched_on_cuda():
     x = torch.randn(10, 1, 28, 28, device=CUDA)
-    engine = auto_engine(MLP(), x, torch.zeros(10, dtype=torch.long, device=CUDA), [torch.arange(10, device=CUDA)],
-                         LocalTraining(), None, 0)
+    engine = auto_engine(MLP(), x, torch.zeros(10, dtype=torch.long, device=CUDA), LocalTraining(), None, 0)
     assert isinstance(engine, BatchedEngine)
 
 

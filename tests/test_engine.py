@@ -5,12 +5,15 @@ import math
 
 import pytest
 import torch
+from conftest import on_partition, tiny_mlp
 from torch import nn
 
-from conftest import tiny_mlp
-from fedrun.engine import LocalTraining, SequentialEngine, evaluate, split_state
 from fedrun.errors import ConfigError
+from fedrun.evaluation import evaluate
+from fedrun.local_training import LocalTraining
+from fedrun.params import split_state
 from fedrun.regularizers import Proximal
+from fedrun.sequential import SequentialEngine
 
 # Three clients of uneven sizes over the 60 training samples of ``tiny_data``.
 SPLIT = [range(0, 10), range(10, 33), range(33, 60)]  # n_k = 10, 23, 27
@@ -20,7 +23,7 @@ def make_engine(data, local=None, regularizer=None, seed=0, model_seed=0):
     model = tiny_mlp(model_seed)
     indices = [torch.tensor(list(r)) for r in SPLIT]
     local = local or LocalTraining(epochs=2, batch_size=7, lr=0.1)
-    return SequentialEngine(model, data.train_x, data.train_y, indices, local, regularizer, seed), model
+    return on_partition(SequentialEngine, model, data.train_x, data.train_y, indices, local, regularizer, seed), model
 
 
 def test_train_shapes_examples_and_steps(tiny_data):
@@ -120,9 +123,12 @@ def test_large_mu_shrinks_updates(tiny_data):
 
 def test_proximal_penalty_value():
     # mu/2 * ||w - w_t||^2 = 0.5 * 4 * (1 + 4 + 9) = 28
-    pen = Proximal(4.0).penalty({"a": torch.tensor([1.0, 2.0]), "b": torch.tensor([3.0])},
-                                {"a": torch.zeros(2), "b": torch.zeros(1)})
-    assert float(pen) == pytest.approx(28.0)
+    # Two clients stacked: [1, 2], [3] and zeros (penalty 0).
+    reg = Proximal(4.0)
+    stacked = {"a": torch.tensor([[1.0, 2.0], [0.0, 0.0]]), "b": torch.tensor([[3.0], [0.0]])}
+    anchor = {"a": torch.zeros(2), "b": torch.zeros(1)}
+    pen = reg.penalty(reg.init(anchor, 2), stacked, anchor, torch.arange(2))
+    assert pen.tolist() == pytest.approx([28.0, 0.0])
     with pytest.raises(ConfigError, match="aggregator.mu"):
         Proximal(-1.0)
 
@@ -144,7 +150,7 @@ def test_batchnorm_buffers_are_returned(tiny_data):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(16, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 10))
     indices = [torch.tensor(list(r)) for r in SPLIT]
-    engine = SequentialEngine(model, tiny_data.train_x, tiny_data.train_y, indices,
+    engine = on_partition(SequentialEngine, model, tiny_data.train_x, tiny_data.train_y, indices,
                               LocalTraining(epochs=1, batch_size=7, lr=0.1), None, 0)
     params, buffers = split_state(model)
     res = engine.train(params, buffers, [0, 2], round_=1)

@@ -24,13 +24,15 @@ import math
 
 import pytest
 import torch
+from conftest import aggregate, compose, on_partition, tiny_mlp
 
-from conftest import compose, tiny_mlp
 from fedrun import aggregators as A
-from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.errors import ConfigError
 from fedrun.layers import Layer
+from fedrun.local_training import LocalTraining
+from fedrun.params import split_state
 from fedrun.regularizers import LayerAdaptive, Proximal, neuron_view
+from fedrun.sequential import SequentialEngine
 
 LAMBDA_1 = 1 - 1 / math.sqrt(2)  # 0.292893
 WG = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
@@ -63,24 +65,48 @@ def test_neuron_view_bias_is_one_vector():
 
 # ----------------------------------------------------------------------------- lambda and the penalty
 
+class OneClient:
+    """A regularizer's stacked form for one client (m = 1), as the sequential engine calls it."""
+
+    ROW = torch.zeros(1, dtype=torch.long)
+
+    def __init__(self, reg, anchor):
+        self.reg, self.anchor, self.state = reg, anchor, reg.init(anchor, 1)
+
+    def start_epoch(self, epoch, local):
+        self.reg.start_epoch(self.state, self.ROW, torch.tensor([epoch == 0]), _stack(local), self.anchor)
+
+    def penalty(self, local) -> float:
+        return float(self.reg.penalty(self.state, _stack(local), self.anchor, self.ROW)[0])
+
+    def metrics(self) -> dict:
+        return {k: float(v[0]) for k, v in self.reg.metrics(self.state).items()}
+
+    @property
+    def coef(self) -> dict:
+        return {k: v[0] for k, v in self.state["coef"].items()}
+
+
+def _stack(params):
+    return {k: v.unsqueeze(0) for k, v in params.items()}
+
+
 def test_lambda_is_zero_in_the_first_epoch():
-    reg = LayerAdaptive(q=1.0)
-    reg.start_client({"w": WG})
-    reg.start_epoch(0, {"w": WK}, {"w": WG})  # the local model already differs from w_g
+    reg = OneClient(LayerAdaptive(q=1.0), {"w": WG})
+    reg.start_epoch(0, {"w": WK})  # the local model already differs from w_g
     assert torch.equal(reg.coef["w"], torch.zeros(1, 2, dtype=torch.float64))
-    assert float(reg.penalty({"w": WK}, {"w": WG})) == 0.0
+    assert reg.penalty({"w": WK}) == 0.0
     assert reg.metrics() == {"lambda_mean": 0.0}  # no epoch >= 2 yet
 
 
 def test_lambda_golden_linear():
-    reg = LayerAdaptive(q=0.5)
-    reg.start_client({"w": WG})
-    reg.start_epoch(1, {"w": WK}, {"w": WG})
+    reg = OneClient(LayerAdaptive(q=0.5), {"w": WG})
+    reg.start_epoch(1, {"w": WK})
     # c = q lambda = [0, 0.5 * 0.292893] on the input-neuron axis (1).
     assert reg.coef["w"].shape == (1, 2)
     assert reg.coef["w"][0].tolist() == pytest.approx([0.0, 0.5 * LAMBDA_1], abs=1e-15)
-    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.5 * 0.5 * LAMBDA_1, rel=1e-12)
-    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.073223, abs=1e-6)
+    assert reg.penalty({"w": WK}) == pytest.approx(0.5 * 0.5 * LAMBDA_1, rel=1e-12)
+    assert reg.penalty({"w": WK}) == pytest.approx(0.073223, abs=1e-6)
     assert reg.metrics()["lambda_mean"] == pytest.approx(LAMBDA_1 / 2, rel=1e-12)  # mean(0, 0.292893)
 
 
@@ -90,54 +116,63 @@ def test_lambda_golden_conv_and_bias():
     # Penalty 0.073223 + 0.073223 = 0.146447; lambda_mean = (0 + 0.292893 + 0.292893) / 3 = 0.195262.
     anchor = {"c.weight": WG.view(2, 2, 1, 1), "c.bias": torch.tensor([1.0, 0.0], dtype=torch.float64)}
     local = {"c.weight": WK.view(2, 2, 1, 1), "c.bias": torch.tensor([1.0, 1.0], dtype=torch.float64)}
-    reg = LayerAdaptive(q=0.5)
-    reg.start_client(anchor)
-    reg.start_epoch(1, local, anchor)
+    reg = OneClient(LayerAdaptive(q=0.5), anchor)
+    reg.start_epoch(1, local)
     assert reg.coef["c.weight"].shape == (1, 2, 1, 1)
-    assert float(reg.penalty(local, anchor)) == pytest.approx(0.5 * LAMBDA_1, rel=1e-12)
-    assert float(reg.penalty(local, anchor)) == pytest.approx(0.146447, abs=1e-6)
+    assert reg.penalty(local) == pytest.approx(0.5 * LAMBDA_1, rel=1e-12)
+    assert reg.penalty(local) == pytest.approx(0.146447, abs=1e-6)
     assert reg.metrics()["lambda_mean"] == pytest.approx(2 * LAMBDA_1 / 3, rel=1e-12)
     assert reg.metrics()["lambda_mean"] == pytest.approx(0.195262, abs=1e-6)
 
 
 def test_lambda_is_held_fixed_during_the_epoch_and_metrics_average_epochs():
-    reg = LayerAdaptive(q=0.5)
-    reg.start_client({"w": WG})
-    reg.start_epoch(0, {"w": WK}, {"w": WG})
-    reg.start_epoch(1, {"w": WK}, {"w": WG})  # lambda mean 0.146447
+    reg = OneClient(LayerAdaptive(q=0.5), {"w": WG})
+    reg.start_epoch(0, {"w": WK})
+    reg.start_epoch(1, {"w": WK})  # lambda mean 0.146447
     # The penalty at other parameters uses the epoch's coefficients: w = W_g + 2 e_{01} moves only
     # column 1 (d_1 = 4), so 1/2 * 0.146447 * 4 = 0.292893; a pure column-0 move costs nothing.
     moved = WG.clone()
     moved[0, 1] += 2.0
-    assert float(reg.penalty({"w": moved}, {"w": WG})) == pytest.approx(0.5 * 0.5 * LAMBDA_1 * 4, rel=1e-12)
+    assert reg.penalty({"w": moved}) == pytest.approx(0.5 * 0.5 * LAMBDA_1 * 4, rel=1e-12)
     moved0 = WG.clone()
     moved0[1, 0] += 5.0
-    assert float(reg.penalty({"w": moved0}, {"w": WG})) == 0.0
+    assert reg.penalty({"w": moved0}) == 0.0
     # Epoch 2 at w_k = W_g: lambda = 0 for both neurons; lambda_mean averages the epochs >= 2 only:
     # (0.146447 + 0) / 2 = 0.073223.
-    reg.start_epoch(2, {"w": WG}, {"w": WG})
+    reg.start_epoch(2, {"w": WG})
     assert reg.metrics()["lambda_mean"] == pytest.approx(LAMBDA_1 / 4, rel=1e-12)
-    # start_client resets the per-client metrics.
-    reg.start_client({"w": WG})
-    assert reg.metrics() == {"lambda_mean": 0.0}
+    # The state is per client and per round: the next client starts from a fresh one.
+    assert OneClient(LayerAdaptive(q=0.5), {"w": WG}).metrics() == {"lambda_mean": 0.0}
+
+
+def test_clients_stacked_keep_their_own_coefficients():
+    # Two clients at once (the batched engine's call): client 0 at W_k, client 1 at W_g.
+    reg, rows = LayerAdaptive(q=0.5), torch.tensor([0, 1])
+    state = reg.init({"w": WG}, 2)
+    stacked = {"w": torch.stack([WK, WG])}
+    reg.start_epoch(state, rows, torch.tensor([False, False]), stacked, {"w": WG})
+    pen = reg.penalty(state, stacked, {"w": WG}, rows)
+    assert pen.tolist() == pytest.approx([0.5 * 0.5 * LAMBDA_1, 0.0], rel=1e-12)
+    assert reg.metrics(state)["lambda_mean"].tolist() == pytest.approx([LAMBDA_1 / 2, 0.0], rel=1e-12)
 
 
 def test_interpolate_form_golden():
     # c = q lambda^(1 - q).  q = 0.5: c_1 = 0.5 sqrt(0.292893) = 0.5 * 0.541196 = 0.270598;
     # penalty 1/2 * 0.270598 * 1 = 0.135299.  Epoch 1 (lambda = 0): 0.5 * 0^0.5 = 0.
-    reg = LayerAdaptive(q=0.5, form="interpolate")
-    reg.start_epoch(0, {"w": WK}, {"w": WG})
-    assert float(reg.penalty({"w": WK}, {"w": WG})) == 0.0
-    reg.start_epoch(1, {"w": WK}, {"w": WG})
-    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.25 * math.sqrt(LAMBDA_1), rel=1e-12)
-    assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(0.135299, abs=1e-6)
+    reg = OneClient(LayerAdaptive(q=0.5, form="interpolate"), {"w": WG})
+    reg.start_epoch(0, {"w": WK})
+    assert reg.penalty({"w": WK}) == 0.0
+    reg.start_epoch(1, {"w": WK})
+    assert reg.penalty({"w": WK}) == pytest.approx(0.25 * math.sqrt(LAMBDA_1), rel=1e-12)
+    assert reg.penalty({"w": WK}) == pytest.approx(0.135299, abs=1e-6)
     # q = 1: c = lambda^0 = 1 from the first step (0^0 = 1), i.e. FedProx with mu = 1:
     # 1/2 ||W_k - W_g||^2 = 1/2 (1 + 1) = 1.
-    reg = LayerAdaptive(q=1.0, form="interpolate")
+    reg = OneClient(LayerAdaptive(q=1.0, form="interpolate"), {"w": WG})
+    prox = OneClient(Proximal(1.0), {"w": WG})
     for epoch in (0, 1):
-        reg.start_epoch(epoch, {"w": WK}, {"w": WG})
-        assert float(reg.penalty({"w": WK}, {"w": WG})) == pytest.approx(1.0, rel=1e-12)
-        assert float(reg.penalty({"w": WK}, {"w": WG})) == float(Proximal(1.0).penalty({"w": WK}, {"w": WG}))
+        reg.start_epoch(epoch, {"w": WK})
+        assert reg.penalty({"w": WK}) == pytest.approx(1.0, rel=1e-12)
+        assert reg.penalty({"w": WK}) == prox.penalty({"w": WK})
 
 
 # ----------------------------------------------------------------------------- local training
@@ -149,7 +184,7 @@ def train(data, regularizer, epochs=3, lr=0.5, batch_size=7, clients=(0, 1, 2), 
     model = tiny_mlp(0)
     indices = [torch.tensor(list(r)) for r in SPLIT]
     local = LocalTraining(epochs=epochs, batch_size=batch_size, lr=lr)
-    engine = SequentialEngine(model, data.train_x, data.train_y, indices, local, regularizer, seed=0)
+    engine = on_partition(SequentialEngine, model, data.train_x, data.train_y, indices, local, regularizer, seed=0)
     params, buffers = split_state(model)
     return engine.train(params, buffers, list(clients), round_=1, epochs=client_epochs)
 
@@ -219,12 +254,11 @@ def test_metrics_in_client_results(tiny_data):
 
 def test_fedlap_aggregator_is_fedavg_on_the_server():
     agg = A.fedlap()
-    assert agg.name == "fedlap" and agg.rule is None and isinstance(agg.regularizer, LayerAdaptive)
+    assert agg.name == "fedlap" and not agg.weighting.per_layer and isinstance(agg.regularizer, LayerAdaptive)
     assert (agg.regularizer.q, agg.regularizer.form) == (0.5, "linear")
     deltas = {"w": torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)}
     params = {"w": torch.zeros(2, dtype=torch.float64)}
-    out = A.server_round(agg, params, agg.server.init(params), deltas, {}, torch.tensor([1, 3]),
-                         [Layer("w", "fc", ("w",))])
+    out = aggregate(agg, params, deltas, torch.tensor([1, 3]), [Layer("w", "fc", ("w",))])
     assert out.weights.tolist() == [0.25, 0.75]
     assert out.sent["w"].tolist() == pytest.approx([0.25, 0.75])
 

@@ -5,8 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedrun.engine import evaluate, split_state
+from fedrun.evaluation import evaluate
 from fedrun.landscape import filter_normalized_direction, inner, loss_surface, orthogonalize, sharpness
+from fedrun.params import split_state
 
 
 class SmallConvNet(nn.Module):

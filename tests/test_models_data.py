@@ -16,7 +16,6 @@ from fedrun.errors import ConfigError, DataError
 from fedrun.layers import count_parameters, layers
 from fedrun.models import MLP, Cifar10CNN, MnistCNN
 
-
 # ----------------------------------------------------------------------------- models
 
 def test_mnist_cnn_parameter_count():

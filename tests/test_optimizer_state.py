@@ -7,16 +7,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import TINY, on_partition, run_fedrun
 
-from conftest import TINY, run_fedrun
 from fedrun import aggregators as A
 from fedrun import partition as P
 from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
-from fedrun.engine import LocalTraining, SequentialEngine, split_state
+from fedrun.local_training import LocalTraining, OptimizerStates
 from fedrun.models import MLP
 from fedrun.optim import SGD, Adam, lr_factor
-from fedrun.simulation import TIMING_COLUMNS, Federation, OptimizerStates, simulate
+from fedrun.params import split_state
+from fedrun.recorder import TIMING_COLUMNS
+from fedrun.sequential import SequentialEngine
+from fedrun.simulation import Federation, simulate
 
 
 def fedrun_rounds(overrides: list[str], run_dir) -> pd.DataFrame:
@@ -107,7 +110,7 @@ def test_a_and_wb_runs_agree_on_round_one_and_then_differ(tmp_path, hyper):
 
 
 def test_with_one_learner_average_and_local_are_the_same_training(tmp_path):
-    common = ["hyperparams=pd_adam_a", "centralized=true", "hyperparams.rounds=3"]
+    common = ["hyperparams=pd_adam_a", "mode=centralized", "hyperparams.rounds=3"]
     a = fedrun_rounds(common, tmp_path / "a")
     wb = fedrun_rounds(common + ["hyperparams.optimizer_state=local"], tmp_path / "wb")
     pd.testing.assert_frame_equal(a, wb)
@@ -158,8 +161,8 @@ def test_engines_agree_with_carried_state_schedule_and_augmentation(optimizer):
     states = {k: torch.stack([v + 0.01 * j for j in range(3)]) for k, v in start.items()}
     if "step" in states:
         states["step"] = torch.tensor([0.0, 3.0, 7.0], dtype=torch.float64)
-    seq = SequentialEngine(model, x, y, idx, local, None, 0).train(params, buffers, [0, 1, 2], 2, None, 0.005, states)
-    bat = BatchedEngine(model, x, y, idx, local, None, 0).train(params, buffers, [0, 1, 2], 2, None, 0.005, states)
+    seq = on_partition(SequentialEngine, model, x, y, idx, local, None, 0).train(params, buffers, [0, 1, 2], 2, None, 0.005, states)
+    bat = on_partition(BatchedEngine, model, x, y, idx, local, None, 0).train(params, buffers, [0, 1, 2], 2, None, 0.005, states)
     for k in params:
         torch.testing.assert_close(seq.deltas[k], bat.deltas[k], rtol=1e-4, atol=1e-6)
     for k in seq.opt_states:

@@ -11,14 +11,16 @@ import math
 import pandas as pd
 import pytest
 import torch
+from conftest import TINY, on_partition, run_fedrun, tiny_mlp
 
-from conftest import TINY, run_fedrun, tiny_mlp
 from fedrun import aggregators as A
 from fedrun import partition as P
-from fedrun.engine import LocalTraining, SequentialEngine, split_state
 from fedrun.errors import ConfigError
+from fedrun.local_training import LocalTraining
+from fedrun.params import split_state
 from fedrun.participation import Participation
 from fedrun.seeding import sample_clients
+from fedrun.sequential import SequentialEngine
 from fedrun.simulation import Federation, simulate
 
 POOL = list(range(3, 23))  # 20 sampled client ids (not starting at 0, to catch index/id mix-ups)
@@ -139,7 +141,7 @@ def test_straggler_steps_through_the_engine(tiny_data):
     # n_k = 10, 23, 27 with B = 7: ceil(n_k / 7) = 2, 4, 4 steps an epoch.
     split = [range(0, 10), range(10, 33), range(33, 60)]
     model = tiny_mlp(0)
-    engine = SequentialEngine(model, tiny_data.train_x, tiny_data.train_y,
+    engine = on_partition(SequentialEngine, model, tiny_data.train_x, tiny_data.train_y,
                               [torch.tensor(list(r)) for r in split],
                               LocalTraining(epochs=3, batch_size=7, lr=0.1), None, seed=0)
     params, buffers = split_state(model)
@@ -164,9 +166,9 @@ def simulate_recording(run_dir, data, monkeypatch, participation, aggregator=Non
     calls = []
     original = SequentialEngine.train
 
-    def spy(self, params, buffers, clients, round_, epochs=None, *args):
+    def spy(self, params, buffers, clients, indices, round_, epochs=None, *args):
         calls.append((round_, list(clients), None if epochs is None else list(epochs)))
-        return original(self, params, buffers, clients, round_, epochs, *args)
+        return original(self, params, buffers, clients, indices, round_, epochs, *args)
 
     monkeypatch.setattr(SequentialEngine, "train", spy)
     simulate(run_dir, data, functools.partial(tiny_mlp, 0), functools.partial(P.iid),

@@ -7,19 +7,19 @@ import re
 
 import pytest
 import torch
+from conftest import CONF_DIR
+from equivalence import assert_engines_agree
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
-from conftest import CONF_DIR
-from equivalence import assert_engines_agree
 from fedrun.aggregators import average_buffers
-from fedrun.batched import supports
-from fedrun.engine import LocalTraining, split_state
+from fedrun.batchnorm import BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
 from fedrun.errors import ConfigError
 from fedrun.layers import count_parameters, layers
+from fedrun.local_training import LocalTraining
+from fedrun.params import split_state
 from fedrun.pd_nets import VARIANTS, CifarResNet, PDNet, pdnet, same_max_pool
-from fedrun.batchnorm import BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
 
 TRUNC = 0.8796256610342398  # std of N(0, 1) truncated to [-2, 2]
 
@@ -329,7 +329,6 @@ def test_dropout_variant():
     rates = {name: m.p for name, m in net.named_modules() if isinstance(m, nn.Dropout)}
     assert rates == {"D11": 0.2, "D21": 0.2, "D31": 0.2, "DF1": 0.5, "DF2": 0.5}
     assert count_parameters(net) == count_parameters(pdnet("NetA-Baseline", image_size=8))
-    assert supports(net, None)  # the batched engine draws per-client masks (vmap randomness="different")
     assert "D31" in dict(pdnet("NetC-Baseline", dropout=True).named_modules())
     deeper = [name for name, m in pdnet("NetA-Deeper", dropout=True).named_modules() if isinstance(m, nn.Dropout)]
     assert deeper == ["D11", "D12", "D21", "D22", "D31", "D32", "DF1", "DF2"]  # after every conv layer

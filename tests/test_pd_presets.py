@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import compose
+
 from fedrun.cli import build
 
 SETTINGS = ("iid", "noniid2", "noniid1", "vanilla_bs50", "vanilla_bs500")
@@ -21,7 +21,7 @@ def test_federated_settings(setting, rounds, classes):
     assert cfg.partition._target_ == ("fedrun.partition.iid" if classes is None else "fedrun.partition.classes")
     if classes:
         assert cfg.partition.classes_per_client == classes
-    assert cfg.vanilla_every == 1 and list(cfg.snapshots) == [25, rounds] and not cfg.centralized
+    assert cfg.vanilla_every == 1 and list(cfg.snapshots) == [25, rounds]
     objects = build(cfg)
     assert objects["federation"].per_round == 10  # every learner every round
     assert objects["aggregator"].name == "fedavg"

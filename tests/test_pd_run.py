@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import TINY, run_fedrun
 from hydra.utils import instantiate
 
-from conftest import TINY, run_fedrun
 from fedrun.data import prepare
-from fedrun.engine import evaluate
+from fedrun.evaluation import evaluate
 
 pytestmark = pytest.mark.slow
 

@@ -13,13 +13,12 @@ import torch
 from fedrun import aggregators as A
 from fedrun import partition as P
 from fedrun.data import prepare, synthetic
-from fedrun.engine import LocalTraining
 from fedrun.errors import ConfigError
+from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, MnistCNN
 from fedrun.recorder import CsvLog, _fmt, atomic_save, summarize, write_json
 from fedrun.seeding import clients_per_round, derive_seed, numpy_rng, sample_clients, torch_generator
 from fedrun.simulation import Federation, simulate
-
 
 # ----------------------------------------------------------------------------- seeding
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 from conftest import TINY, data_rows, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun, wait_for_rows
+
 from fedrun import aggregators as A
 from fedrun.data import prepare, synthetic
-from fedrun.engine import LocalTraining
 from fedrun.errors import NoSpaceError, RunDirectoryError
+from fedrun.local_training import LocalTraining
 from fedrun.models import MLP
 from fedrun.partition import iid
 from fedrun.rundir import check_own_targets, load_checkpoint

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import on_partition
 from torch.func import vmap
 
 from fedrun import vmap_batchnorm
-from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
 from fedrun.models import MLP, Cifar10CNN
 from fedrun.pd_nets import pdnet
+from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
 
 M, C = 3, 4
 
@@ -78,7 +79,8 @@ def test_other_calls_pass_through():
 
 def test_the_batched_engine_fuses_torch_batchnorm_only(monkeypatch):
     from fedrun.batched import BatchedEngine
-    from fedrun.engine import LocalTraining, split_state
+    from fedrun.local_training import LocalTraining
+    from fedrun.params import split_state
 
     assert uses_batch_norm(Cifar10CNN()) and not uses_batch_norm(MLP())
     assert not uses_batch_norm(pdnet("NetA-Baseline", norm="bn"))  # FederatedBatchNorm: elementwise ops
@@ -90,7 +92,7 @@ def test_the_batched_engine_fuses_torch_batchnorm_only(monkeypatch):
     model = Cifar10CNN()
     x, y = torch.randn(20, 3, 32, 32), torch.randint(0, 10, (20,))
     params, buffers = split_state(model)
-    engine = BatchedEngine(model, x, y, [torch.arange(10), torch.arange(10, 20)],
+    engine = on_partition(BatchedEngine, model, x, y, [torch.arange(10), torch.arange(10, 20)],
                            LocalTraining(epochs=1, batch_size=5, lr=0.01), None, 0, None)
     engine.train(params, buffers, [0, 1], 1)
     assert len(calls) == 6 * 2  # 6 BatchNorm layers x 2 steps (10 samples, B = 5)
