@@ -110,10 +110,10 @@ OPTIMIZER_LABELS = {"pure-sgd": "pure SGD", "nmom-wb": "NMom-WB", "nmom-a": "NMo
 VARIANT_LABELS = {"bn": "BN", "brn": "BRN", "da": "DA", "do": "DO"}
 BASE_WEIGHT_DECAY = 5e-5  # sec. 2.2: "The baseline value of the weight decay factor is set to 0.00005"
 # The paper's setting (sec. 2.2, Table 1, Appendix A.2 and C), for the NOTES on departures.
+FEDERATED = {"num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50}  # 10 learners, E=1, B=50
 PAPER_SETTING = {
-    "iid": {"rounds": 200, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50},
-    "noniid2": {"rounds": 300, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50},
-    "noniid1": {"rounds": 300, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batch_size": 50},
+    "iid": {"rounds": 200, **FEDERATED}, "noniid2": {"rounds": 300, **FEDERATED},
+    "noniid1": {"rounds": 300, **FEDERATED},
     # Vanilla: one learner holding the whole training set (``centralized: true``), 100 epochs.
     "vanilla_bs50": {"rounds": 100, "local_epochs": 1, "batch_size": 50},
     "vanilla_bs500": {"rounds": 100, "local_epochs": 1, "batch_size": 500},
@@ -216,7 +216,8 @@ def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[st
         # the presets (dataset.per_class) takes the rest from its extra set, as the paper's code does.
         return [f"dataset={dataset}", *(["dataset.load.extra=10000"] if dataset == "svhn" else [])]
     # A stand-in has its own class sizes: no class-balanced pool of the real dataset's size.
-    return [*grid.substitute_overrides(option, IMAGE_SHAPE), *(["dataset.per_class=null"] if option == "synthetic" else [])]
+    return [*grid.substitute_overrides(option, IMAGE_SHAPE),
+            *(["dataset.per_class=null"] if option == "synthetic" else [])]
 
 
 def run_overrides(key: tuple, seed, substitutes: dict[str, str] | None = None, scale: str | None = None) -> list[str]:
@@ -543,7 +544,8 @@ def run_grid(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p, c, r = tables.table_parser(
-        "pd_tables.py", __doc__, "Tables 4-10", CSV_NAME, "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
+        "pd_tables.py", __doc__, "Tables 4-10", CSV_NAME,
+        "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
         "Launch one fedrun per missing run of the chosen tables, then collect.", PAPER_CSV, DATASETS,
         "run conf/dataset OPTION in place of DATASET, e.g. cifar10=synthetic (adds dataset.channels=3 "
         "dataset.image_size=32); repeatable. Marked as substituted")

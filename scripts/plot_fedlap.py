@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing_dirs(args.dirs, "plot_fedlap"):
         return 2
     runs, _skipped = load_tagged(args.dirs, PAPER, ("dataset",))
-    runs = [r for r in runs if r.method in args.methods and r.rounds() is not None and args.dataset in (None, r.dataset)]
+    runs = [r for r in runs
+            if r.method in args.methods and r.rounds() is not None and args.dataset in (None, r.dataset)]
     if not runs:
         print(f"plot_fedlap: no FedLap preset runs for dataset={args.dataset or 'any'} under "
               f"{', '.join(args.dirs)}", file=sys.stderr)

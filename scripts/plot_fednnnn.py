@@ -87,7 +87,8 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
         fig, ax = plt.subplots(figsize=(9, 4.6))
         for m, df in present.items():
             for col, ls, name in ((e_col, "-", "E"), (n_col, "--", "N")):
-                ax.plot(df["round"], df[col], color=COLORS.get(m), ls=ls, label=f"{label[m]} {name}", **markers(len(df)))
+                ax.plot(df["round"], df[col], color=COLORS.get(m), ls=ls, label=f"{label[m]} {name}",
+                        **markers(len(df)))
         ax.set_ylabel(r"$L_2$ norm")
         ax.legend(fontsize=7, handlelength=3.5, title=f"solid: E (eq. 5)\ndashed: {n_label}",
                   title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -98,7 +98,8 @@ def curves(runs: list[Run]) -> list[Curve]:
     """Group runs into curves: one per (configuration, setting), labelled by what differs."""
     keys = {r.path: pd_tables.identify(r)[0] for r in runs}
     known = [k for k in keys.values() if k is not None]
-    differing = [f for i, f in enumerate(FIELDS) if len({k[i] for k in known}) > 1] or ["network", "optimizer", "variant"]
+    differing = [f for i, f in enumerate(FIELDS) if len({k[i] for k in known}) > 1] \
+        or ["network", "optimizer", "variant"]
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
         key = keys[r.path]

@@ -1,9 +1,10 @@
 """The skeleton the papers' table scripts share (fednnnn_table2.py, fedlayerwise_table1.py,
 pd_tables.py; plot_fedlap.py's summary too).
 
-A table script describes its paper's table: the cells (what files a run under which cell), the
-reduction of a cell's runs (seeds) to one long-form row, how a row prints, and its paper's numbers
-(a CSV in ``scripts/paper_targets/``, the same as ``../shared/papers/targets/``).  This module does
+A table script describes its paper's table: its cells (and which cell a run is filed under, from
+its tags or its config), the reduction of a cell's runs (seeds) to one long-form row, how a row
+prints, and its paper's numbers (a CSV in ``scripts/paper_targets/``, the same as
+``../shared/papers/targets/``).  This module does
 the rest: reading the paper's CSV, means over seeds, the text table (ours beside the paper's, with
 the difference), the lines under it (counts, skipped runs, the NOTE on runs that are not the
 paper's setting), the long-form CSV, and the ``collect`` / ``run`` command line.
