@@ -271,7 +271,7 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
         keys = [k for k in node if k not in settings.HYDRA_KEYS] if isinstance(node, DictConfig) else []
     except Exception:  # noqa: BLE001 - the hint is optional; the error is not
         keys = []
-    has = f"; {parent} has: {', '.join(keys)}" if keys else " (see `fedrun --help` and README.md)"
+    has = f"; {parent} has: {', '.join(keys)}" if keys else " (see `fedrun --help` and docs/configuration.md)"
     return ConfigError(key, value, f"unknown setting{has}")
 
 
