@@ -89,14 +89,14 @@ class Run:
 
     def csv(self, name: str):
         """A CSV of the run directory (``rounds.csv``, ``clients.csv`` ...) as a pandas DataFrame,
-        cached on the run; None when the file is missing or empty."""
+        cached on the run; None when the file is missing, empty or not CSV (a run cut off mid-write)."""
         import pandas as pd
 
         if name not in self._frames:
             path = self.path / name
             try:
                 self._frames[name] = pd.read_csv(path) if path.is_file() else None
-            except pd.errors.EmptyDataError:
+            except (pd.errors.EmptyDataError, pd.errors.ParserError):
                 self._frames[name] = None
         return self._frames[name]
 
