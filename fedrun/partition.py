@@ -18,7 +18,9 @@ So the conditions of the papers combine freely:
 * ``classes``: k classes per client (FedNNNN's non-IID, k = 2; the parameter-divergence paper's
   Non-IID(2) and Non-IID(1));
 * ``sizes=powerlaw``: client sizes follow a Zipf law (FedNNNN's unbalanced "UB" conditions);
-* ``dirichlet``: each client's class proportions drawn from Dirichlet(alpha);
+* ``dirichlet``: each client's class proportions drawn from Dirichlet(alpha) (client-wise);
+* ``dirichlet_labels``: each class split over the clients by Dirichlet(alpha) (label-wise, as
+  FL-bench and flwr-datasets' ``DirichletPartitioner``: their alpha means the same here);
 * ``mixed``: n IID clients and the rest k-class (FedLayerWise's scenarios);
 * ``shards``: McMahan et al.'s classic scheme, sort by label and deal 2K shards, 2 per client
   (``shard_size`` fixes the shard length: FedLap's 200-image CIFAR-10 shards).
@@ -559,6 +561,51 @@ def dirichlet(labels, num_clients: int, num_classes: int, seed: int, alpha: floa
         raise ConfigError("partition.alpha", alpha, "is too small to draw class proportions; must be a "
                           "finite number > 0, e.g. 0.01 or more")
     return _build("dirichlet", labels, rows, shares, power_law_exponent, rng, samples_per_client, law)
+
+
+LABEL_DRAWS = 1000  # dirichlet_labels: how many draws may fail partition.min_size before the error
+
+
+def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alpha: float = 0.5,
+                     min_size: int = 10) -> list[np.ndarray]:
+    """Each class split over the clients by ``q_c ~ Dir(alpha 1_K)`` (label-wise Dirichlet).
+
+    For every class c with ``n_c`` samples a share vector over the K clients is drawn,
+    ``q_c = (q_c1, ..., q_cK) ~ Dir(alpha, ..., alpha)``, and client k receives
+    ``n_ck ~= n_c q_ck`` of class c's shuffled samples (largest-remainder rounding, so
+    ``sum_k n_ck = n_c``: every sample goes to exactly one client).  Client sizes follow from the
+    draw (``n_k = sum_c n_ck``).  If a client gets fewer than ``min_size`` samples, all the
+    classes are drawn again, up to :data:`LABEL_DRAWS` times.
+
+    This is the scheme of FL-bench (``data/utils/schemes/dirichlet.py``) and flwr-datasets
+    (``DirichletPartitioner(partition_by="label", self_balancing=False)``; Yurochkin et al.
+    2019), so an alpha here means what it means there.  Both also redraw until every client holds
+    ``min_samples_per_client`` / ``min_partition_size`` samples (default 10); they cut class c at
+    ``floor(n_c cumsum(q_c))``, which differs from the rounding here by at most one sample per
+    client and class.  :func:`dirichlet` is the client-wise scheme: ``p_k ~ Dir(alpha 1_C)``
+    over the classes for each client, and the same alpha gives a different split.
+    """
+    labels = _labels(labels, num_classes)
+    _check_clients(num_clients, labels)
+    _positive("partition.alpha", alpha, " (small: each class on few clients; large: near IID)")
+    most = len(labels) // num_clients
+    check(_integer(min_size) and 1 <= min_size <= most, "partition.min_size", min_size,
+          f"must be an integer between 1 and {most} (the training set has {len(labels)} samples for "
+          f"{num_clients} clients)")
+    rng = numpy_rng(seed, "partition")
+    available = np.bincount(labels, minlength=num_classes)
+    concentration = np.full(num_clients, float(alpha))
+    for _ in range(LABEL_DRAWS):
+        shares = rng.dirichlet(concentration, size=num_classes)  # [C, K]: row c is q_c
+        if not (np.isfinite(shares).all() and (shares.sum(1) > 0).all()):  # alpha so small it underflows
+            raise ConfigError("partition.alpha", alpha, "is too small to draw class shares; must be a "
+                              "finite number > 0, e.g. 0.01 or more")
+        if _counts(available, shares.T, None).sum(1).min() >= min_size:
+            return allocate(labels, shares.T, rng)
+    raise ConfigError("partition.min_size", min_size,
+                      f"not met: in each of {LABEL_DRAWS} draws of Dirichlet(alpha={alpha}) over "
+                      f"{num_clients} clients some client got fewer than {min_size} samples; raise "
+                      "partition.alpha or lower partition.min_size")
 
 
 def mixed(labels, num_clients: int, num_classes: int, seed: int, iid_clients: int = 5,
