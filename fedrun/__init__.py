@@ -12,3 +12,14 @@ order a reader of the papers expects (see :func:`fedrun.simulation.simulate`):
 """
 
 __version__ = "0.1.0"
+
+
+def run(overrides: list[str] | tuple[str, ...] = (), run_dir: str | None = None) -> dict:
+    """Run one job from Python, as ``fedrun <overrides>`` would: same checks, outputs and one-line
+    errors (raised as :class:`fedrun.errors.FedrunError`).  Returns the run's summary.
+
+    >>> summary = fedrun.run(["aggregator=fedavg", "hyperparams.rounds=5"], run_dir="runs/a")
+    """
+    from fedrun.cli import run_overrides  # Hydra only when used
+
+    return run_overrides(overrides, run_dir)

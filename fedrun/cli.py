@@ -10,20 +10,25 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
+import json
 import logging
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun import engines, settings
+from fedrun import engines, results, settings
 from fedrun.augment import make_augmentation
 from fedrun.data import NORMALIZATIONS, check_labels, prepare
 from fedrun.errors import ConfigError, DataError, FedrunError, Interrupted, NoSpaceError, check, first_line
@@ -38,9 +43,6 @@ CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__
 GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale", "mode")
 # The config's object nodes (a _target_ each), built by Hydra in build().
 OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine")
-# Sweep subdirectories are named after the overrides; "experiment=fednnnn/mnist_iid_b" must not
-# become two nested folders.
-OmegaConf.register_new_resolver("path_safe", lambda text: str(text).replace("/", "-"), replace=True)
 
 
 def options(group: str) -> list[str]:
@@ -87,6 +89,8 @@ def build(cfg: DictConfig) -> dict:
     hp, ds = values["hyperparams"], values["dataset"]
     _check_dataset(ds)
     check(all(0 <= t <= 1 for t in values["targets"]), "targets", values["targets"], "accuracies, each in [0, 1]")
+    results.check_objective(values["objective"])
+    check(values["threads"] is None or values["threads"] >= 1, "threads", values["threads"], "must be >= 1 or null")
     augment = make_augmentation(hp["augment"], dataset=ds["name"])  # validates it; built with the data's std in run()
     check(augment is None or augment.pipeline == "code" or augment.brightness == 0
           or ds.get("normalize", "per_channel") == "per_channel", "hyperparams.augment.pipeline", "text",
@@ -135,10 +139,14 @@ def _instantiate(node: DictConfig, group: str):
 
 # ----------------------------------------------------------------------------- the run
 
-def run(cfg: DictConfig) -> dict:
-    """One run of a composed config into Hydra's output directory."""
+def run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> dict:
+    """One run of a composed config into ``run_dir``; returns the summary.
+
+    ``choices`` (which option of each config group made the run) and ``overrides`` (the command
+    line's settings) are written into ``config.yaml`` beside the settings, so scripts file runs by
+    them whatever the run directory is called."""
     objects = build(cfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir = Path(run_dir)
     if not cfg.resume:
         refuse_existing_run(run_dir)  # before the data is loaded
     raw = _load_data(cfg)
@@ -160,9 +168,8 @@ def run(cfg: DictConfig) -> dict:
     objects["local"] = dataclasses.replace(objects["local"], augment=make_augmentation(
         cfg.hyperparams.augment, data.std, dataset=cfg.dataset.name))
     config = resolved(cfg)
-    # Which option of each config group made this run (model: neta_baseline, experiment: pd/iid):
-    # scripts file runs by it.
-    config["choices"] = {k: v for k, v in HydraConfig.get().runtime.choices.items() if not k.startswith("hydra")}
+    config["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra")}
+    config["overrides"] = list(overrides)
     model_cfg = cfg.model
     summary = simulate(run_dir, data, functools.partial(instantiate, model_cfg), objects["partition"],
                        objects["aggregator"], objects["local"], objects["federation"],
@@ -188,28 +195,100 @@ def _load_data(cfg: DictConfig):
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def _hydra_main(cfg: DictConfig):
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+def _hydra_main(cfg: DictConfig) -> float | None:
+    """One job: a single run, or one job of a sweep.  Returns the run's ``objective`` as a float,
+    so Hydra's sweepers (Optuna, Nevergrad, Ax) can optimize it.
+
+    A failed job of a sweep raises :class:`JobFailed` inside the job, so every launcher (basic,
+    joblib, submitit, ray) reports it, and records it in the sweep folder, where :func:`main`
+    lists every failed job once the sweep is over."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    _thread_budget(cfg, hydra_cfg)
     try:
-        try:
-            return run(cfg)
-        except KeyboardInterrupt:
-            raise Interrupted(None) from None
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"no space left on the device writing to {run_dir}") from None
-            raise
+        summary = _guarded(run_dir, lambda: run(cfg, run_dir, hydra_cfg.runtime.choices, hydra_cfg.overrides.task))
+        return results.objective(summary, run_dir, cfg.objective)
     except FedrunError as e:
         _remove_if_empty(run_dir)
-        if HydraConfig.get().mode == RunMode.MULTIRUN and not isinstance(e, Interrupted):
-            # One failed job must not stop a sweep: report it, go on, exit non-zero at the end.
+        if hydra_cfg.mode == RunMode.MULTIRUN and not isinstance(e, Interrupted):
             log.error("job failed: %s", e)
-            _FAILED_JOBS.append((str(run_dir), str(e), e.exit_code))
-            return None
+            record_failure(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir, e)
+            raise JobFailed(f"{run_dir}: {e}", e.exit_code) from None
         _fail(e, e.exit_code)
 
 
-_FAILED_JOBS: list[tuple[str, str, int]] = []
+def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
+    """PyTorch's CPU threads for this job: ``threads`` when set; under the joblib launcher, the
+    machine's cores shared among its ``n_jobs`` parallel jobs (2 jobs on 2 cores: 1 thread each,
+    not 2 x 2 threads fighting over 2 cores)."""
+    threads = cfg.threads
+    launcher = str(OmegaConf.select(hydra_cfg, "launcher._target_", default=""))
+    if threads is None and launcher.endswith("JoblibLauncher"):
+        n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=-1) or 1
+        cores = os.cpu_count() or 1
+        threads = max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+    if threads is not None:
+        torch.set_num_threads(threads)
+        log.info("%d CPU thread(s) for this job", threads)
+
+
+def _guarded(run_dir: Path, job):
+    """``job()``, with Ctrl-C and a full disk turned into their one-line errors."""
+    try:
+        return job()
+    except KeyboardInterrupt:
+        raise Interrupted(None) from None
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(f"no space left on the device writing to {run_dir}") from None
+        raise
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+class JobFailed(FedrunError, CompactHydraException):
+    """A sweep job's failure, raised inside the job.  Hydra prints a CompactHydraException as its
+    one line (no traceback); it pickles with its exit code, so launchers that run jobs in other
+    processes (joblib, submitit, ray) hand it back intact."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def __reduce__(self):
+        return JobFailed, (str(self), self.exit_code)
+
+
+FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
+
+
+def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: FedrunError) -> None:
+    """Leave a note of the failed job where the launching process finds it, whichever process
+    (or machine, with a shared file system) ran the job."""
+    folder = sweep_dir / FAILURES
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job_num}.json").write_text(json.dumps(
+        {"job": job_num, "run_dir": str(run_dir), "error": str(error), "exit_code": error.exit_code}))
+
+
+def sweep_failures(sweep_dir: Path) -> list[dict]:
+    """The failed jobs of a sweep, in job order."""
+    folder = Path(sweep_dir) / FAILURES
+    notes = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted(notes, key=lambda n: n["job"])
+
+
+class SweepCallback(Callback):
+    """In the launching process: clears the sweep's failure notes before its jobs run (a re-run
+    sweep lists only its own failures) and remembers the sweep folder for :func:`main`."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        global _SWEEP_DIR
+        _SWEEP_DIR = Path(config.hydra.sweep.dir)
+        shutil.rmtree(_SWEEP_DIR / FAILURES, ignore_errors=True)
+
+
+_SWEEP_DIR: Path | None = None
 
 
 def _remove_if_empty(run_dir: Path) -> None:
@@ -238,15 +317,13 @@ def precheck(overrides: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key.lstrip("+~") in GROUPS and value and value != "null" and value not in options(key.lstrip("+~")):
-            group = key.lstrip("+~")
-            raise ConfigError(group, value, f"unknown option; choose one of: {', '.join(options(group))}")
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
             cfg = compose("config", overrides=overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
+        missing = re.search(r"Could not find '([^']+)/([^']+)'", str(e))
+        if missing:  # an option no folder of the search path has (conf/, hydra.searchpath, -cd)
+            raise _unknown_option(missing.group(1), missing.group(2), str(e)) from None
         message = first_line(e, limit=1000)
         match = re.search(r"Could not override '([^']+)'", message)
         if match:
@@ -256,6 +333,18 @@ def precheck(overrides: list[str]) -> None:
     run_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
     if run_dir and not cfg.resume:
         refuse_existing_run(Path(run_dir))
+
+
+def _unknown_option(path: str, value: str, message: str) -> ConfigError:
+    """``group=option`` that Hydra cannot find: one line with the options Hydra lists (those of
+    every folder on the search path), or fedrun's own for a nested group Hydra gives none for."""
+    group = path.split("/")[0]
+    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
+    choices = [line.strip() for line in listed.group(1).splitlines() if line.strip()] if listed else \
+        options(group) if (CONF_DIR / group).is_dir() else []
+    value = path[len(group) + 1:] + "/" + value if "/" in path else value
+    return ConfigError(group, value, f"unknown option; choose one of: {', '.join(choices)}" if choices
+                       else "unknown option")
 
 
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
@@ -276,20 +365,82 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
 
 
 def main() -> None:
-    """Console entry point: check a single run's overrides, then let Hydra run (or sweep)."""
+    """Console entry point: check a single run's overrides, then let Hydra run (or sweep).
+
+    ``-cd DIR`` / ``--config-dir DIR`` (a folder of the user's own configs) is checked with the
+    run; other flags (``-m``, ``--help``, ``--cfg`` ...) go to Hydra as they are.  After a sweep,
+    every failed job is listed and the exit code is the first failure's."""
     args = sys.argv[1:]
-    if not any(a.startswith("-") for a in args):  # flags (-m, --help, --cfg ...) go to Hydra as is
+    overrides, config_dirs = _split_config_dirs(args)
+    if not any(a.startswith("-") for a in overrides):
         try:
-            precheck(args)
+            precheck(overrides + ([f"hydra.searchpath=[{','.join('file://' + d for d in config_dirs)}]"]
+                                  if config_dirs and not any(o.startswith("hydra.searchpath=") for o in overrides)
+                                  else []))
         except FedrunError as e:
             _fail(e, e.exit_code)
         except KeyboardInterrupt:
             _fail(Interrupted(None), Interrupted.exit_code)
-    _hydra_main()
-    if _FAILED_JOBS:
-        for run_dir, message, _ in _FAILED_JOBS:
-            print(f"fedrun: error: {run_dir}: {message}", file=sys.stderr)
-        _fail(f"{len(_FAILED_JOBS)} job(s) of the sweep failed (listed above)", _FAILED_JOBS[0][2])
+    code = 0
+    try:
+        _hydra_main()
+    except SystemExit as e:  # Hydra exits 1 after printing a job's JobFailed line
+        code = e.code if isinstance(e.code, int) else 1
+    failed = sweep_failures(_SWEEP_DIR) if _SWEEP_DIR is not None else []
+    if failed:
+        for note in failed:
+            print(f"fedrun: error: job {note['job']}: {note['error']}", file=sys.stderr)
+        _fail(f"{len(failed)} job(s) of the sweep failed (listed above; the others finished)", failed[0]["exit_code"])
+    if code:
+        sys.exit(code)
+
+
+def _split_config_dirs(args: list[str]) -> tuple[list[str], list[str]]:
+    """``args`` without ``-cd DIR`` / ``--config-dir DIR`` / ``--config-dir=DIR``, and those DIRs
+    (absolute)."""
+    rest, dirs, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-cd", "--config-dir") and i + 1 < len(args):
+            dirs.append(str(Path(args[i + 1]).resolve()))
+            i += 2
+            continue
+        if a.startswith("--config-dir="):
+            dirs.append(str(Path(a.split("=", 1)[1]).resolve()))
+        else:
+            rest.append(a)
+        i += 1
+    return rest, dirs
+
+
+# ----------------------------------------------------------------------------- from Python
+
+def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | Path | None = None) -> dict:
+    """Run one fedrun job from Python (a script, a notebook): the same validation, run directory,
+    outputs and one-line errors (raised as :class:`fedrun.errors.FedrunError`) as the command
+    ``fedrun <overrides>``.  ``run_dir``: where to write (default: the config's
+    ``hydra.run.dir``, under ``outputs/``).  Returns the summary (``summary.json``)."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = [o for o in overrides if not (run_dir is not None and o.startswith("hydra.run.dir="))]
+    if run_dir is not None:
+        overrides.append(f"hydra.run.dir={Path(run_dir).resolve()}")
+    precheck(overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # resolves ${hydra:...} in the run directory's name
+    target = Path(cfg.hydra.run.dir)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    if logging.getLogger("fedrun").level == logging.NOTSET:  # fedrun.log gets INFO records
+        logging.getLogger("fedrun").setLevel(logging.INFO)
+    try:
+        return _guarded(target, lambda: run(cfg, target, choices, list(overrides)))
+    except FedrunError:
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        raise
 
 
 if __name__ == "__main__":

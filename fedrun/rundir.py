@@ -32,7 +32,7 @@ CHECKPOINT = "checkpoint.pt"
 RESULTS = (CHECKPOINT, "rounds.csv", "summary.json")
 LOG_FILE = "fedrun.log"
 # Settings that may differ between a run and its resume: they do not change the results.
-RESUMABLE_DIFFERENCES = ("resume", "progress", "device")
+RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads")  # how it is launched, not what it runs
 
 try:
     import fcntl

@@ -40,6 +40,8 @@ SCHEMA: dict[str, Any] = {
     "data_root": str,
     "progress": bool,
     "targets": list[float],
+    "objective": str,
+    "threads": Union[int, None],
     "vanilla_every": int,
     "snapshots": list[int],
     "tuned": ANY,

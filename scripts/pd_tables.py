@@ -114,7 +114,7 @@ FEDERATED = {"num_clients": 10, "client_fraction": 1.0, "local_epochs": 1, "batc
 PAPER_SETTING = {
     "iid": {"rounds": 200, **FEDERATED}, "noniid2": {"rounds": 300, **FEDERATED},
     "noniid1": {"rounds": 300, **FEDERATED},
-    # Vanilla: one learner holding the whole training set (``centralized: true``), 100 epochs.
+    # Vanilla: one learner holding the whole training set (``mode=centralized``), 100 epochs.
     "vanilla_bs50": {"rounds": 100, "local_epochs": 1, "batch_size": 50},
     "vanilla_bs500": {"rounds": 100, "local_epochs": 1, "batch_size": 500},
 }
@@ -288,8 +288,8 @@ def run_notes(run: Run, key: tuple) -> list[str]:
     dataset, _network, optimizer, _variant, setting = key
     scale = scale_of(run)
     notes = [f"{scale} scale (scale={scale})"] if scale else []
-    if setting.startswith("vanilla") and run.config.get("centralized") is False:
-        notes.append("centralized=false (the paper's vanilla training is one learner on all the data)")
+    if setting.startswith("vanilla") and run.config.get("choices", {}).get("mode") != "centralized":
+        notes.append("mode=federated (the paper's vanilla training is one learner on all the data: mode=centralized)")
     return notes + setting_deviations(run, dict(PAPER_SETTING.get(setting, {}), lr=PAPER_LR[optimizer]), data=dataset)
 
 

@@ -1,12 +1,14 @@
-"""Plot any fedrun run directories side by side: accuracy, loss, N/E and the server step.
+"""Plot any fedrun runs: accuracy, loss, N/E and the server step, averaged over seeds.
 
-For runs of no paper in particular (the zero-argument ``fedrun``, a sweep of your own): every run
-directory found below the DIRs becomes one line, labelled by the settings that differ between
-the runs (or by its folder name).  Writes ``runs.png`` to ``--out`` with four panels: test
-accuracy, test loss, N/E (eq. 4 over eq. 5 of FedNNNN: 1 when all clients agree), and the server
-step ``||w_{t+1} - w_t||``.
+For runs of no paper in particular (the zero-argument ``fedrun``, a sweep of your own).  Every run
+directory found below the DIRs is read with :func:`fedrun.results.load`; runs that differ only in
+their seed form one group, drawn as the mean over its seeds with a band (``--band std``: mean +-
+one standard deviation; ``minmax``: the seeds' range; ``none``), labelled by the settings that
+differ between the groups.  Four panels: test accuracy (%), test loss, N/E (eq. 4 over eq. 5 of
+FedNNNN: 1 when all clients agree) and the server step ``||w_{t+1} - w_t||``, against integer
+rounds.  Writes ``runs.png`` and ``runs.pdf`` (``--formats png,pdf,svg``) to ``--out``.
 
-    python scripts/plot_runs.py outputs/2026-11-22 --out outputs/figs
+    python scripts/plot_runs.py outputs/multirun/2026-11-23 --out outputs/figs
 """
 from __future__ import annotations
 
@@ -16,76 +18,86 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
 from plots import plt  # noqa: E402
-from runs import Run, find_runs  # noqa: E402
 
-PANELS = (("test_acc", "test accuracy"), ("test_loss", "test loss"),
-          ("N_over_E", "N / E (client agreement)"), ("server_step", "server step ||w_{t+1} - w_t||"))
-# The settings people vary first, named before any other that differs (e.g. beta of one method).
-FIRST = ("aggregator._target_", "dataset.name", "partition._target_", "model._target_", "seed")
+from fedrun import results  # noqa: E402
+from fedrun.errors import FedrunError  # noqa: E402
 
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = str(v)
-    return out
+# column, y label (with units), scale
+PANELS = (("test_acc", "test accuracy (%)", 100.0), ("test_loss", "test loss (cross-entropy, nats)", 1.0),
+          ("N_over_E", "N / E (client agreement, 1 = all agree)", 1.0),
+          ("server_step", "server step ||w_{t+1} - w_t||", 1.0))
+# The config groups people vary first, named before any other setting that differs.
+FIRST = ("aggregator", "dataset", "partition", "model", "hyperparams", "experiment", "mode")
+BANDS = ("std", "minmax", "none")
 
 
-def _item(key: str, value: str | None) -> str:
-    """One setting in a label: ``fedavg`` for aggregator._target_, ``dataset=fmnist``, ``seed=0``."""
-    if key.endswith("_target_"):
-        return str(value).rsplit(".", 1)[-1]
-    if key.endswith(".name"):
-        return f"{key.rsplit('.', 2)[-2]}={value}"
-    return f"{key.rsplit('.', 1)[-1]}={value}"
+def groups(df) -> tuple[list[str], list[str]]:
+    """The identity columns that tell groups apart (all but ``run_dir`` and ``seed``, and only
+    those that differ), and each group's label, ordered by the first of them."""
+    identity = [c for c in df.columns[: list(df.columns).index("round")] if c not in ("run_dir", "seed")]
+    differing = [c for c in identity if df[c].astype(str).nunique() > 1]
+    differing.sort(key=lambda c: (FIRST.index(c) if c in FIRST else len(FIRST), c))
+    return differing, [c for c in differing if c in FIRST] + [c for c in differing if c not in FIRST][:3]
 
 
-def labels(runs: list[Run]) -> list[str]:
-    """Each run's label: the settings that differ between the runs (its folder if none do)."""
-    flat = [_flat(r.config) for r in runs]
-    keys = sorted({k for f in flat for k in f})
-    differing = [k for k in keys if len({f.get(k) for f in flat}) > 1
-                 and not k.startswith(("hydra", "progress", "resume", "device"))]
-    # The axes people vary first, then settings every run has, then the rest.
-    differing.sort(key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), any(k not in f for f in flat), k))
-    if not differing:
-        return [r.path.name for r in runs]
-    chosen = [k for k in differing if k in FIRST] or differing[:4]  # a group choice implies its values
-    return [", ".join(_item(k, f[k]) for k in chosen if k in f) for f in flat]
+def label(key: tuple, columns: list[str], shown: list[str], seeds: int) -> str:
+    values = dict(zip(columns, key))
+    text = ", ".join(str(values[c]) if c in FIRST else f"{c.rsplit('.', 1)[-1]}={values[c]}" for c in shown)
+    return plots.mean_label(text or "runs", seeds) if seeds > 1 else text or "run"
 
 
-def plot(runs: list[Run], out: Path) -> Path:
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4))
-    for run, label in zip(runs, labels(runs)):
-        frame = run.rounds()
-        for ax, (column, _) in zip(axes, PANELS if frame is not None else ()):
-            if column in frame and frame[column].notna().any():
-                rows = frame[frame[column].notna()]
-                ax.plot(rows["round"], rows[column], marker=".", label=label)
-    for ax, (_, title) in zip(axes, PANELS):
-        ax.set_title(title)
-        ax.set_xlabel("round")
+def plot(df, out: Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Draw the four panels of every group of ``df`` (:func:`fedrun.results.load`'s table)."""
+    columns, shown = groups(df)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2))
+    grouped = df.groupby([df[c].astype(str) for c in columns], sort=True) if columns else [((), df)]
+    for key, rows in grouped:
+        key = key if isinstance(key, tuple) else (key,)
+        seeds = rows["run_dir"].nunique()
+        name = label(key, columns, shown, seeds)
+        for ax, (column, _, scale) in zip(axes, PANELS):
+            values = rows[["round", column]].dropna() if column in rows else None
+            if values is None or values.empty:
+                continue
+            stats = (values[column] * scale).groupby(values["round"]).agg(["mean", "std", "min", "max"])
+            line, = ax.plot(stats.index, stats["mean"], label=name, **plots.markers(len(stats)))
+            if seeds > 1 and band != "none":
+                low, high = ((stats["mean"] - stats["std"], stats["mean"] + stats["std"]) if band == "std"
+                             else (stats["min"], stats["max"]))
+                ax.fill_between(stats.index, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    for ax, (_, ylabel, _) in zip(axes, PANELS):
+        ax.set_xlabel(plots.ROUNDS)
+        ax.set_ylabel(ylabel)
+        plots.integer_rounds(ax)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    what = {"std": "mean +- std over seeds", "minmax": "mean and range over seeds", "none": "mean over seeds"}[band]
+    axes[0].legend(fontsize=8, title=what if df["run_dir"].nunique() > len(grouped) else None, title_fontsize=8)
     out.mkdir(parents=True, exist_ok=True)
-    return plots.save_figure(fig, out / "runs.png")
+    fig.tight_layout()
+    paths = [out / f"runs.{fmt}" for fmt in formats]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
     p = plots.parser(None, __doc__)
+    p.add_argument("--band", choices=BANDS, default="std", help="the band around each group's mean over seeds")
+    p.add_argument("--formats", default="png,pdf", help="comma-separated: png, pdf, svg")
     args = p.parse_args(argv)
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("png", "pdf", "svg")]
+    if bad or not formats:
+        print(f"plot_runs: --formats={args.formats}: choose from png, pdf, svg", file=sys.stderr)
+        return 2
     try:
-        runs = [Run.load(path) for path in find_runs(args.dirs)]
-    except FileNotFoundError as e:
+        df = results.load(*args.dirs)
+    except FedrunError as e:
         print(f"plot_runs: {e}", file=sys.stderr)
         return 2
-    if not runs:
-        print("plot_runs: no run directory (a folder with summary.json and config.yaml) found", file=sys.stderr)
-        return 2
-    print(plot(runs, Path(args.out)))
+    for path in plot(df, Path(args.out), args.band, formats):
+        print(path)
     return 0
 
 

@@ -118,7 +118,8 @@ def _cli_env() -> dict:
 
 def run_fedrun(args: list[str], cwd: Path, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
     """``python -m fedrun ARGS`` in ``cwd``; stdout and stderr captured as text."""
-    return subprocess.run([sys.executable, "-m", "fedrun", *args], cwd=cwd, env=_cli_env(),
+    env = popen.pop("env", None) or _cli_env()
+    return subprocess.run([sys.executable, "-m", "fedrun", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout, **popen)
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY, run_fedrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +43,10 @@ def make_run(folder: Path, setting: str, model: str = "neta_baseline", hyperpara
                         "client_fraction": 1.0, "local_epochs": 1,
                         "batch_size": 500 if setting == "vanilla_bs500" else 50, "lr": lr,
                         "weight_decay": weight_decay, "augment": augment},
-        "centralized": vanilla,
         "tags": {"paper": "pd", "setting": setting, "dataset": dataset},
         "choices": {"dataset": data_name or dataset, "model": model, "hyperparams": hyperparams,
                     "experiment": experiment or f"pd/{setting}", "aggregator": "fedavg",
-                    "partition": "iid", "scale": scale},
+                    "partition": "iid", "scale": scale, "mode": "centralized" if vanilla else "federated"},
     }
     if not choices:
         del config["choices"]
@@ -321,7 +319,7 @@ def test_loss_surface_on_a_real_tiny_run(tmp_path, capsys):
     # The centre is the snapshot's loss on the same examples, computed independently.
     import torch
 
-    from fedrun.engine import evaluate
+    from fedrun.evaluation import evaluate
 
     model, data = loss_surface.build(run, torch.device("cpu"))
     x, y = loss_surface.training_subset(data, 120, 0)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 from conftest import TINY, _cli_env
 
 ROOT = Path(__file__).resolve().parents[1]

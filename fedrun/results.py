@@ -1,0 +1,152 @@
+"""Runs as tables: every run directory under some folders, one DataFrame.
+
+A *run directory* is a folder holding ``config.yaml`` and ``rounds.csv`` (what one ``fedrun`` run,
+or one job of ``fedrun -m``, writes).  :func:`load` reads them all into one long table, one row
+per run and round, with the run's identity as columns: ``run_dir``, the option of each config
+group (``aggregator``, ``dataset``, ``model``, ``partition``, ...) and every setting that differs
+between the loaded runs (``seed``, ``hyperparams.lr``, ``aggregator.beta``, ...), so a sweep's
+runs can be grouped, averaged over seeds and plotted without opening a file by hand::
+
+    df = fedrun.results.load("outputs/multirun/2026-11-23")
+    df[df["round"] == df["round"].max()].groupby(["aggregator", "aggregator.beta"]).test_acc.mean()
+
+:func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
+:func:`objective` is what a job returns to Hydra's sweepers.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from fedrun.errors import ConfigError, RunDirectoryError
+
+# Keys of config.yaml that are not settings of the run: how it was launched and labelled.
+NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads")
+# summary.json's numbers a sweep can optimize; see objective().
+SUMMARY_OBJECTIVES = ("best_test_acc", "final_test_acc", "final_test_loss", "best_round", "final_val_acc",
+                      "best_val_acc", "final_average_test_acc", "final_sent_test_acc")
+LAST_N = re.compile(r"^mean_test_acc_last_(\d+)$")
+
+
+def check_objective(name: str) -> None:
+    """One line for an ``objective`` that no run can report."""
+    if name in SUMMARY_OBJECTIVES or (LAST_N.match(name) and int(LAST_N.match(name).group(1)) >= 1):
+        return
+    raise ConfigError("objective", name, f"choose one of: {', '.join(SUMMARY_OBJECTIVES)}, or "
+                      "mean_test_acc_last_<n> (the mean test accuracy of the last n evaluated rounds)")
+
+
+def objective(summary: dict, run_dir: str | Path, name: str) -> float:
+    """The run's value of ``objective`` as a float: a number of ``summary.json``, or
+    ``mean_test_acc_last_<n>``, the mean ``test_acc`` of the last n evaluated rounds (steadier
+    than the final or best accuracy for tuning)."""
+    check_objective(name)
+    match = LAST_N.match(name)
+    if match:
+        rounds = pd.read_csv(Path(run_dir) / "rounds.csv").dropna(subset=["test_acc"])
+        return float(rounds["test_acc"].tail(int(match.group(1))).mean())
+    value = summary.get(name)
+    if value is None:
+        raise ConfigError("objective", name, "this run has no such value (final_val_acc and best_val_acc need "
+                          "hyperparams.validation_fraction > 0; final_average/sent_test_acc need an aggregator "
+                          "whose two models differ)")
+    return float(value)
+
+
+# ----------------------------------------------------------------------------- finding and reading runs
+
+def find_runs(*paths: str | os.PathLike) -> list[Path]:
+    """Every run directory at or below ``paths`` (each once, sorted)."""
+    found = set()
+    for top in paths:
+        top = Path(top)
+        if not top.exists():
+            raise RunDirectoryError(f"{top}: no such file or directory")
+        for folder, _, files in os.walk(top):
+            if "config.yaml" in files and "rounds.csv" in files:
+                found.add(Path(folder).resolve())
+    return sorted(found)
+
+
+def _flatten(node, prefix: str = "") -> dict:
+    out = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def run_identity(runs: list[Path]) -> pd.DataFrame:
+    """One row per run: ``run_dir``, the config group options and the settings that differ."""
+    configs = [yaml.safe_load((run / "config.yaml").read_text()) or {} for run in runs]
+    settings = [_flatten({k: v for k, v in c.items() if k not in NOT_SETTINGS}) for c in configs]
+    keys = sorted(set().union(*settings)) if settings else []
+    # Left out: mirrors of hyperparams (the objects built from them) and _target_s (the group's
+    # option, a column of its own, names them).
+    differ = [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1
+              and not k.startswith(("federation.", "local.", "participation.")) and not k.endswith("._target_")]
+    groups = sorted(set().union(*(c.get("choices", {}) for c in configs))) if configs else []
+    rows = []
+    for run, config, flat in zip(runs, configs, settings):
+        row = {"run_dir": str(run)}
+        row.update({g: config.get("choices", {}).get(g) for g in groups})
+        row.update({k: flat.get(k) for k in differ if k not in row})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _load(paths, csv_name: str) -> pd.DataFrame:
+    runs = find_runs(*paths)
+    if not runs:
+        raise RunDirectoryError(f"no run directories (config.yaml and rounds.csv) under {', '.join(map(str, paths))}")
+    identity = run_identity(runs)
+    frames = []
+    for run, (_, who) in zip(runs, identity.iterrows()):
+        path = run / csv_name
+        if not path.is_file() or path.stat().st_size == 0:
+            continue
+        df = pd.read_csv(path)
+        for column, value in who.items():
+            df[column] = [value] * len(df)
+        frames.append(df)
+    columns = list(identity.columns)
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    return out[columns + [c for c in out.columns if c not in columns]]
+
+
+def load(*paths: str | os.PathLike) -> pd.DataFrame:
+    """``rounds.csv`` of every run under ``paths`` (runs or sweep folders): one row per run and
+    round, identity columns first (module docstring)."""
+    return _load(paths, "rounds.csv")
+
+
+def load_layers(*paths: str | os.PathLike) -> pd.DataFrame:
+    """As :func:`load`, for ``layers.csv`` (one row per run, round and layer)."""
+    return _load(paths, "layers.csv")
+
+
+def load_clients(*paths: str | os.PathLike) -> pd.DataFrame:
+    """As :func:`load`, for ``clients.csv`` (one row per run, round and client)."""
+    return _load(paths, "clients.csv")
+
+
+def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
+    """One row per run: identity columns and ``summary.json``'s numbers (runs without one: NaN)."""
+    runs = find_runs(*paths)
+    identity = run_identity(runs)
+    rows = []
+    for run in runs:
+        path = run / "summary.json"
+        summary = json.loads(path.read_text()) if path.is_file() else {}
+        rows.append({k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                     and not (isinstance(v, float) and math.isnan(v))})
+    return pd.concat([identity, pd.DataFrame(rows)], axis=1)

@@ -1,0 +1,160 @@
+"""Sweeps as the unit of work: objectives for Hydra's sweepers, failed jobs, short job folders,
+runs from Python, the user's own configs, results as one table.
+
+Every run here is TINY (2 rounds, 4 clients, a small MLP on synthetic images)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO_ROOT, TINY, _cli_env, fedrun_ok, run_fedrun, same_run
+
+import fedrun
+from fedrun import results
+from fedrun.errors import ConfigError, RunDirectoryError
+
+EXAMPLE = REPO_ROOT / "docs" / "examples" / "own_configs"
+
+
+def has(plugin: str) -> bool:
+    return importlib.util.find_spec(f"hydra_plugins.{plugin}") is not None
+
+
+# ----------------------------------------------------------------------------- the objective
+
+def test_objective_names_and_values(tmp_path):
+    summary = fedrun.run(TINY + ["objective=mean_test_acc_last_2"], run_dir=tmp_path / "a")
+    rounds = pd.read_csv(tmp_path / "a" / "rounds.csv")
+    assert results.objective(summary, tmp_path / "a", "mean_test_acc_last_2") == pytest.approx(rounds.test_acc.mean())
+    assert results.objective(summary, tmp_path / "a", "best_test_acc") == summary["best_test_acc"]
+    with pytest.raises(ConfigError, match=r"^objective=final_val_acc: this run has no such value"):
+        results.objective(summary, tmp_path / "a", "final_val_acc")  # no validation split
+    with pytest.raises(ConfigError, match=r"^objective=accuracy: choose one of: best_test_acc"):
+        fedrun.run(TINY + ["objective=accuracy"], run_dir=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.skipif(not has("hydra_optuna_sweeper"), reason="pip install 'fedrun[sweeps]'")
+def test_optuna_tunes_fednnnn_beta_and_gamma(tmp_path):
+    sweep = tmp_path / "optuna"
+    proc = run_fedrun(["-m", *TINY, "aggregator=fednnnn", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+                       "hydra.sweeper.direction=maximize", "aggregator.beta=interval(0.5,1.0)",
+                       "aggregator.gamma=interval(0.5,0.95)", f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert set(best["best_params"]) == {"aggregator.beta", "aggregator.gamma"}
+    trials = results.summaries(sweep)
+    assert len(trials) == 3 and best["best_value"] == pytest.approx(trials.best_test_acc.max())
+    assert trials["aggregator.beta"].nunique() == 3  # the sampled values are columns of the table
+
+
+# ----------------------------------------------------------------------------- failed jobs
+
+LAUNCHERS = [pytest.param([], id="basic"),
+             pytest.param(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], id="joblib",
+                          marks=pytest.mark.skipif(not has("hydra_joblib_launcher"), reason="fedrun[sweeps]")),
+             pytest.param(["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"], id="submitit_local",
+                          marks=pytest.mark.skipif(not has("hydra_submitit_launcher"), reason="fedrun[sweeps]"))]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_failed_job_is_listed_and_the_others_finish(launcher, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,-1,0.05", *launcher, f"hydra.sweep.dir={sweep}"],
+                      tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]  # the failed job's own exit code (a setting)
+    assert "fedrun: error: job 1: hyperparams.lr=-1: must be > 0" in proc.stderr
+    assert "1 job(s) of the sweep failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert (sweep / "0" / "summary.json").is_file() and (sweep / "2" / "summary.json").is_file()
+    assert not (sweep / "1").exists()  # refused before writing: nothing left behind
+
+
+def test_a_rerun_sweep_lists_only_its_own_failures(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,-1", f"hydra.sweep.dir={sweep}"], tmp_path)
+    again = run_fedrun(["-m", *TINY, "hyperparams.lr=0.1", "resume=true", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- job folders
+
+def test_a_sweep_with_14_overrides_runs_and_keeps_them(tmp_path):
+    sweep = tmp_path / "sweep"
+    many = ["hyperparams.lr=0.05,0.1", "hyperparams.momentum=0.5", "hyperparams.weight_decay=0.0001",
+            "hyperparams.batch_size=20", "hyperparams.eval_every=1", "hyperparams.lr_gamma=0.5",
+            "hyperparams.lr_milestones=[0.5]", "aggregator=fednnnn", "aggregator.beta=0.8",
+            "aggregator.gamma=0.6", "aggregator.eps=0.000001", "seed=3", "targets=[0.3,0.5,0.7]",
+            "+tags.note=a_label_long_enough_that_folder_names_made_of_every_override_would_not_fit_in_255_bytes"]
+    assert len(many) == 14
+    fedrun_ok(["-m", *TINY, *many, f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    config = yaml.safe_load((sweep / "1" / "config.yaml").read_text())
+    assert "hyperparams.lr=0.1" in config["overrides"] and "aggregator.beta=0.8" in config["overrides"]
+    assert config["tags"]["note"].startswith("a_label")
+    assert config["choices"]["aggregator"] == "fednnnn" and config["hyperparams"]["lr"] == 0.1
+
+
+# ----------------------------------------------------------------------------- from Python
+
+def test_run_from_python_equals_the_cli(tmp_path):
+    summary = fedrun.run(TINY + ["aggregator=fedavg"], run_dir=tmp_path / "py")
+    fedrun_ok(TINY + ["aggregator=fedavg", f"hydra.run.dir={tmp_path / 'cli'}"], tmp_path)
+    same_run(tmp_path / "py", tmp_path / "cli")
+    assert summary == json.loads((tmp_path / "py" / "summary.json").read_text())
+    assert "fedavg: K=4 clients (2 a round), 2 rounds" in (tmp_path / "py" / "fedrun.log").read_text()
+    config = yaml.safe_load((tmp_path / "py" / "config.yaml").read_text())
+    assert config["choices"]["aggregator"] == "fedavg" and "aggregator=fedavg" in config["overrides"]
+    with pytest.raises(ConfigError, match="already holds a run"):
+        fedrun.run(TINY, run_dir=tmp_path / "py")  # never overwrites a run
+    with pytest.raises(ConfigError, match=r"^hyperparams\.lr=-1: must be > 0$"):
+        fedrun.run(TINY + ["hyperparams.lr=-1"], run_dir=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+# ----------------------------------------------------------------------------- the user's own configs
+
+def test_own_model_and_dataset_from_a_folder_of_their_own(tmp_path, monkeypatch):
+    own = tmp_path / "own"
+    shutil.copytree(EXAMPLE, own)
+    args = ["model=two_layer", "dataset=blobs", "hyperparams.rounds=2", "hyperparams.num_clients=4",
+            "progress=false", "device=cpu"]
+    proc = run_fedrun(["-cd", "conf", *args, f"hydra.run.dir={own / 'cli'}"], own,
+                      env={**_cli_env(), "PYTHONPATH": str(own)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((own / "cli" / "summary.json").read_text())["rounds"] == 2
+    typo = run_fedrun(["-cd", "conf", "model=two_layr", "dataset=blobs"], own,
+                      env={**_cli_env(), "PYTHONPATH": str(own)})
+    assert typo.returncode == 2 and typo.stderr.startswith("fedrun: error: model=two_layr: unknown option;")
+    assert "two_layer" in typo.stderr and "mnist_cnn" in typo.stderr  # Hydra's list: both folders
+    monkeypatch.syspath_prepend(str(own))
+    summary = fedrun.run([f"hydra.searchpath=[file://{own / 'conf'}]", *args], run_dir=own / "py")
+    assert summary["rounds"] == 2
+    same_run(own / "cli", own / "py")
+
+
+# ----------------------------------------------------------------------------- results as one table
+
+def test_results_load_joins_runs_with_what_differs(tmp_path):
+    sweep = tmp_path / "sweep"
+    fedrun_ok(["-m", *TINY, "aggregator=fedavg,fednnnn", "seed=0,1", f"hydra.sweep.dir={sweep}"], tmp_path,
+              timeout=300)
+    df = results.load(sweep)
+    assert len(df) == 4 * 2  # 4 runs x 2 rounds
+    assert list(df.columns[:3]) == ["run_dir", "aggregator", "dataset"]
+    assert set(df.aggregator) == {"fedavg", "fednnnn"} and set(df.seed) == {0, 1}
+    assert "hyperparams.lr" not in df  # the same in every run: not a column
+    assert {"aggregator.beta", "aggregator.gamma"} <= set(df.columns)  # fednnnn's settings (NaN for fedavg)
+    one = df[(df.aggregator == "fedavg") & (df.seed == 1)]
+    expected = pd.read_csv(Path(one.run_dir.iloc[0]) / "rounds.csv")
+    assert one.test_acc.tolist() == expected.test_acc.tolist()
+    layers, clients = results.load_layers(sweep), results.load_clients(sweep)
+    assert set(layers.run_dir) == set(df.run_dir) and {"layer", "N", "E"} <= set(layers.columns)
+    assert {"client", "update_norm"} <= set(clients.columns)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunDirectoryError, match="no run directories"):
+        results.load(tmp_path / "empty")
