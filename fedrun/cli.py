@@ -40,9 +40,10 @@ log = logging.getLogger("fedrun")
 # Installed: the configs ship inside the package.  Source checkout / editable install: top-level conf/.
 _PACKAGED = Path(__file__).resolve().parent / "conf"
 CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale", "mode")
+GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale", "mode",
+          "logger")
 # The config's object nodes (a _target_ each), built by Hydra in build().
-OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine")
+OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine", "logger")
 
 
 def options(group: str) -> list[str]:
@@ -175,7 +176,7 @@ def run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> 
                        objects["aggregator"], objects["local"], objects["federation"],
                        objects["participation"], objects["engine"], seed=objects["seed"], device=objects["device"],
                        resume=bool(cfg.resume), targets=tuple(cfg.targets), progress=bool(cfg.progress),
-                       config=config)
+                       config=config, dashboard=objects["logger"])
     log.info("summary: %s", summary)
     return summary
 

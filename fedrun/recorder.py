@@ -180,10 +180,12 @@ class Recorder:
       layers: the model's layers (rows of ``layers.csv``, the conv/fc groups of ``rounds.csv``).
       params: the global model, for the layers' sizes.
       fingerprint: the partition's fingerprint, stored in the checkpoint and the summary.
+      dashboard: mirrors every round's values to TensorBoard or MLflow (:mod:`fedrun.dashboards`), or None.
     """
 
-    def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str):
+    def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
+        self.dashboard = dashboard
         self.types = np.array([layer.type for layer in layers])
         self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
         self.output_layer = output_layer(layers)
@@ -210,8 +212,12 @@ class Recorder:
             return json.loads((self.path / "summary.json").read_text())
         return None
 
-    def open(self, class_counts: np.ndarray, offsets: dict[str, int] | None = None) -> None:
-        """Write ``partition.csv`` and open the CSVs: new, or cut back to a checkpoint's ``offsets``."""
+    def open(self, class_counts: np.ndarray, offsets: dict[str, int] | None = None, first_round: int = 1,
+             config: dict | None = None) -> None:
+        """Write ``partition.csv`` and open the CSVs: new, or cut back to a checkpoint's ``offsets``
+        (and the dashboard, from ``first_round``)."""
+        if self.dashboard is not None:  # first: a store it cannot reach leaves no results behind
+            self.dashboard.start(self.path, config, first_round)
         write_partition(self.path / "partition.csv", class_counts)
         self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))
                      for name, cols in COLUMNS.items()}
@@ -233,13 +239,16 @@ class Recorder:
         self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
                          "N_E": f"{row.get('N_over_E', float('nan')):.3f}"}
         clients = [{"round": t, "client": k, "examples": n, "dropped": 1} for k, n in r.dropped.items()]
+        layers = [] if outcome is None else layer_rows(t, outcome, self.layers, self.sizes, r.divergence)
         if outcome is not None:
-            self.logs["layers"].append(layer_rows(t, outcome, self.layers, self.sizes, r.divergence))
+            self.logs["layers"].append(layers)
             self.logs["client_layers"].append(client_layer_rows(t, results, outcome, self.layers))
             if self.output_layer is not None:
                 self.logs["output_layer"].append(output_rows(t, results.clients, r.learners, *self.output_layer))
             clients += client_rows(t, results, outcome, r.stragglers)
         self.logs["clients"].append(sorted(clients, key=lambda c: c["client"]))
+        if self.dashboard is not None:
+            self.dashboard.log(t, row, layers)
 
     def snapshot(self, t: int, params: Params, buffers: Params) -> None:
         """Save the evaluated global model of round t to ``models/round_NNNN.pt`` (loss surfaces)."""
@@ -258,6 +267,8 @@ class Recorder:
         out = {"aggregator": aggregator, "partition_fingerprint": self.fingerprint,
                **summarize(self.path / "rounds.csv", list(targets))}
         write_json(out, self.path / "summary.json")
+        if self.dashboard is not None:
+            self.dashboard.close(out)
         return out
 
 

@@ -11,6 +11,8 @@ runs can be grouped, averaged over seeds and plotted without opening a file by h
     df[df["round"] == df["round"].max()].groupby(["aggregator", "aggregator.beta"]).test_acc.mean()
 
 :func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
+:func:`find_runs` lists run directories (``require=FINISHED_FILES``: the finished ones, with or
+without ``rounds.csv``); :func:`read_config`, :func:`read_summary` and :func:`read_csv` read one.
 :func:`objective` is what a job returns to Hydra's sweepers.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
 import yaml
@@ -61,17 +64,55 @@ def objective(summary: dict, run_dir: str | Path, name: str) -> float:
 
 # ----------------------------------------------------------------------------- finding and reading runs
 
-def find_runs(*paths: str | os.PathLike) -> list[Path]:
-    """Every run directory at or below ``paths`` (each once, sorted)."""
+# The files that make a folder a run directory for find_runs() and load(): a run that has written
+# its configuration and at least one round.
+RUN_FILES = ("config.yaml", "rounds.csv")
+# A run that has ended (fedrun writes summary.json last), with or without rounds.csv.
+FINISHED_FILES = ("config.yaml", "summary.json")
+
+
+def find_runs(*paths: str | os.PathLike, require: Iterable[str] = RUN_FILES) -> list[Path]:
+    """Every run directory at or below ``paths`` (each once, resolved, sorted).
+
+    ``require``: the files a folder must hold to count as a run directory; by default
+    :data:`RUN_FILES` (``config.yaml`` and ``rounds.csv``).  :data:`FINISHED_FILES`
+    (``config.yaml`` and ``summary.json``) finds the finished runs only, including one that
+    wrote no ``rounds.csv``; ``("config.yaml",)`` every run that started.  A path that does not
+    exist raises :class:`~fedrun.errors.RunDirectoryError`."""
+    require = tuple(require)
     found = set()
     for top in paths:
         top = Path(top)
         if not top.exists():
             raise RunDirectoryError(f"{top}: no such file or directory")
         for folder, _, files in os.walk(top):
-            if "config.yaml" in files and "rounds.csv" in files:
+            if all(name in files for name in require):
                 found.add(Path(folder).resolve())
     return sorted(found)
+
+
+def read_config(run: str | os.PathLike) -> dict:
+    """A run directory's ``config.yaml`` as a dict (``{}`` when the file is empty)."""
+    return yaml.safe_load((Path(run) / "config.yaml").read_text()) or {}
+
+
+def read_summary(run: str | os.PathLike) -> dict:
+    """A run directory's ``summary.json`` as a dict; ``{}`` when there is none (the run has not
+    finished)."""
+    path = Path(run) / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def read_csv(run: str | os.PathLike, name: str = "rounds.csv") -> pd.DataFrame | None:
+    """One CSV of a run directory (``rounds.csv``, ``layers.csv``, ``clients.csv`` ...) as a
+    DataFrame; None when the file is missing, empty or not CSV (a run cut off mid-write)."""
+    path = Path(run) / name
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError):
+        return None
 
 
 def _flatten(node, prefix: str = "") -> dict:
@@ -87,7 +128,7 @@ def _flatten(node, prefix: str = "") -> dict:
 
 def run_identity(runs: list[Path]) -> pd.DataFrame:
     """One row per run: ``run_dir``, the config group options and the settings that differ."""
-    configs = [yaml.safe_load((run / "config.yaml").read_text()) or {} for run in runs]
+    configs = [read_config(run) for run in runs]
     settings = [_flatten({k: v for k, v in c.items() if k not in NOT_SETTINGS}) for c in configs]
     keys = sorted(set().union(*settings)) if settings else []
     # Left out: mirrors of hyperparams (the objects built from them) and _target_s (the group's
@@ -145,8 +186,7 @@ def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
     identity = run_identity(runs)
     rows = []
     for run in runs:
-        path = run / "summary.json"
-        summary = json.loads(path.read_text()) if path.is_file() else {}
+        summary = read_summary(run)
         rows.append({k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                      and not (isinstance(v, float) and math.isnan(v))})
     return pd.concat([identity, pd.DataFrame(rows)], axis=1)

@@ -56,6 +56,7 @@ SCHEMA: dict[str, Any] = {
     "partition": TARGET,
     "aggregator": TARGET,
     "engine": TARGET,
+    "logger": TARGET,
     "federation": TARGET,
     "local": TARGET,
     "participation": TARGET,

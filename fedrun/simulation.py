@@ -82,14 +82,15 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
              participation: Participation = Participation(), make_engine: Callable = SequentialEngine,
              seed: int = 0, device: str | torch.device = "cpu", resume: bool = False,
              targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), progress: bool = True,
-             config: dict | None = None) -> dict:
+             config: dict | None = None, dashboard=None) -> dict:
     """Run (or resume) one federated simulation into ``run_dir``; return its summary.
 
     ``data`` is normalized and on ``device``; ``make_model()`` builds the architecture (after
     seeding with ``seed``); ``partition(labels, num_clients, num_classes, seed)`` gives each
     client's indices; ``make_engine(model, train_x, train_y, local, regularizer, seed)`` the
     engine; ``config`` is written to ``config.yaml`` (on resume: compared with it); ``targets``
-    are the accuracies whose first round the summary reports.  Everything that can fail on the
+    are the accuracies whose first round the summary reports; ``dashboard`` mirrors the rows to
+    TensorBoard or MLflow (:mod:`fedrun.dashboards`).  Everything that can fail on the
     inputs is built before the run directory is created and locked (:mod:`fedrun.rundir`).
     """
     run_dir = Path(run_dir)
@@ -106,7 +107,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     done = 0  # the last round whose checkpoint is on disk
 
     with RunDirectory.open(run_dir, resume) as run:
-        recorder = Recorder(run, layers, params, fingerprint(parts))
+        recorder = Recorder(run, layers, params, fingerprint(parts), dashboard)
         ckpt = run.checkpoint(device) if resume else None
         run.write_config(config, resume)  # on resume: refuses settings that differ from the run's
         if (summary := recorder.resume(ckpt, federation.rounds)) is not None:
@@ -121,7 +122,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                  federation.num_clients, federation.per_round, federation.rounds, recorder.fingerprint,
                  sum(p.numel() for p in params.values()))
         try:
-            recorder.open(class_counts(parts, labels, data.num_classes), ckpt and ckpt["offsets"])
+            recorder.open(class_counts(parts, labels, data.num_classes), ckpt and ckpt["offsets"], done + 1, config)
             with tqdm(range(done + 1, federation.rounds + 1), initial=done, total=federation.rounds,
                       desc=aggregator.name, unit="round", disable=not progress, dynamic_ncols=True) as bar:
                 for t in bar:
