@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from fedrun import results
 from runs import Run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,9 +100,9 @@ def cell_state(folder: Path) -> tuple[set, set]:
     done, started = set(), set()
     if not folder.is_dir():
         return done, started
-    for cfg in folder.rglob("config.yaml"):
+    for path in results.find_runs(folder, require=("config.yaml",)):  # every run that started
         try:
-            run = Run.load(cfg.parent)
+            run = Run.load(path)
         except Exception:  # noqa: BLE001 - a half-written file counts as not started
             continue
         (done if run.finished else started).add((run.method, str(run.seed)))

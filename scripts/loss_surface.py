@@ -39,8 +39,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
+from fedrun import results  # noqa: E402
 from fedrun.errors import FedrunError  # noqa: E402
 from fedrun.rundir import check_own_targets, load_checkpoint  # noqa: E402
 from runs import Run, save_figure  # noqa: E402
@@ -69,7 +69,7 @@ def build(run_dir: Path, device, data_root: str | None = None):
 
     from fedrun.data import prepare
 
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    config = results.read_config(run_dir)
     check_own_targets(config, run_dir / "config.yaml")  # builds fedrun's objects only
     cfg = OmegaConf.create(config)
     if data_root is not None and OmegaConf.select(cfg, "dataset.load.root") is not None:
@@ -106,8 +106,7 @@ def _title(run_dir: Path) -> str:
     try:
         import pd_tables
 
-        run = Run.load(run_dir) if (run_dir / "summary.json").is_file() else \
-            Run(run_dir, yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, {})
+        run = Run.load(run_dir)
         key = pd_tables.identify(run)[0]
         if key is not None:
             dataset, network, optimizer, variant, setting = key
@@ -122,7 +121,7 @@ def _notes(run_dir: Path) -> list[str]:
     try:
         import pd_tables
 
-        run = Run(run_dir, yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, {})
+        run = Run(run_dir, results.read_config(run_dir), {})
         key = pd_tables.identify(run)[0]
         return pd_tables.run_notes(run, key) if key is not None else []
     except Exception:  # noqa: BLE001

@@ -1,17 +1,17 @@
 """Find and read fedrun run directories (read-only), for the papers' table and plot scripts.
 
-A *run directory* is any folder holding both ``summary.json`` and ``config.yaml``: what one
-``fedrun`` run (or one job of ``fedrun -m``) writes.  The papers' presets label their runs with
-``tags`` (``paper``, ``dataset`` and a column such as ``condition`` or ``scenario``), and
-``summary.json`` names the aggregator, so every run can be filed under a cell of a paper's table
-without parsing directory names.
+Runs are found and read with :mod:`fedrun.results`.  A run directory here is a *finished* one: a
+folder holding both ``summary.json`` and ``config.yaml`` (``results.find_runs(...,
+require=FINISHED)``), with or without ``rounds.csv``; a run that has not finished is not listed.
+The papers' presets label their runs with ``tags`` (``paper``, ``dataset`` and a column such as
+``condition`` or ``scenario``), and ``summary.json`` names the aggregator, so every run can be
+filed under a cell of a paper's table without parsing directory names.
 
 The scripts are run as ``python scripts/<name>.py`` from the repository root, which puts this
 folder on ``sys.path``.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import defaultdict
@@ -21,21 +21,12 @@ from typing import Callable, Hashable, Iterable
 
 import yaml
 
+from fedrun import results
+
 # Dataset settings that shrink the data (a subset): named in every departure note.
 DATA_SIZE_KEYS = ("max_train", "max_test")
-
-
-def find_runs(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Every run directory at or below ``paths`` (each once, sorted by path)."""
-    found: set[Path] = set()
-    for top in paths:
-        top = Path(top)
-        if not top.exists():
-            raise FileNotFoundError(f"no such directory: {top}")
-        for dirpath, _dirnames, filenames in os.walk(top):
-            if "summary.json" in filenames and "config.yaml" in filenames:
-                found.add(Path(dirpath).resolve())
-    return sorted(found)
+# What makes a folder a run directory of the tables and plots: a finished run.
+FINISHED = results.FINISHED_FILES
 
 
 @dataclass
@@ -51,10 +42,7 @@ class Run:
     def load(cls, path: str | os.PathLike) -> "Run":
         """Read ``config.yaml`` and ``summary.json`` (an empty summary while the run is unfinished)."""
         path = Path(path)
-        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
-        summary_path = path / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        return cls(path, config, summary)
+        return cls(path, results.read_config(path), results.read_summary(path))
 
     @property
     def finished(self) -> bool:
@@ -89,15 +77,9 @@ class Run:
 
     def csv(self, name: str):
         """A CSV of the run directory (``rounds.csv``, ``clients.csv`` ...) as a pandas DataFrame,
-        cached on the run; None when the file is missing, empty or not CSV (a run cut off mid-write)."""
-        import pandas as pd
-
+        cached on the run; None when the file is missing, empty or not CSV (:func:`fedrun.results.read_csv`)."""
         if name not in self._frames:
-            path = self.path / name
-            try:
-                self._frames[name] = pd.read_csv(path) if path.is_file() else None
-            except (pd.errors.EmptyDataError, pd.errors.ParserError):
-                self._frames[name] = None
+            self._frames[name] = results.read_csv(self.path, name)
         return self._frames[name]
 
     def rounds(self):
@@ -109,7 +91,7 @@ def load_runs(paths: Iterable[str | os.PathLike], reject: Callable[[Run], str]):
     """The runs under ``paths`` that ``reject`` passes (returns ``""``): ``(runs, skipped)``, with
     ``[(path, reason)]`` for the unreadable and rejected ones."""
     runs, skipped = [], []
-    for path in find_runs(paths):
+    for path in results.find_runs(*paths, require=FINISHED):
         try:
             run = Run.load(path)
         except (OSError, ValueError, yaml.YAMLError) as e:

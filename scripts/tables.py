@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import grid
-from runs import Run, count_notes, missing_dirs
+from runs import FINISHED, Run, count_notes, missing_dirs
 
 PAPER_TARGETS = Path(__file__).resolve().parent / "paper_targets"
 
@@ -181,7 +181,7 @@ def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace]
 def default_csv(dirs: list[str], name: str) -> str:
     """``collect``'s CSV: beside the runs (in DIR, or beside DIR when DIR is itself a run)."""
     first = Path(dirs[0])
-    is_run = (first / "summary.json").is_file() and (first / "config.yaml").is_file()
+    is_run = all((first / name).is_file() for name in FINISHED)
     return str((first.parent if is_run else first) / name)
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import compose
+from fedrun import results
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -105,7 +106,7 @@ def _column(condition: str, dataset: str) -> int:
 # ----------------------------------------------------------------------------- discovery
 
 def test_find_runs_needs_summary_and_config(grid):
-    found = runs.find_runs([grid])
+    found = results.find_runs(grid, require=runs.FINISHED)
     assert len(found) == 6
     assert all((p / "config.yaml").is_file() and (p / "summary.json").is_file() for p in found)
     loaded, skipped = fednnnn_table2.load_runs([grid])
