@@ -213,9 +213,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         _remove_if_empty(run_dir)
         if hydra_cfg.mode == RunMode.MULTIRUN and not isinstance(e, Interrupted):
             log.error("job failed: %s", e)
-            record_failure(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir, e)
+            record_failure(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir, str(e), e.exit_code)
             raise JobFailed(f"{run_dir}: {e}", e.exit_code) from None
         _fail(e, e.exit_code)
+    except Exception as e:  # a bug, e.g. in a user's own model: listed too, with Hydra's traceback
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            record_failure(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir,
+                           f"{type(e).__name__}: {first_line(e)}", 1)
+        raise
 
 
 def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
@@ -263,13 +268,13 @@ class JobFailed(FedrunError, CompactHydraException):
 FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
 
 
-def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: FedrunError) -> None:
+def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: str, exit_code: int) -> None:
     """Leave a note of the failed job where the launching process finds it, whichever process
     (or machine, with a shared file system) ran the job."""
     folder = sweep_dir / FAILURES
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{job_num}.json").write_text(json.dumps(
-        {"job": job_num, "run_dir": str(run_dir), "error": str(error), "exit_code": error.exit_code}))
+        {"job": job_num, "run_dir": str(run_dir), "error": error, "exit_code": exit_code}))
 
 
 def sweep_failures(sweep_dir: Path) -> list[dict]:
@@ -391,7 +396,7 @@ def main() -> None:
     if failed:
         for note in failed:
             print(f"fedrun: error: job {note['job']}: {note['error']}", file=sys.stderr)
-        _fail(f"{len(failed)} job(s) of the sweep failed (listed above; the others finished)", failed[0]["exit_code"])
+        _fail(f"{len(failed)} job(s) of the sweep failed (listed above)", failed[0]["exit_code"])
     if code:
         sys.exit(code)
 
