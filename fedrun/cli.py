@@ -344,13 +344,47 @@ def precheck(overrides: list[str]) -> None:
 def _unknown_option(path: str, value: str, message: str) -> ConfigError:
     """``group=option`` that Hydra cannot find: one line with the options Hydra lists (those of
     every folder on the search path), or fedrun's own for a nested group Hydra gives none for."""
-    group = path.split("/")[0]
+    group = path if path.startswith("hydra/") else path.split("/")[0]  # hydra/launcher: a plugin's group
     listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
     choices = [line.strip() for line in listed.group(1).splitlines() if line.strip()] if listed else \
         options(group) if (CONF_DIR / group).is_dir() else []
-    value = path[len(group) + 1:] + "/" + value if "/" in path else value
-    return ConfigError(group, value, f"unknown option; choose one of: {', '.join(choices)}" if choices
-                       else "unknown option")
+    value = path[len(group) + 1:] + "/" + value if path != group and "/" in path else value
+    plugin = " (Hydra's sweepers and launchers: pip install 'fedrun[sweeps]')" if group.startswith("hydra/") else ""
+    return ConfigError(group, value, f"unknown option; choose one of: {', '.join(choices)}{plugin}" if choices
+                       else f"unknown option{plugin}")
+
+
+def precheck_sweep(overrides: list[str]) -> None:
+    """A sweep's settings, checked before any job starts: every value of every swept setting
+    (``a=1,2``, ``range(...)``), each with the other swept settings at their first value, so a
+    typo in any of them is one line up front instead of one failed job per combination.  Ranges
+    a sweeper samples (``interval(...)``) are left to the jobs, and so is anything this cannot
+    parse: Hydra then reports it as usual."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return
+    prefix = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~"}
+    fixed, swept = [], []
+    for o in parsed:
+        if not o.is_sweep_override():
+            fixed.append(o.input_line)
+            continue
+        try:
+            values = list(o.sweep_string_iterator())
+        except HydraException:  # interval(...): the sweeper's to sample
+            continue
+        key = prefix.get(o.type, "") + o.key_or_group + (f"@{o.package}" if o.package else "")
+        swept.append((key, values))
+    firsts = [f"{key}={values[0]}" for key, values in swept]
+    precheck(fixed + firsts)
+    for i, (key, values) in enumerate(swept):
+        for value in values[1:]:
+            precheck(fixed + firsts[:i] + [f"{key}={value}"] + firsts[i + 1:])
 
 
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
@@ -373,16 +407,19 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
 def main() -> None:
     """Console entry point: check a single run's overrides, then let Hydra run (or sweep).
 
-    ``-cd DIR`` / ``--config-dir DIR`` (a folder of the user's own configs) is checked with the
-    run; other flags (``-m``, ``--help``, ``--cfg`` ...) go to Hydra as they are.  After a sweep,
-    every failed job is listed and the exit code is the first failure's."""
+    A run's settings are checked first (:func:`precheck`), a sweep's every value
+    (:func:`precheck_sweep`), with ``-cd DIR`` / ``--config-dir DIR`` (a folder of the user's own
+    configs) on the search path; other flags (``--help``, ``--cfg`` ...) go to Hydra as they
+    are.  After a sweep, every failed job is listed and the exit code is the first failure's."""
     args = sys.argv[1:]
     overrides, config_dirs = _split_config_dirs(args)
-    if not any(a.startswith("-") for a in overrides):
+    sweep = any(a in ("-m", "--multirun") for a in overrides)
+    overrides = [a for a in overrides if a not in ("-m", "--multirun")]
+    if not any(a.startswith("-") for a in overrides):  # --help, --cfg ...: Hydra's alone
+        if config_dirs and not any(o.startswith("hydra.searchpath=") for o in overrides):
+            overrides = overrides + [f"hydra.searchpath=[{','.join('file://' + d for d in config_dirs)}]"]
         try:
-            precheck(overrides + ([f"hydra.searchpath=[{','.join('file://' + d for d in config_dirs)}]"]
-                                  if config_dirs and not any(o.startswith("hydra.searchpath=") for o in overrides)
-                                  else []))
+            (precheck_sweep if sweep else precheck)(overrides)
         except FedrunError as e:
             _fail(e, e.exit_code)
         except KeyboardInterrupt:

@@ -65,18 +65,28 @@ LAUNCHERS = [pytest.param([], id="basic"),
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_a_failed_job_is_listed_and_the_others_finish(launcher, tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,-1,0.05", *launcher, f"hydra.sweep.dir={sweep}"],
+    proc = run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,1e30,0.05", *launcher, f"hydra.sweep.dir={sweep}"],
                       tmp_path, timeout=300)
-    assert proc.returncode == 2, proc.stderr[-2000:]  # the failed job's own exit code (a setting)
-    assert "fedrun: error: job 1: hyperparams.lr=-1: must be > 0" in proc.stderr
+    assert proc.returncode == 3, proc.stderr[-2000:]  # the failed job's own exit code (divergence)
+    assert "fedrun: error: job 1: round 1: " in proc.stderr and "NaN or Inf" in proc.stderr
     assert "1 job(s) of the sweep failed" in proc.stderr and "Traceback" not in proc.stderr
     assert (sweep / "0" / "summary.json").is_file() and (sweep / "2" / "summary.json").is_file()
-    assert not (sweep / "1").exists()  # refused before writing: nothing left behind
+    assert not (sweep / "1" / "summary.json").exists()
+
+
+def test_a_bad_value_anywhere_in_a_sweep_is_one_line_before_any_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    for bad, line in ((["aggregator=fedavg,fedprx"], "fedrun: error: aggregator=fedprx: unknown option; choose one of:"),
+                      (["hyperparams.lr=0.1,-1", "seed=0,1"], "fedrun: error: hyperparams.lr=-1: must be > 0"),
+                      (["hydra/launcher=joblb"], "fedrun: error: hydra/launcher=joblb: unknown option;")):
+        proc = run_fedrun(["-m", *TINY, *bad, f"hydra.sweep.dir={sweep}"], tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(line), proc.stderr[-1000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and not sweep.exists()
 
 
 def test_a_rerun_sweep_lists_only_its_own_failures(tmp_path):
     sweep = tmp_path / "sweep"
-    run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,-1", f"hydra.sweep.dir={sweep}"], tmp_path)
+    run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,1e30", f"hydra.sweep.dir={sweep}"], tmp_path)
     again = run_fedrun(["-m", *TINY, "hyperparams.lr=0.1", "resume=true", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
 
