@@ -22,12 +22,15 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Iterable
 
-import pandas as pd
 import yaml
 
 from fedrun.errors import ConfigError, RunDirectoryError
+
+if TYPE_CHECKING:  # pandas loads when a table is made, not with every fedrun command
+    import pandas as pd
 
 # Keys of config.yaml that are not settings of the run: how it was launched and labelled.
 NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads")
@@ -49,6 +52,8 @@ def objective(summary: dict, run_dir: str | Path, name: str) -> float:
     """The run's value of ``objective`` as a float: a number of ``summary.json``, or
     ``mean_test_acc_last_<n>``, the mean ``test_acc`` of the last n evaluated rounds (steadier
     than the final or best accuracy for tuning)."""
+    import pandas as pd
+
     check_objective(name)
     match = LAST_N.match(name)
     if match:
@@ -106,6 +111,8 @@ def read_summary(run: str | os.PathLike) -> dict:
 def read_csv(run: str | os.PathLike, name: str = "rounds.csv") -> pd.DataFrame | None:
     """One CSV of a run directory (``rounds.csv``, ``layers.csv``, ``clients.csv`` ...) as a
     DataFrame; None when the file is missing, empty or not CSV (a run cut off mid-write)."""
+    import pandas as pd
+
     path = Path(run) / name
     if not path.is_file():
         return None
@@ -128,6 +135,8 @@ def _flatten(node, prefix: str = "") -> dict:
 
 def run_identity(runs: list[Path]) -> pd.DataFrame:
     """One row per run: ``run_dir``, the config group options and the settings that differ."""
+    import pandas as pd
+
     configs = [read_config(run) for run in runs]
     settings = [_flatten({k: v for k, v in c.items() if k not in NOT_SETTINGS}) for c in configs]
     keys = sorted(set().union(*settings)) if settings else []
@@ -146,6 +155,8 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
 
 
 def _load(paths, csv_name: str) -> pd.DataFrame:
+    import pandas as pd
+
     runs = find_runs(*paths)
     if not runs:
         raise RunDirectoryError(f"no run directories (config.yaml and rounds.csv) under {', '.join(map(str, paths))}")
@@ -182,6 +193,8 @@ def load_clients(*paths: str | os.PathLike) -> pd.DataFrame:
 
 def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
     """One row per run: identity columns and ``summary.json``'s numbers (runs without one: NaN)."""
+    import pandas as pd
+
     runs = find_runs(*paths)
     identity = run_identity(runs)
     rows = []

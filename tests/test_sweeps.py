@@ -16,6 +16,7 @@ from conftest import REPO_ROOT, TINY, _cli_env, fedrun_ok, run_fedrun, same_run
 
 import fedrun
 from fedrun import results
+from fedrun.cli import precheck_sweep
 from fedrun.errors import ConfigError, RunDirectoryError
 
 EXAMPLE = REPO_ROOT / "docs" / "examples" / "own_configs"
@@ -76,19 +77,24 @@ def test_a_failed_job_is_listed_and_the_others_finish(launcher, tmp_path):
 
 def test_a_bad_value_anywhere_in_a_sweep_is_one_line_before_any_job(tmp_path):
     sweep = tmp_path / "sweep"
-    for bad, line in ((["aggregator=fedavg,fedprx"], "fedrun: error: aggregator=fedprx: unknown option; choose one of:"),
-                      (["hyperparams.lr=0.1,-1", "seed=0,1"], "fedrun: error: hyperparams.lr=-1: must be > 0"),
-                      (["hydra/launcher=joblb"], "fedrun: error: hydra/launcher=joblb: unknown option;")):
-        proc = run_fedrun(["-m", *TINY, *bad, f"hydra.sweep.dir={sweep}"], tmp_path)
-        assert proc.returncode == 2 and proc.stderr.startswith(line), proc.stderr[-1000:]
-        assert len(proc.stderr.strip().splitlines()) == 1 and not sweep.exists()
+    proc = run_fedrun(["-m", *TINY, "aggregator=fedavg,fedprx", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 2 and not sweep.exists()
+    assert proc.stderr.startswith("fedrun: error: aggregator=fedprx: unknown option; choose one of:")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    # The same check in-process: a value out of range in a later position, a missing plugin.
+    with pytest.raises(ConfigError, match=r"^hyperparams\.lr=-1: must be > 0$"):
+        precheck_sweep([*TINY, "hyperparams.lr=0.1,-1", "seed=0,1"])
+    with pytest.raises(ConfigError, match=r"^hydra/launcher=joblb: unknown option;"):
+        precheck_sweep([*TINY, "hydra/launcher=joblb", "seed=0,1"])
+    precheck_sweep([*TINY, "seed=range(0,3)", "aggregator.beta=interval(0.5,1.0)", "aggregator=fednnnn"])
 
 
 def test_a_rerun_sweep_lists_only_its_own_failures(tmp_path):
     sweep = tmp_path / "sweep"
-    run_fedrun(["-m", *TINY, "hyperparams.lr=0.1,1e30", f"hydra.sweep.dir={sweep}"], tmp_path)
-    again = run_fedrun(["-m", *TINY, "hyperparams.lr=0.1", "resume=true", f"hydra.sweep.dir={sweep}"], tmp_path)
-    assert again.returncode == 0, again.stderr[-2000:]
+    (sweep / ".failed_jobs").mkdir(parents=True)
+    (sweep / ".failed_jobs" / "7.json").write_text('{"job": 7, "error": "stale", "exit_code": 3}')
+    again = run_fedrun(["-m", *TINY, "hyperparams.rounds=1", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert again.returncode == 0 and "stale" not in again.stderr, again.stderr[-2000:]
 
 
 # ----------------------------------------------------------------------------- job folders
