@@ -40,8 +40,6 @@ log = logging.getLogger("fedrun")
 # Installed: the configs ship inside the package.  Source checkout / editable install: top-level conf/.
 _PACKAGED = Path(__file__).resolve().parent / "conf"
 CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "experiment", "scale", "mode",
-          "logger")
 # The config's object nodes (a _target_ each), built by Hydra in build().
 OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine", "logger")
 

@@ -54,7 +54,7 @@ def plot(df, out: Path, band: str = "std", formats: tuple[str, ...] = ("png", "p
     for key, rows in grouped:
         key = key if isinstance(key, tuple) else (key,)
         seeds = rows["run_dir"].nunique()
-        name = label(key, columns, shown, seeds)
+        name = label(key, columns, shown, seeds) if columns or seeds > 1 else Path(rows["run_dir"].iloc[0]).name
         for ax, (column, _, scale) in zip(axes, PANELS):
             values = rows[["round", column]].dropna() if column in rows else None
             if values is None or values.empty:
