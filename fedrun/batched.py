@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -111,22 +112,9 @@ class BatchedEngine:
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
               opt_states: Params | None = None) -> ClientResults:
         """As :meth:`fedrun.sequential.SequentialEngine.train`: the round's clients in chunks of
-        :meth:`chunk_size`, each chunk trained in lock-step by :meth:`_train_chunk`."""
-        epochs = [self.local.epochs] * len(clients) if epochs is None else list(epochs)
-        size = self.chunk_size(params, buffers, len(clients))
-        with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
-            parts = [self._train_chunk(params, buffers, clients[i : i + size], indices[i : i + size], round_,
-                                       epochs[i : i + size], lr,
-                                       None if opt_states is None else {k: v[i : i + size] for k, v in opt_states.items()})
-                     for i in range(0, len(clients), size)]
-        if len(parts) == 1:
-            return parts[0]
-        cat = lambda key: {k: torch.cat([getattr(p, key)[k] for p in parts]) for k in getattr(parts[0], key)}  # noqa: E731
-        return ClientResults(list(clients), cat("deltas"), cat("buffers"),
-                             torch.cat([p.num_examples for p in parts]), torch.cat([p.loss for p in parts]),
-                             torch.cat([p.steps for p in parts]), torch.cat([p.epochs for p in parts]),
-                             {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras},
-                             None if opt_states is None else cat("opt_states"))
+        :meth:`chunk_size`, each chunk trained in lock-step by :func:`train_shares`."""
+        return train_shares([Share(self, params, buffers, list(clients), list(indices), round_,
+                                   None if epochs is None else list(epochs), lr, opt_states)])[0]
 
     def chunk_size(self, params: Params, buffers: Params, m: int) -> int:
         """How many of this call's m clients train at once.
@@ -173,98 +161,259 @@ class BatchedEngine:
             out.append(batches)
         return out
 
-    def _train_chunk(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
-                     round_: int, epochs: list[int], lr: float | None = None,
-                     opt_states: Params | None = None) -> ClientResults:
-        """Train one chunk of m clients in lock-step: the sequential engine's loop, reorganized.
 
-        Step s of the loop is every client's s-th optimizer step.  The clients whose s-th batch has
-        the same size form one group (nearly always all of them), whose stacked parameters go
-        through one vmapped forward, one backward and one optimizer step; a client whose batches
-        have run out (fewer samples, a straggler's fewer epochs) is simply in no group.  A
-        regularizer's coefficients are recomputed for the clients that start an epoch at step s.
-        Buffers (BatchNorm statistics) and optimizer state stay per client throughout.
-        """
-        m, local = len(clients), self.local
-        names = list(params)
-        stacked = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in params.items()}
-        bufs = {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in buffers.items()}
-        optimizer = local.make_optimizer()
-        state = optimizer.init([stacked[k] for k in names])
+@dataclass
+class Share:
+    """One learner group's part of a lock-step training call: the arguments of
+    :meth:`BatchedEngine.train`, with the engine that holds its local training, regularizer and
+    seed.  A single run's round is one share; a population (:mod:`fedrun.population`) trains one
+    share per run, all on the same model architecture and training set."""
+
+    engine: BatchedEngine
+    params: Params
+    buffers: Params
+    clients: list[int]
+    indices: list[torch.Tensor]
+    round_: int
+    epochs: list[int] | None = None
+    lr: float | None = None
+    opt_states: Params | None = None
+
+    def __post_init__(self):
+        if self.epochs is None:
+            self.epochs = [self.engine.local.epochs] * len(self.clients)
+
+    def part(self, i: int, j: int) -> "Share":
+        """Clients ``i:j`` of this share."""
+        return Share(self.engine, self.params, self.buffers, self.clients[i:j], self.indices[i:j], self.round_,
+                     self.epochs[i:j], self.lr,
+                     None if self.opt_states is None else {k: v[i:j] for k, v in self.opt_states.items()})
+
+
+def train_shares(shares: list[Share]) -> list[ClientResults]:
+    """Train every share's clients in lock-step; one :class:`ClientResults` per share.
+
+    All their clients form one row list, cut into chunks of the smallest :meth:`chunk_size` of the
+    shares' engines; each chunk (parts of one or more shares) is one :func:`_train_chunk`.  The
+    shares' engines must share the model architecture, training set and engine options (the
+    first one's vmapped forward serves all).
+    """
+    lead = shares[0].engine
+    total = sum(len(s.clients) for s in shares)
+    size = min(s.engine.chunk_size(s.params, s.buffers, total) for s in shares)
+    chunks, current, filled = [], [], 0  # each chunk: [(share index, part)]
+    for n, share in enumerate(shares):
+        i = 0
+        while i < len(share.clients):
+            j = min(len(share.clients), i + size - filled)
+            current.append((n, share.part(i, j)))
+            filled += j - i
+            i = j
+            if filled == size:
+                chunks.append(current)
+                current, filled = [], 0
+    if current:
+        chunks.append(current)
+    parts: list[list[ClientResults]] = [[] for _ in shares]
+    with precision_scope(lead.precision, lead.x.device), compile_errors(lead.compile):
+        for chunk in chunks:
+            for (n, _), result in zip(chunk, _train_chunk([part for _, part in chunk])):
+                parts[n].append(result)
+    return [_concat(p) for p in parts]
+
+
+def _concat(parts: list[ClientResults]) -> ClientResults:
+    """One share's results from its chunks' parts, in client order."""
+    if len(parts) == 1:
+        return parts[0]
+    cat = lambda key: {k: torch.cat([getattr(p, key)[k] for p in parts]) for k in getattr(parts[0], key)}  # noqa: E731
+    return ClientResults([k for p in parts for k in p.clients], cat("deltas"), cat("buffers"),
+                         torch.cat([p.num_examples for p in parts]), torch.cat([p.loss for p in parts]),
+                         torch.cat([p.steps for p in parts]), torch.cat([p.epochs for p in parts]),
+                         {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras},
+                         None if parts[0].opt_states is None else cat("opt_states"))
+
+
+class _Cohort:
+    """The rows of a chunk that take the same optimizer step (same optimizer settings and this
+    round's learning rate), with their stacked optimizer state.  A single run is one cohort; a
+    population sweeping the client learning rate or momentum has one per value."""
+
+    def __init__(self, optimizer, lr: float | None, rows: list[int], state: dict):
+        self.optimizer, self.lr, self.state = optimizer, lr, state
+        self.rows = torch.tensor(rows)
+        self.local = {r: i for i, r in enumerate(rows)}  # chunk row -> row of the cohort's state
+
+
+def _cohorts(shares: list[Share], spans: list[tuple[int, int]], stacked: Params, names: list[str]) -> list[_Cohort]:
+    """Group a chunk's rows by optimizer step, each cohort's state initialized or loaded from the
+    shares' starting states (zeros for a share that starts fresh)."""
+    keys: dict[tuple, list[int]] = {}
+    for n, share in enumerate(shares):
+        keys.setdefault((share.engine.local.make_optimizer(), share.lr), []).append(n)
+    cohorts = []
+    device = stacked[names[0]].device
+    for (optimizer, lr), members in keys.items():
+        rows = [r for n in members for r in range(*spans[n])]
+        index = torch.tensor(rows, device=device)
+        whole = len(rows) == len(stacked[names[0]])
+        state = optimizer.init([stacked[k] if whole else stacked[k][index] for k in names])
         if "step" in state:  # one Adam step counter per client: clients may finish at different steps
-            state["step"] = torch.zeros(m, dtype=torch.float64, device=state["step"].device)
-        if opt_states is not None:
-            state = load_state({k: v.clone() for k, v in opt_states.items()}, state, names)
-        augment = local.augment
-        draws = [torch_generator(self.seed, "augment", round_, k) for k in clients] if augment else None
-        schedule = self._schedule(clients, indices, round_, epochs)
-        steps = torch.tensor([len(b) for b in schedule])
-        device = next(iter(params.values())).device
-        loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
-        reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
-        reg = self.regularizer
-        reg_state = reg.init(params, m) if reg is not None else None
-        per_epoch = [math.ceil(len(idx) / local.batch_size) for idx in indices]
-        self.model.train()
-        # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
-        torch.manual_seed(derive_seed(self.seed, "forward-batched", round_, clients[0]))
+            state["step"] = torch.zeros(len(rows), dtype=torch.float64, device=state["step"].device)
+        if any(shares[n].opt_states is not None for n in members):
+            flat = [shares[n].opt_states if shares[n].opt_states is not None
+                    else {k: torch.zeros_like(v[: len(shares[n].clients)]) for k, v in state_dict(state, names).items()}
+                    for n in members]
+            start = {k: torch.cat([f[k] for f in flat]) if len(flat) > 1 else flat[0][k].clone() for k in flat[0]}
+            state = load_state(start, state, names)
+        cohorts.append(_Cohort(optimizer, lr, rows, state))
+    return cohorts
 
-        for s in range(int(steps.max())):
-            groups: dict[int, list[int]] = {}
-            for j, batches in enumerate(schedule):
-                if s < len(batches):
-                    groups.setdefault(len(batches[s]), []).append(j)
-            starting = [j for j in range(m) if s < steps[j] and s % per_epoch[j] == 0]
-            if reg is not None and starting:  # FedLap recomputes lambda when a client starts an epoch
-                first = torch.tensor([s == 0 for _ in starting], device=device)
-                reg.start_epoch(reg_state, torch.tensor(starting, device=device), first, stacked, params)
-            for b, rows in groups.items():
-                whole = len(rows) == m
-                idx = torch.tensor(rows, device=device)
-                p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
-                b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
-                batch = torch.stack([schedule[j][s] for j in rows])  # [g, b]
-                if augment is None:
-                    x = self.x[batch.t()]  # [b, g, ...]: sample-major (see __init__)
-                else:  # each client's own draws, in the sequential engine's order
-                    x = torch.stack([augment(self.x[batch[i]], draws[j]) for i, j in enumerate(rows)], dim=1)
-                with autocast(self.precision, x.device), \
-                        (FusedClientBatchNorm() if self._fuse_bn else contextlib.nullcontext()):
-                    logits = self._forward(p_g, b_g, x)  # [g, b, C]
-                loss = F.cross_entropy(logits.float().flatten(0, 1), self.y[batch].flatten(),
-                                       reduction="none").view(len(rows), b).mean(1)  # [g]
-                total = loss.sum()
-                if reg is not None:
-                    pen = reg.penalty(reg_state, p_g, params, idx)  # [g], separable over clients
-                    total = total + pen.sum()
-                    reg_sum[idx] += pen.detach().double()
-                grads = torch.autograd.grad(total, [p_g[k] for k in names])
-                loss_sum[idx] += loss.detach().double() * b
-                with torch.no_grad():
-                    weights = [p_g[k].detach() for k in names]
-                    if whole:
-                        optimizer.step(weights, list(grads), state, lr)
-                    else:
-                        sub = _gather(state, idx)
-                        optimizer.step(weights, list(grads), sub, lr)
-                        _scatter(state, sub, idx)
-                        for k, w in zip(names, weights):
-                            stacked[k][idx] = w
-                        for k, v in b_g.items():
-                            bufs[k][idx] = v
-                for k in names:
-                    stacked[k] = stacked[k].detach()
 
-        deltas = {k: stacked[k] - params[k].unsqueeze(0) for k in names}
-        sizes = torch.tensor([len(idx) for idx in indices])
-        n_epochs = torch.tensor(epochs)
+def _train_chunk(shares: list[Share]) -> list[ClientResults]:
+    """Train one chunk of m clients in lock-step: the sequential engine's loop, reorganized.
+
+    The chunk's rows are the shares' clients, share after share.  Step s of the loop is every
+    client's s-th optimizer step.  The clients whose s-th batch has the same size form one group
+    (nearly always all of them), whose stacked parameters go through one vmapped forward, one
+    backward, and one optimizer step per cohort (:class:`_Cohort`); a client whose batches have
+    run out (fewer samples, a straggler's fewer epochs) is simply in no group.  A regularizer's
+    coefficients are recomputed for the clients that start an epoch at step s; its penalty is
+    each share's own (separable over clients, so the one backward serves all).  Buffers
+    (BatchNorm statistics) and optimizer state stay per client throughout.
+    """
+    lead = shares[0].engine
+    spans, m = [], 0
+    for share in shares:
+        spans.append((m, m + len(share.clients)))
+        m += len(share.clients)
+    owner = [n for n, (a, b) in enumerate(spans) for _ in range(a, b)]  # chunk row -> share
+    names = list(shares[0].params)
+
+    def stack(key: str) -> Params:
+        if len(shares) == 1:
+            return {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in getattr(shares[0], key).items()}
+        return {k: torch.cat([getattr(s, key)[k].unsqueeze(0).expand(len(s.clients), *v.shape) for s in shares])
+                for k, v in getattr(shares[0], key).items()}
+
+    stacked, bufs = stack("params"), stack("buffers")
+    cohorts = _cohorts(shares, spans, stacked, names)
+    single = len(cohorts) == 1
+    augments = [s.engine.local.augment for s in shares]
+    draws = [torch_generator(shares[owner[j]].engine.seed, "augment", shares[owner[j]].round_, k) if augments[owner[j]]
+             else None for j, k in enumerate(c for s in shares for c in s.clients)]
+    schedule = [b for s in shares for b in s.engine._schedule(s.clients, s.indices, s.round_, s.epochs)]
+    steps = torch.tensor([len(b) for b in schedule])
+    device = stacked[names[0]].device
+    loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
+    reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
+    regs = [s.engine.regularizer for s in shares]
+    reg_states = [None if reg is None else reg.init(s.params, len(s.clients)) for s, reg in zip(shares, regs)]
+    per_epoch = [math.ceil(len(idx) / s.engine.local.batch_size) for s in shares for idx in s.indices]
+    lead.model.train()
+    # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
+    torch.manual_seed(derive_seed(lead.seed, "forward-batched", shares[0].round_, shares[0].clients[0]))
+
+    for s in range(int(steps.max())):
+        groups: dict[int, list[int]] = {}
+        for j, batches in enumerate(schedule):
+            if s < len(batches):
+                groups.setdefault(len(batches[s]), []).append(j)
+        starting = [j for j in range(m) if s < steps[j] and s % per_epoch[j] == 0]
+        for n, reg in enumerate(regs):  # FedLap recomputes lambda when a client starts an epoch
+            mine = [j - spans[n][0] for j in starting if owner[j] == n]
+            if reg is not None and mine:
+                part = stacked if len(shares) == 1 else {k: v[spans[n][0]:spans[n][1]] for k, v in stacked.items()}
+                reg.start_epoch(reg_states[n], torch.tensor(mine, device=device),
+                                torch.tensor([s == 0 for _ in mine], device=device), part, shares[n].params)
+        for b, rows in groups.items():
+            whole = len(rows) == m
+            idx = torch.tensor(rows, device=device)
+            p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
+            b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
+            batch = torch.stack([schedule[j][s] for j in rows])  # [g, b]
+            if all(draws[j] is None for j in rows):
+                x = lead.x[batch.t()]  # [b, g, ...]: sample-major (see BatchedEngine.__init__)
+            else:  # each client's own draws, in the sequential engine's order
+                x = torch.stack([lead.x[batch[i]] if draws[j] is None else augments[owner[j]](lead.x[batch[i]], draws[j])
+                                 for i, j in enumerate(rows)], dim=1)
+            with autocast(lead.precision, x.device), \
+                    (FusedClientBatchNorm() if lead._fuse_bn else contextlib.nullcontext()):
+                logits = lead._forward(p_g, b_g, x)  # [g, b, C]
+            loss = F.cross_entropy(logits.float().flatten(0, 1), lead.y[batch].flatten(),
+                                   reduction="none").view(len(rows), b).mean(1)  # [g]
+            total = loss.sum()
+            for n, reg in enumerate(regs):  # each share's penalty on its rows (contiguous in the group)
+                pos = [i for i, j in enumerate(rows) if owner[j] == n]
+                if reg is None or not pos:
+                    continue
+                i0, i1 = pos[0], pos[-1] + 1
+                mine = idx[i0:i1] - spans[n][0]
+                pen = reg.penalty(reg_states[n], {k: v[i0:i1] for k, v in p_g.items()}, shares[n].params, mine)
+                total = total + pen.sum()
+                reg_sum[idx[i0:i1]] += pen.detach().double()
+            grads = torch.autograd.grad(total, [p_g[k] for k in names])
+            loss_sum[idx] += loss.detach().double() * b
+            with torch.no_grad():
+                weights = [p_g[k].detach() for k in names]
+                for cohort in cohorts:
+                    _step(cohort, rows, weights, list(grads), whole and single, single)
+                if not whole:
+                    for k, w in zip(names, weights):
+                        stacked[k][idx] = w
+                    for k, v in b_g.items():
+                        bufs[k][idx] = v
+            for k in names:
+                stacked[k] = stacked[k].detach()
+
+    out = []
+    for n, (share, (a, b)) in enumerate(zip(shares, spans)):
+        deltas = {k: stacked[k][a:b] - share.params[k].unsqueeze(0) for k in names}
+        sizes = torch.tensor([len(idx) for idx in share.indices])
+        n_epochs = torch.tensor(share.epochs)
         extras = {}
-        if reg is not None:
-            extras["reg_loss"] = (reg_sum / steps.clamp_min(1).to(reg_sum)).cpu()
-            extras.update(reg.metrics(reg_state))
-        loss = (loss_sum / (sizes * n_epochs).to(loss_sum)).cpu()
-        final = None if opt_states is None else state_dict(state, names)
-        return ClientResults(list(clients), deltas, bufs, sizes, loss, steps, n_epochs, extras, final)
+        if regs[n] is not None:
+            extras["reg_loss"] = (reg_sum[a:b] / steps[a:b].clamp_min(1).to(reg_sum)).cpu()
+            extras.update(regs[n].metrics(reg_states[n]))
+        loss = (loss_sum[a:b] / (sizes * n_epochs).to(loss_sum)).cpu()
+        final = None if share.opt_states is None else _final_state(cohorts, a, b, names)
+        out.append(ClientResults(list(share.clients), deltas, {k: v[a:b] for k, v in bufs.items()}, sizes, loss,
+                                 steps[a:b], n_epochs, extras, final))
+    return out
+
+
+def _step(cohort: _Cohort, rows: list[int], weights: list[torch.Tensor], grads: list[torch.Tensor],
+          whole: bool, single: bool) -> None:
+    """One optimizer step for the cohort's clients among ``rows`` (a group of the chunk, whose
+    stacked ``weights`` and ``grads`` are updated in place).  ``whole``: the group is the whole
+    chunk and the cohort all of it, so the state needs no gathering; ``single``: the cohort is
+    every row of the chunk."""
+    if whole:
+        cohort.optimizer.step(weights, grads, cohort.state, cohort.lr)
+        return
+    pos = [i for i, j in enumerate(rows) if j in cohort.local]
+    if not pos:
+        return
+    device = weights[0].device
+    mine = torch.tensor([cohort.local[rows[i]] for i in pos], device=device)
+    sub = _gather(cohort.state, mine)
+    if single:  # every row of the group is the cohort's: step the group's tensors in place
+        cohort.optimizer.step(weights, grads, sub, cohort.lr)
+    else:
+        at = torch.tensor(pos, device=device)
+        w, g = [v[at] for v in weights], [v[at] for v in grads]
+        cohort.optimizer.step(w, g, sub, cohort.lr)
+        for full, part in zip(weights, w):
+            full[at] = part
+    _scatter(cohort.state, sub, mine)
+
+
+def _final_state(cohorts: list[_Cohort], a: int, b: int, names: list[str]) -> Params:
+    """Rows ``a:b``'s final optimizer states (one share's clients, all in one cohort)."""
+    cohort = next(c for c in cohorts if a in c.local)
+    flat = state_dict(cohort.state, names)
+    i = cohort.local[a]
+    return {k: v[i : i + b - a] for k, v in flat.items()}
 
 
 # Optimizer state: every entry is per client, lists of stacked [m, ...] tensors or an [m] tensor
