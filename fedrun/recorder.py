@@ -163,6 +163,10 @@ class RoundRecord:
     lr: float
     dropped: dict[int, int]  # client -> n_k, for the clients that returned nothing
     stragglers: set[int]
+    clients: list[int] = field(default_factory=list)  # the reporting clients, in training order
+    epochs: list[int] = field(default_factory=list)  # their local epochs (fewer for a straggler)
+    starts: object = None  # their starting optimizer states, stacked (None: reset every round)
+    models: dict = field(default_factory=dict)  # {"average": ..., "sent": ...}: the round's global models
     results: object = None  # fedrun.local_training.ClientResults
     outcome: object = None  # fedrun.aggregators.RoundOutcome
     divergence: object = None  # fedrun.divergence.Divergence

@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import time
@@ -92,90 +93,176 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     are the accuracies whose first round the summary reports; ``dashboard`` mirrors the rows to
     TensorBoard or MLflow (:mod:`fedrun.dashboards`).  Everything that can fail on the
     inputs is built before the run directory is created and locked (:mod:`fedrun.rundir`).
-    """
-    run_dir = Path(run_dir)
-    if not resume:
-        refuse_existing_run(run_dir)  # fail before the work below
-    torch.manual_seed(seed)
-    model = build_model(make_model, data, device)
-    layers, labels = model_layers(model), data.train_y.cpu().numpy()
-    parts = partition(labels=labels, num_clients=federation.num_clients, num_classes=data.num_classes, seed=seed)
-    client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in parts]
-    engine = make_engine(model, data.train_x, data.train_y, local, aggregator.regularizer, seed)
-    params, buffers = split_state(model)
-    state, opt = aggregator.init(params, federation.num_clients, layers), OptimizerStates(local, params)
-    done = 0  # the last round whose checkpoint is on disk
 
-    with RunDirectory.open(run_dir, resume) as run:
-        recorder = Recorder(run, layers, params, fingerprint(parts), dashboard)
-        ckpt = run.checkpoint(device) if resume else None
-        run.write_config(config, resume)  # on resume: refuses settings that differ from the run's
-        if (summary := recorder.resume(ckpt, federation.rounds)) is not None:
-            return summary  # a finished run: nothing to do
-        run.start_log()
-        if ckpt is not None:
-            params, buffers, state, opt.state = ckpt["params"], ckpt["buffers"], ckpt["aggregator"], ckpt["optimizer_state"]
-            done = ckpt["round"]
-        log.info("run directory %s (engine: %s)%s", run_dir.resolve(), type(engine).__name__,
-                 f"; resuming after round {done}" if done else "")
-        log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", aggregator.name,
-                 federation.num_clients, federation.per_round, federation.rounds, recorder.fingerprint,
-                 sum(p.numel() for p in params.values()))
+    The round is :class:`FederatedRun`'s five steps; a population of runs
+    (:mod:`fedrun.population`) takes the same steps, training all runs' clients in one call.
+    """
+    run = FederatedRun(run_dir, data, make_model, partition, aggregator, local, federation, participation,
+                       make_engine, seed, device, resume, targets, config, dashboard)
+    with run.guard(), run:
+        if run.finished is not None:
+            return run.finished  # a finished run: nothing to do
+        with tqdm(run.remaining(), initial=run.done, total=federation.rounds, desc=aggregator.name,
+                  unit="round", disable=not progress, dynamic_ncols=True) as bar:
+            for t in bar:
+                t0 = time.perf_counter()
+                r = run.sample(t)
+                if r.clients:
+                    r.results = run.engine.train(*run.training(r))
+                    run.aggregate(r, t0)
+                if run.evaluates(t):
+                    t_eval = time.perf_counter()
+                    r.evaluation = run.evaluate(r)
+                    r.seconds["eval_s"] = time.perf_counter() - t_eval  # .item()s of the accuracies synchronize
+                r.seconds["wall_s"] = sync(device) - t0
+                run.record(r)
+                bar.set_postfix(run.recorder.progress)
+        return run.summary()
+
+
+class FederatedRun:
+    """One federated run between rounds: its model, partition, engine, server and client state,
+    and its open run directory.  A round is five steps, in this order:
+
+    1. :meth:`sample` the round's clients, drop-outs and stragglers, all from ``(seed, round)``;
+    2. train them: ``engine.train(*run.training(r))`` (or a population's one call for all runs);
+    3. :meth:`aggregate`: the PD-VL reference learner on its rounds, then N, E, the clients'
+       angles and the learners' divergence from one pass over the updates, then the aggregator;
+    4. :meth:`evaluate` the model the aggregator names (both, when FedNNNN's two differ), on the
+       rounds :meth:`evaluates` says;
+    5. :meth:`record` the round's rows, the snapshot and the checkpoint.
+
+    Arguments as :func:`simulate`.  Construction builds everything that can fail on the inputs;
+    entering the run (``with run:``) locks and opens the directory, or resumes it.
+    """
+
+    def __init__(self, run_dir, data: FederatedData, make_model, partition, aggregator: Aggregator,
+                 local: LocalTraining, federation: Federation, participation: Participation = Participation(),
+                 make_engine: Callable = SequentialEngine, seed: int = 0, device="cpu", resume: bool = False,
+                 targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), config: dict | None = None,
+                 dashboard=None):
+        self.run_dir, self.data, self.aggregator, self.local = Path(run_dir), data, aggregator, local
+        self.federation, self.participation, self.seed, self.device = federation, participation, seed, device
+        self.resume, self.targets, self.config, self.dashboard = resume, targets, config, dashboard
+        if not resume:
+            refuse_existing_run(self.run_dir)  # fail before the work below
+        torch.manual_seed(seed)
+        self.model = build_model(make_model, data, device)
+        self.layers, self.labels = model_layers(self.model), data.train_y.cpu().numpy()
+        self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
+                               num_classes=data.num_classes, seed=seed)
+        self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
+        self.engine = make_engine(self.model, data.train_x, data.train_y, local, aggregator.regularizer, seed)
+        self.params, self.buffers = split_state(self.model)
+        self.state = aggregator.init(self.params, federation.num_clients, self.layers)
+        self.opt = OptimizerStates(local, self.params)
+        self.done = 0  # the last round whose checkpoint is on disk
+        self.finished: dict | None = None  # the summary of a run a previous process completed
+        self.dir: RunDirectory | None = None
+        self.recorder: Recorder | None = None
+
+    def __enter__(self) -> "FederatedRun":
+        """Lock the run directory; check a resumed run's checkpoint, config and CSVs before
+        writing a byte; open the CSVs (cut back to the checkpoint's sizes on resume)."""
+        self.dir = RunDirectory.open(self.run_dir, self.resume)
         try:
-            recorder.open(class_counts(parts, labels, data.num_classes), ckpt and ckpt["offsets"], done + 1, config)
-            with tqdm(range(done + 1, federation.rounds + 1), initial=done, total=federation.rounds,
-                      desc=aggregator.name, unit="round", disable=not progress, dynamic_ncols=True) as bar:
-                for t in bar:
-                    t0 = time.perf_counter()
-                    # 1. Sample: the round's clients, drop-outs and stragglers, all from (seed, round).
-                    sampled = sample_clients(seed, t, federation.num_clients, federation.per_round)
-                    clients, epochs, dropped, stragglers = participation.draw(seed, t, sampled, local.epochs)
-                    r = RoundRecord(t, local.lr_at(t, federation.rounds), {k: len(parts[k]) for k in dropped},
-                                    stragglers)
-                    models = {"average": params, "sent": params}  # if everyone dropped out: keep w_t
-                    if clients:
-                        # 2. Train locally (and the PD-VL reference learner, client K, on its rounds).
-                        starts = opt.starting(clients)
-                        r.results = engine.train(params, buffers, clients, [client_data[k] for k in clients], t,
-                                                 epochs, r.lr, starts)
-                        vanilla = None
-                        if federation.vanilla_round(t):
-                            vanilla = train_vanilla(engine, params, buffers, r.results, federation.num_clients,
-                                                    len(data.train_y), seed, t, local.epochs, r.lr, starts)
-                            r.vanilla_loss = float(vanilla.loss[0])
-                        r.seconds["train_s"] = sync(device) - t0
-                        # 3. Aggregate.  Every inner product of the round's diagnostics comes from one
-                        # pass over the updates: N and E, the clients' angles, the learners' divergence.
-                        grams = layer_grams(r.results.deltas, layers, params,
-                                            None if vanilla is None else {k: v[0] for k, v in vanilla.deltas.items()})
-                        r.divergence, r.learners = round_divergence(grams), LearnerParams(params, r.results.deltas)
-                        r.outcome, state = aggregator.apply(state, params, r.results, grams)
-                        check_finite(r.outcome, r.results.loss, t, aggregator.name)
-                        opt.finish(clients, r.results.opt_states, r.outcome.stats_weights)
-                        params, buffers = r.outcome.sent, r.outcome.buffers
-                        models = {"average": r.outcome.average, "sent": r.outcome.sent}
-                    # 4. Evaluate the model the aggregator names (both, when FedNNNN's two differ).
-                    if t % federation.eval_every == 0 or t == federation.rounds:
-                        t_eval = time.perf_counter()
-                        r.evaluation = evaluate_round(model, models, buffers, aggregator.evaluate, data,
-                                                      eval_batch(device))
-                        r.seconds["eval_s"] = time.perf_counter() - t_eval  # .item()s of the accuracies synchronize
-                    r.seconds["wall_s"] = sync(device) - t0
-                    # 5. Record: the round's rows, the snapshot, the checkpoint.
-                    recorder.write(r)
-                    if t in federation.snapshots:
-                        recorder.snapshot(t, models[aggregator.evaluate], buffers)
-                    recorder.checkpoint(t, params, buffers, state, opt.state)
-                    done = t
-                    bar.set_postfix(recorder.progress)
-            return recorder.summary(aggregator.name, targets)
+            self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard)
+            ckpt = self.dir.checkpoint(self.device) if self.resume else None
+            self.dir.write_config(self.config, self.resume)  # on resume: refuses settings that differ from the run's
+            self.finished = self.recorder.resume(ckpt, self.federation.rounds)
+            if self.finished is not None:
+                return self
+            self.dir.start_log()
+            if ckpt is not None:
+                self.params, self.buffers = ckpt["params"], ckpt["buffers"]
+                self.state, self.opt.state, self.done = ckpt["aggregator"], ckpt["optimizer_state"], ckpt["round"]
+            f = self.federation
+            log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(), type(self.engine).__name__,
+                     f"; resuming after round {self.done}" if self.done else "")
+            log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
+                     f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
+                     sum(p.numel() for p in self.params.values()))
+            self.recorder.open(class_counts(self.parts, self.labels, self.data.num_classes),
+                               ckpt and ckpt["offsets"], self.done + 1, self.config)
+        except BaseException:
+            self.dir.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.dir.close()
+
+    @contextlib.contextmanager
+    def guard(self):
+        """Ctrl-C and a full disk as their one-line errors, naming the last complete round."""
+        try:
+            yield
         except KeyboardInterrupt:
-            raise Interrupted(done) from None
+            raise Interrupted(self.done) from None
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"no space left on the device writing to {run_dir} (after round {done}); "
-                                   "free space, then resume with resume=true") from None
+                raise NoSpaceError(f"no space left on the device writing to {self.run_dir} (after round "
+                                   f"{self.done}); free space, then resume with resume=true") from None
             raise
+
+    def remaining(self) -> range:
+        return range(self.done + 1, self.federation.rounds + 1)
+
+    def sample(self, t: int) -> RoundRecord:
+        """Step 1: round t's reporting clients, their epochs and starting optimizer states."""
+        f = self.federation
+        sampled = sample_clients(self.seed, t, f.num_clients, f.per_round)
+        clients, epochs, dropped, stragglers = self.participation.draw(self.seed, t, sampled, self.local.epochs)
+        r = RoundRecord(t, self.local.lr_at(t, f.rounds), {k: len(self.parts[k]) for k in dropped}, stragglers)
+        r.clients, r.epochs = clients, epochs
+        r.starts = self.opt.starting(clients) if clients else None
+        r.models = {"average": self.params, "sent": self.params}  # if everyone dropped out: keep w_t
+        return r
+
+    def training(self, r: RoundRecord) -> tuple:
+        """Step 2's arguments of ``engine.train``: w_t, the clients and their data, the round."""
+        return (self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients], r.round,
+                r.epochs, r.lr, r.starts)
+
+    def aggregate(self, r: RoundRecord, t0: float) -> None:
+        """Step 3 (with the PD-VL reference learner, client K, on its rounds): the new global model."""
+        t, f = r.round, self.federation
+        vanilla = None
+        if f.vanilla_round(t):
+            vanilla = train_vanilla(self.engine, self.params, self.buffers, r.results, f.num_clients,
+                                    len(self.data.train_y), self.seed, t, self.local.epochs, r.lr, r.starts)
+            r.vanilla_loss = float(vanilla.loss[0])
+        r.seconds["train_s"] = sync(self.device) - t0
+        # Every inner product of the round's diagnostics comes from one pass over the updates:
+        # N and E, the clients' angles, the learners' divergence.
+        grams = layer_grams(r.results.deltas, self.layers, self.params,
+                            None if vanilla is None else {k: v[0] for k, v in vanilla.deltas.items()})
+        r.divergence, r.learners = round_divergence(grams), LearnerParams(self.params, r.results.deltas)
+        r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, grams)
+        check_finite(r.outcome, r.results.loss, t, self.aggregator.name)
+        self.opt.finish(r.clients, r.results.opt_states, r.outcome.stats_weights)
+        self.params, self.buffers = r.outcome.sent, r.outcome.buffers
+        r.models = {"average": r.outcome.average, "sent": r.outcome.sent}
+
+    def evaluates(self, t: int) -> bool:
+        return t % self.federation.eval_every == 0 or t == self.federation.rounds
+
+    def evaluate(self, r: RoundRecord) -> dict:
+        """Step 4: the round's test (and validation) columns."""
+        return evaluate_round(self.model, r.models, self.buffers, self.aggregator.evaluate, self.data,
+                              eval_batch(self.device))
+
+    def record(self, r: RoundRecord) -> None:
+        """Step 5: the round's rows, its snapshot, the checkpoint."""
+        t = r.round
+        self.recorder.write(r)
+        if t in self.federation.snapshots:
+            self.recorder.snapshot(t, r.models[self.aggregator.evaluate], self.buffers)
+        self.recorder.checkpoint(t, self.params, self.buffers, self.state, self.opt.state)
+        self.done = t
+
+    def summary(self) -> dict:
+        return self.recorder.summary(self.aggregator.name, self.targets)
 
 
 def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device) -> nn.Module:
