@@ -33,7 +33,8 @@ from fedrun.augment import make_augmentation
 from fedrun.data import NORMALIZATIONS, check_labels, prepare
 from fedrun.errors import ConfigError, DataError, FedrunError, Interrupted, NoSpaceError, check, first_line
 from fedrun.rundir import refuse_existing_run
-from fedrun.simulation import simulate
+from fedrun.batched import BatchedEngine
+from fedrun.simulation import FederatedRun, run_alone
 
 log = logging.getLogger("fedrun")
 
@@ -144,10 +145,56 @@ def run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> 
     ``choices`` (which option of each config group made the run) and ``overrides`` (the command
     line's settings) are written into ``config.yaml`` beside the settings, so scripts file runs by
     them whatever the run directory is called."""
+    summary = run_alone(federated_run(cfg, run_dir, choices, overrides), progress=bool(cfg.progress))
+    log.info("summary: %s", summary)
+    return summary
+
+
+def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
+                  datasets: dict | None = None, batched: bool = False) -> FederatedRun:
+    """The :class:`fedrun.simulation.FederatedRun` of a composed config, ready to enter.
+
+    ``datasets``: loaded data by :func:`data_key`, shared by the runs of a population (one copy
+    on the device for all); ``batched``: train on the batched engine whatever ``engine=auto``
+    would choose (a population's runs train in one batched call)."""
     objects = build(cfg)
     run_dir = Path(run_dir)
     if not cfg.resume:
         refuse_existing_run(run_dir)  # before the data is loaded
+    key = data_key(cfg)
+    data = datasets.get(key) if datasets is not None else None
+    if data is None:
+        data = _prepare_data(cfg, objects)
+        if datasets is not None:
+            datasets[key] = data
+    # Augmentation's brightness is in raw pixel units: it needs the std the data was divided by.
+    objects["local"] = dataclasses.replace(objects["local"], augment=make_augmentation(
+        cfg.hyperparams.augment, data.std, dataset=cfg.dataset.name))
+    config = resolved(cfg)
+    config["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra")}
+    config["overrides"] = list(overrides)
+    make_engine = objects["engine"]
+    if batched and make_engine.func is engines.auto_engine:
+        make_engine = functools.partial(BatchedEngine, **make_engine.keywords)
+    return FederatedRun(run_dir, data, functools.partial(instantiate, cfg.model), objects["partition"],
+                        objects["aggregator"], objects["local"], objects["federation"], objects["participation"],
+                        make_engine, seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
+                        targets=tuple(cfg.targets), config=config, dashboard=objects["logger"])
+
+
+def data_key(cfg: DictConfig) -> str:
+    """What the prepared data depends on: the dataset's settings, the device, the validation split
+    and, when a split or subset is drawn, the seed.  Jobs with equal keys share one copy."""
+    values = resolved(cfg)
+    ds, hp = values["dataset"], values["hyperparams"]
+    seeded = hp["validation_fraction"] > 0 or ds.get("max_train") is not None or ds.get("max_test") is not None
+    return json.dumps({"dataset": ds, "device": str(resolve_device(values["device"])),
+                       "validation": hp["validation_fraction"], "seed": values["seed"] if seeded else None},
+                      sort_keys=True, default=str)
+
+
+def _prepare_data(cfg: DictConfig, objects: dict):
+    """The dataset loaded, checked against the config's shape, normalized and on the device."""
     raw = _load_data(cfg)
     check_labels(raw, cfg.dataset.num_classes)
     shape = tuple(raw.train_x.shape[1:])
@@ -159,24 +206,10 @@ def run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> 
                           f"the loaded images are {'x'.join(map(str, shape))}: fedrun's models take square images")
     mean = None if cfg.dataset.mean is None else list(cfg.dataset.mean)
     std = None if cfg.dataset.std is None else list(cfg.dataset.std)
-    data = prepare(raw, mean, std, objects["validation"], objects["seed"], objects["device"],
+    return prepare(raw, mean, std, objects["validation"], objects["seed"], objects["device"],
                    cfg.dataset.max_train, cfg.dataset.max_test,
                    normalize=OmegaConf.select(cfg, "dataset.normalize", default="per_channel"),
                    per_class=OmegaConf.select(cfg, "dataset.per_class", default=None))
-    # Augmentation's brightness is in raw pixel units: it needs the std the data was divided by.
-    objects["local"] = dataclasses.replace(objects["local"], augment=make_augmentation(
-        cfg.hyperparams.augment, data.std, dataset=cfg.dataset.name))
-    config = resolved(cfg)
-    config["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra")}
-    config["overrides"] = list(overrides)
-    model_cfg = cfg.model
-    summary = simulate(run_dir, data, functools.partial(instantiate, model_cfg), objects["partition"],
-                       objects["aggregator"], objects["local"], objects["federation"],
-                       objects["participation"], objects["engine"], seed=objects["seed"], device=objects["device"],
-                       resume=bool(cfg.resume), targets=tuple(cfg.targets), progress=bool(cfg.progress),
-                       config=config, dashboard=objects["logger"])
-    log.info("summary: %s", summary)
-    return summary
 
 
 def _load_data(cfg: DictConfig):

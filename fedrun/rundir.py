@@ -17,6 +17,8 @@ Only then does it write ``config.yaml`` (a new run) and start ``fedrun.log``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 from pathlib import Path
@@ -33,6 +35,9 @@ RESULTS = (CHECKPOINT, "rounds.csv", "summary.json")
 LOG_FILE = "fedrun.log"
 # Settings that may differ between a run and its resume: they do not change the results.
 RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads")  # how it is launched, not what it runs
+
+# The run directory whose fedrun.log takes the records made now (None: every open run's).
+_SPEAKING: contextvars.ContextVar[Path | None] = contextvars.ContextVar("fedrun_run_speaking", default=None)
 
 try:
     import fcntl
@@ -182,12 +187,25 @@ class RunDirectory:
         os.replace(tmp, path)
 
     def start_log(self) -> None:
-        """Append this process's log records to ``fedrun.log`` (a resumed run keeps its history)."""
+        """Append this process's log records to ``fedrun.log`` (a resumed run keeps its history).
+
+        When several runs share the process (a population, :mod:`fedrun.population`), a run's
+        log takes the records made while it :meth:`speaks`, and those made while none does."""
         self._handler = logging.FileHandler(self.path / LOG_FILE, mode="a")
+        self._handler.addFilter(lambda record: _SPEAKING.get() in (None, self.path))
         console = next((h for h in logging.getLogger().handlers if h.formatter is not None), None)
         self._handler.setFormatter(console.formatter if console else
                                    logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
         logging.getLogger().addHandler(self._handler)
+
+    @contextlib.contextmanager
+    def speaks(self):
+        """Log records made inside go to this run's ``fedrun.log`` only (and to the console)."""
+        token = _SPEAKING.set(self.path)
+        try:
+            yield
+        finally:
+            _SPEAKING.reset(token)
 
     def close(self) -> None:
         """Stop the log and release the lock (the kernel would, at exit, anyway)."""

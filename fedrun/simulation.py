@@ -97,12 +97,17 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     The round is :class:`FederatedRun`'s five steps; a population of runs
     (:mod:`fedrun.population`) takes the same steps, training all runs' clients in one call.
     """
-    run = FederatedRun(run_dir, data, make_model, partition, aggregator, local, federation, participation,
-                       make_engine, seed, device, resume, targets, config, dashboard)
+    return run_alone(FederatedRun(run_dir, data, make_model, partition, aggregator, local, federation,
+                                  participation, make_engine, seed, device, resume, targets, config, dashboard),
+                     progress)
+
+
+def run_alone(run: FederatedRun, progress: bool = True) -> dict:
+    """Run (or resume) one :class:`FederatedRun` on its own engine; its summary."""
     with run.guard(), run:
         if run.finished is not None:
             return run.finished  # a finished run: nothing to do
-        with tqdm(run.remaining(), initial=run.done, total=federation.rounds, desc=aggregator.name,
+        with tqdm(run.remaining(), initial=run.done, total=run.federation.rounds, desc=run.aggregator.name,
                   unit="round", disable=not progress, dynamic_ncols=True) as bar:
             for t in bar:
                 t0 = time.perf_counter()
@@ -114,7 +119,7 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
                     t_eval = time.perf_counter()
                     r.evaluation = run.evaluate(r)
                     r.seconds["eval_s"] = time.perf_counter() - t_eval  # .item()s of the accuracies synchronize
-                r.seconds["wall_s"] = sync(device) - t0
+                r.seconds["wall_s"] = sync(run.device) - t0
                 run.record(r)
                 bar.set_postfix(run.recorder.progress)
         return run.summary()
@@ -176,18 +181,22 @@ class FederatedRun:
             if ckpt is not None:
                 self.params, self.buffers = ckpt["params"], ckpt["buffers"]
                 self.state, self.opt.state, self.done = ckpt["aggregator"], ckpt["optimizer_state"], ckpt["round"]
-            f = self.federation
-            log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(), type(self.engine).__name__,
-                     f"; resuming after round {self.done}" if self.done else "")
-            log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
-                     f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
-                     sum(p.numel() for p in self.params.values()))
+            with self.dir.speaks():
+                self._log_start()
             self.recorder.open(class_counts(self.parts, self.labels, self.data.num_classes),
                                ckpt and ckpt["offsets"], self.done + 1, self.config)
         except BaseException:
             self.dir.close()
             raise
         return self
+
+    def _log_start(self) -> None:
+        f = self.federation
+        log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(), type(self.engine).__name__,
+                 f"; resuming after round {self.done}" if self.done else "")
+        log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
+                 f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
+                 sum(p.numel() for p in self.params.values()))
 
     def __exit__(self, *exc) -> None:
         self.dir.close()
