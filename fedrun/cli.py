@@ -30,11 +30,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fedrun import engines, results, settings
 from fedrun.augment import make_augmentation
+from fedrun.batched import BatchedEngine
 from fedrun.data import NORMALIZATIONS, check_labels, prepare
 from fedrun.errors import ConfigError, DataError, FedrunError, Interrupted, NoSpaceError, check, first_line
 from fedrun.rundir import refuse_existing_run
-from fedrun.batched import BatchedEngine
 from fedrun.simulation import FederatedRun, run_alone
+
+# hydra/launcher=population: its config registers on import; main() registers its class.
+from hydra_plugins.fedrun_population_launcher.population_launcher import PopulationLauncher
 
 log = logging.getLogger("fedrun")
 
@@ -455,6 +458,11 @@ def main() -> None:
             _fail(e, e.exit_code)
         except KeyboardInterrupt:
             _fail(Interrupted(None), Interrupted.exit_code)
+    # Hydra's plugin scan finds the launcher in an installed wheel, but not behind an editable
+    # install's import hook: registered by hand, it is found either way.
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance().register(PopulationLauncher)
     code = 0
     try:
         _hydra_main()

@@ -1,0 +1,1 @@
+"""fedrun's Hydra launcher ``hydra/launcher=population`` (see :mod:`.population_launcher`)."""
