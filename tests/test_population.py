@@ -1,0 +1,229 @@
+"""Populations (:mod:`fedrun.population`, ``hydra/launcher=population``): runs trained together
+write the CSVs each run writes alone on the batched engine."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import compose, fedrun_ok, run_fedrun, tiny_mlp
+
+from fedrun.batched import BatchedEngine, Share, train_shares
+from fedrun.cli import federated_run
+from fedrun.data import prepare, synthetic
+from fedrun.errors import DivergenceError, Interrupted
+from fedrun.evaluation import evaluate, evaluate_stacked
+from fedrun.local_training import LocalTraining
+from fedrun.population import simulate_population
+from fedrun.recorder import TIMING_COLUMNS
+from fedrun.regularizers import LayerAdaptive, Proximal
+from fedrun.simulation import run_alone
+
+# Small runs: synthetic 8x8 images, 10 clients, 3 a round.
+BASE = ["dataset=synthetic", "dataset.load.num_train=300", "dataset.load.num_test=100", "dataset.image_size=8",
+        "hyperparams.rounds=3", "hyperparams.num_clients=10", "hyperparams.client_fraction=0.3", "progress=false",
+        "device=cpu", "engine=batched", "model=mlp", "model.hidden=[16]"]
+# One population of every aggregator family, with what makes runs differ: seeds, client optimizer
+# settings, batch size, epochs, stragglers, drop-outs, carried optimizer state, the PD-VL
+# reference learner, fewer rounds, evaluation every other round, a validation split's absence.
+MEMBERS = {
+    "fedavg": ["aggregator=fedavg"],
+    "fedprox_stragglers": ["aggregator=fedprox", "aggregator.mu=0.1", "hyperparams.stragglers=0.5",
+                           "hyperparams.local_epochs=2", "seed=1"],
+    "fedlap": ["aggregator=fedlap", "hyperparams.local_epochs=3", "hyperparams.lr=0.1"],
+    "fednnnn": ["aggregator=fednnnn", "hyperparams.batch_size=16", "seed=2"],
+    "normnorm_fewer_rounds": ["aggregator=normnorm", "hyperparams.rounds=2", "hyperparams.eval_every=2"],
+    "momentum_sgdm": ["aggregator=momentum", "hyperparams.momentum=0.9", "hyperparams.optimizer_state=average",
+                      "hyperparams.weight_decay=0.001"],
+    "fedadp_dropouts": ["aggregator=fedadp", "hyperparams.dropouts=0.3", "seed=3"],
+    "fedlayerwise_adam": ["aggregator=fedlayerwise", "hyperparams.optimizer=adam", "hyperparams.lr=0.001",
+                          "hyperparams.optimizer_state=local"],
+    "fedadam_vanilla": ["aggregator=fedadam", "vanilla_every=2", "hyperparams.client_fraction=0.5"],
+}
+CSVS = ("rounds", "layers", "clients", "client_layers", "output_layer", "partition")
+
+
+def build(overrides, run_dir, datasets=None, **kwargs):
+    base = [o for o in BASE if not o.startswith("model")] if any(o.startswith("model=") for o in overrides) else BASE
+    return federated_run(compose(base + overrides), run_dir, {}, list(overrides), datasets, **kwargs)
+
+
+def assert_same_csvs(a, b, rtol=1e-5):
+    """Every CSV of two run directories: the same rows and text columns, numbers to ``rtol``
+    (the timing columns aside); the same summary keys and checkpoint round."""
+    for name in CSVS:
+        x, y = (pd.read_csv(d / f"{name}.csv").drop(columns=list(TIMING_COLUMNS), errors="ignore") for d in (a, b))
+        assert list(x.columns) == list(y.columns) and x.shape == y.shape, name
+        numbers = x.select_dtypes("number").columns
+        pd.testing.assert_frame_equal(x.drop(columns=numbers), y.drop(columns=numbers), obj=name)
+        np.testing.assert_allclose(x[numbers].to_numpy(float), y[numbers].to_numpy(float), rtol=rtol, atol=1e-7,
+                                   equal_nan=True, err_msg=f"{a.name}/{name}.csv")
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sa.keys() == sb.keys() and sa["rounds"] == sb["rounds"]
+    assert torch.load(a / "checkpoint.pt")["round"] == torch.load(b / "checkpoint.pt")["round"]
+
+
+# ----------------------------------------------------------------------------- the engine
+
+def test_train_shares_equals_each_share_alone():
+    """Shares of different runs (seeds, learning rates, momentum, Adam, batch sizes, epochs,
+    stragglers, FedProx and FedLap, carried optimizer state) in one lock-step call, cut into
+    chunks that straddle shares: each share's results are its own call's."""
+    raw = synthetic(num_train=120, num_test=10, channels=1, image_size=4, num_classes=10, seed=3)
+    data = prepare(raw, None, None)
+    model = tiny_mlp()
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    buffers = {}
+    parts = [torch.arange(i, 120, 6) for i in range(6)]  # 20 samples each
+    sgdm = LocalTraining(epochs=2, batch_size=8, lr=0.1, momentum=0.9, optimizer_state="local")
+    specs = [  # (local, regularizer, seed, clients, epochs, lr, start state)
+        (LocalTraining(epochs=2, batch_size=8, lr=0.1), None, 0, [0, 1, 2], None, None, None),
+        (LocalTraining(epochs=2, batch_size=5, lr=0.05), Proximal(0.5), 1, [3, 4], [2, 1], None, None),
+        (LocalTraining(epochs=3, batch_size=8, lr=0.1), LayerAdaptive(0.5), 2, [0, 5], None, 0.02, None),
+        (sgdm, None, 3, [1, 2], None, None, {k: torch.randn(2, *v.shape) * 0.1 for k, v in sgdm.fresh_state(params).items()}),
+        (LocalTraining(epochs=1, batch_size=8, lr=0.01, optimizer="adam"), None, 4, [4], None, None, None),
+        (LocalTraining(epochs=2, batch_size=8, lr=0.1), None, 5, [3], None, None, None),  # shares the first's cohort
+    ]
+    shares, alone = [], []
+    for n, (local, reg, seed, clients, epochs, lr, start) in enumerate(specs):
+        engine = BatchedEngine(model, data.train_x, data.train_y, local, reg, seed, clients_per_step=4)
+        start_params = {k: v + 0.01 * n for k, v in params.items()}  # every run has its own w_t
+        args = (start_params, buffers, clients, [parts[k] for k in clients], 1 + n % 2, epochs, lr, start)
+        shares.append(Share(engine, *args))
+        alone.append(engine.train(*args))
+    together = train_shares(shares)
+    for a, b in zip(alone, together):
+        assert a.clients == b.clients and a.steps.tolist() == b.steps.tolist() and a.epochs.tolist() == b.epochs.tolist()
+        for k in a.deltas:
+            torch.testing.assert_close(b.deltas[k], a.deltas[k], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(b.loss, a.loss)
+        assert a.extras.keys() == b.extras.keys()
+        for k in a.extras:
+            torch.testing.assert_close(b.extras[k], a.extras[k])
+        assert (a.opt_states is None) == (b.opt_states is None)
+        for k in a.opt_states or {}:
+            torch.testing.assert_close(b.opt_states[k], a.opt_states[k], rtol=1e-5, atol=1e-7)
+    assert together[1].steps.tolist() == [2 * 4, 4]  # 20 samples in batches of 5, a straggler's one epoch
+
+
+def test_evaluate_stacked_equals_evaluate(tiny_data):
+    """The vmapped evaluation of many models gives each model's own accuracy and loss."""
+    models = [tiny_mlp(seed) for seed in range(3)]
+    states = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in models]
+    one = [evaluate(models[0], s, tiny_data.test_x, tiny_data.test_y, 7) for s in states]
+    many = evaluate_stacked(models[0], states, tiny_data.test_x, tiny_data.test_y, 3 * 7)
+    for (acc, loss), (acc2, loss2) in zip(one, many):
+        assert acc == acc2 and loss == pytest.approx(loss2, rel=1e-6)
+    assert len({acc for acc, _ in one}) > 1 or len({loss for _, loss in one}) == 3  # distinct models
+
+
+# ----------------------------------------------------------------------------- whole runs
+
+@pytest.mark.slow
+def test_population_equals_runs_alone(tmp_path):
+    """Every aggregator family, trained as one population, writes each run's CSVs as alone."""
+    datasets = {}
+    runs = [build(o, tmp_path / f"pop_{name}", datasets, batched=True) for name, o in MEMBERS.items()]
+    assert len(datasets) == 1 and all(r.data is runs[0].data for r in runs)  # one copy of the data
+    outcomes = simulate_population(runs, progress=False)
+    assert all(isinstance(o, dict) for o in outcomes), outcomes
+    for (name, overrides), outcome in zip(MEMBERS.items(), outcomes):
+        summary = run_alone(build(overrides, tmp_path / f"alone_{name}"), progress=False)
+        assert outcome["rounds"] == summary["rounds"] == (2 if "fewer" in name else 3)
+        assert_same_csvs(tmp_path / f"alone_{name}", tmp_path / f"pop_{name}")
+
+
+@pytest.mark.slow
+def test_population_of_batchnorm_cnns(tmp_path):
+    """A CNN with torch.nn BatchNorm (the fused per-client BatchNorm across runs), two seeds."""
+    cnn = ["model=cifar10_cnn", "dataset.channels=3", "dataset.image_size=32", "dataset.load.num_train=200",
+           "hyperparams.rounds=2"]
+    members = [cnn + ["aggregator=fedavg"], cnn + ["aggregator=fednnnn", "seed=1"]]
+    datasets = {}
+    runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
+    assert all(isinstance(o, dict) for o in simulate_population(runs, progress=False))
+    for n, overrides in enumerate(members):
+        run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
+        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}", rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_alone(tmp_path):
+    """A run whose model becomes NaN stops with its error and the rounds before it on disk; the
+    others finish as if it had never been there."""
+    members = [["aggregator=fedavg"], ["aggregator=fedavg", "hyperparams.lr=1e30"], ["aggregator=fednnnn"]]
+    datasets = {}
+    runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
+    outcomes = simulate_population(runs, progress=False)
+    assert isinstance(outcomes[1], DivergenceError), outcomes[1]
+    stopped = int(str(outcomes[1]).split(":")[0].removeprefix("round "))  # "round 3: parameter ... is NaN"
+    assert not (tmp_path / "pop1" / "summary.json").exists()
+    assert len(pd.read_csv(tmp_path / "pop1" / "rounds.csv")) == stopped - 1
+    assert torch.load(tmp_path / "pop1" / "checkpoint.pt")["round"] == stopped - 1
+    for n in (0, 2):
+        run_alone(build(members[n], tmp_path / f"alone{n}"), progress=False)
+        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}")
+
+
+@pytest.mark.slow
+def test_interrupted_population_resumes_identically(tmp_path, monkeypatch):
+    """Ctrl-C while the runs record round 2 (one has checkpointed it, the others not): resumed,
+    every run ends byte-identical to an uninterrupted population."""
+    members = [MEMBERS["fedavg"], MEMBERS["momentum_sgdm"], MEMBERS["fedlayerwise_adam"]]
+    datasets = {}
+    whole = [build(o, tmp_path / f"whole{n}", datasets, batched=True) for n, o in enumerate(members)]
+    simulate_population(whole, progress=False)
+
+    from fedrun.simulation import FederatedRun
+    record = FederatedRun.record
+
+    def interrupt(self, r):
+        if r.round == 2 and self.run_dir.name == "cut1":
+            raise KeyboardInterrupt
+        record(self, r)
+
+    monkeypatch.setattr(FederatedRun, "record", interrupt)
+    cut = [build(o, tmp_path / f"cut{n}", datasets, batched=True) for n, o in enumerate(members)]
+    with pytest.raises(Interrupted):
+        simulate_population(cut, progress=False)
+    monkeypatch.setattr(FederatedRun, "record", record)
+    done = [torch.load(tmp_path / f"cut{n}" / "checkpoint.pt")["round"] for n in range(3)]
+    assert done == [2, 1, 1]  # interrupted in run 1's record: run 0 had recorded round 2
+    resumed = [federated_run(compose(BASE + o + ["resume=true"]), tmp_path / f"cut{n}", {}, list(o), datasets,
+                             batched=True) for n, o in enumerate(members)]
+    assert all(isinstance(o, dict) for o in simulate_population(resumed, progress=False))
+    for n in range(3):
+        assert_same_csvs(tmp_path / f"whole{n}", tmp_path / f"cut{n}", rtol=0)
+        for name in CSVS:
+            if name != "rounds":
+                assert (tmp_path / f"whole{n}" / f"{name}.csv").read_bytes() == \
+                       (tmp_path / f"cut{n}" / f"{name}.csv").read_bytes()
+
+
+# ----------------------------------------------------------------------------- the launcher
+
+@pytest.mark.slow
+def test_population_launcher_sweep(tmp_path):
+    """``hydra/launcher=population``: jobs grouped by data, model and engine (at most
+    ``max_runs`` a population), a sequential-engine job and a lone job run as usual, a diverging
+    job listed at the end with a non-zero exit, the others' results those of the basic launcher."""
+    sweep = ["-m", *[o for o in BASE if o != "engine=batched"], "hyperparams.rounds=2",
+             "aggregator=fedavg,fednnnn", "hyperparams.lr=0.05,1e30", "engine=batched,sequential"]
+    proc = run_fedrun(sweep + ["hydra/launcher=population", "hydra.launcher.max_runs=3",
+                               f"hydra.sweep.dir={tmp_path / 'pop'}"], tmp_path, timeout=300)
+    assert proc.returncode != 0
+    err = proc.stdout + proc.stderr
+    # Jobs 0-7: (fedavg, fednnnn) x (0.05, 1e30) x (batched, sequential), the last setting fastest.
+    assert "population of 3 runs (jobs 0, 2, 4)" in err and "job 6 runs alone: no other job" in err
+    assert "job 1 runs alone: engine=sequential" in err
+    failed = [line for line in err.splitlines() if line.startswith("fedrun: error: job ")]
+    assert [line.split(":")[2].strip() for line in failed] == ["job 2", "job 3", "job 6", "job 7"]
+    assert "4 job(s) of the sweep failed" in err
+    basic = [o for o in sweep if not o.startswith(("hyperparams.lr=", "engine="))]
+    fedrun_ok(basic + ["engine=batched", "hyperparams.lr=0.05", f"hydra.sweep.dir={tmp_path / 'basic'}"], tmp_path)
+    for pop, basic in ((0, 0), (4, 1)):  # lr=0.05 on the batched engine: fedavg, fednnnn
+        assert_same_csvs(tmp_path / "basic" / str(basic), tmp_path / "pop" / str(pop))
+    shutil.rmtree(tmp_path / "basic")
