@@ -22,8 +22,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import yaml
 

@@ -34,6 +34,9 @@ Workloads:
 ``fednnnn_mnist``    FedNNNN's MNIST run: K = 100, C = 1, B = 50, E = 5, 600 samples per client, 100 rounds
 ``fednnnn_cifar10``  FedNNNN's CIFAR-10 run: K = 100, C = 1, B = 50, E = 5, 500 per client, 250 rounds
 
+``population`` (``python scripts/bench.py population --help``): R runs trained as one population
+against the same runs one by one (:mod:`bench_population`).
+
 Usage::
 
     python scripts/bench.py small
@@ -46,6 +49,7 @@ from __future__ import annotations
 import argparse
 import functools
 import resource
+import sys
 import time
 from dataclasses import dataclass
 
@@ -270,6 +274,10 @@ def _duration(seconds: float) -> str:
 
 
 def main():
+    if sys.argv[1:2] == ["population"]:  # runs trained together vs one by one: scripts/bench_population.py
+        from bench_population import main as population
+
+        return population(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="+", choices=sorted(WORKLOADS))
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")

@@ -54,6 +54,23 @@ def test_bench_sweeps_chunk_sizes():
     assert bad.returncode == 2 and "--clients-per-step: '0' is not auto, all or a positive number" in bad.stderr
 
 
+def test_bench_population_against_one_by_one():
+    """``bench.py population``: both modes timed on the same runs, the speedup of their seconds
+    per round, the same test accuracies."""
+    done = script("bench.py", "population", "--workload", "tiny", "--rounds", "3", "--repeat", "1", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "population benchmark 'tiny': 3 runs, 3 rounds timed (of 10)" in out
+    rows = {mode: (float(seconds), float(speedup)) for mode, seconds, speedup in
+            re.findall(r"(one by one, batched engine|population)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)x", out)}
+    assert rows.keys() == {"one by one, batched engine", "population"}
+    (alone, one), (together, speedup) = rows["one by one, batched engine"], rows["population"]
+    assert one == 1.0 and together > 0 and speedup == pytest.approx(alone / together, rel=0.05, abs=0.02)
+    assert "largest difference 0.0000 over 3 runs x 3 rounds" in out
+    bad = script("bench.py", "population", "--runs", "1")
+    assert bad.returncode == 2 and "--runs must be at least 2" in bad.stderr
+
+
 def test_bench_rejects_bad_arguments_in_one_line():
     done = script("bench.py", "small", "--clients", "0")
     assert done.returncode == 2 and "--clients must be a positive number of clients, got 0" in done.stderr
