@@ -89,8 +89,11 @@ def check_population(runs: list[FederatedRun]) -> None:
         if run.data is not lead.data or torch.device(run.device) != torch.device(lead.device):
             raise ConfigError("hydra/launcher", "population", "the runs of a population share one training set "
                               "and device")
-        options = (run.engine.precision, run.engine.compile, type(run.model))
-        if options != (lead.engine.precision, lead.engine.compile, type(lead.model)):
+        def signature(r: FederatedRun) -> tuple:
+            shapes = tuple((k, tuple(v.shape)) for k, v in [*r.params.items(), *r.buffers.items()])
+            return r.engine.precision, r.engine.compile, type(r.model), shapes
+
+        if signature(run) != signature(lead):
             raise ConfigError("hydra/launcher", "population", "the runs of a population share the model "
                               "architecture and the engine's precision and compile settings")
 

@@ -18,6 +18,10 @@
 #   bash scripts/gpu_check.sh bookkeeping  bench_bookkeeping.py: aggregation, diagnostics, rows and
 #                                        checkpoint per round (and host transfers), MLP and MNIST CNN,
 #                                        10 and 100 clients a round, batched engine (~3 min)
+#   bash scripts/gpu_check.sh population  bench.py population: FedNNNN's 25-run MNIST grid (beta x gamma),
+#                                        3 rounds one by one vs as one population (~5-8 min)
+#   bash scripts/gpu_check.sh populationrun  the whole 25-run grid, 100 rounds, from the CLI with
+#                                        hydra/launcher=population on FashionMNIST, timed (target < 5 min)
 #
 # Logs and CSVs go to $OUT if set, else outputs/gpu_check.
 # A GPU machine without network access, with torch but not hydra-core/omegaconf: carry them as
@@ -28,7 +32,7 @@
 #   mkdir -p .gpudata && cp ../shared/data/fashion-mnist/*.gz .gpudata/
 # and name both in the call's carry: ["./.whl", "./.gpudata"].
 set -uo pipefail
-stage=${1:?usage: bash scripts/gpu_check.sh tests|bench|chunks|modes|accuracy|fullrun|bookkeeping}
+stage=${1:?usage: bash scripts/gpu_check.sh tests|bench|chunks|modes|accuracy|fullrun|bookkeeping|population|populationrun}
 out=${OUT:-outputs/gpu_check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -79,6 +83,22 @@ fullrun)
     $py -c "import pandas as pd; r = pd.read_csv('$out/fullrun/rounds.csv').iloc[1:]; rest = r.wall_s - r.train_s - r.eval_s; print(f'rounds 2-{len(r) + 1}: train {r.train_s.mean():.3f} s, eval {r.eval_s.mean():.3f} s, bookkeeping {rest.mean():.3f} s a round ({rest.sum() / r.wall_s.sum():.1%} of the wall time)')" | tee -a "$out/fullrun.log"
     cp "$out/fullrun/rounds.csv" "$out/fullrun_rounds.csv" && rm -rf "$out/fullrun"
     ;;
+population)
+    # 25 runs of FedNNNN's MNIST grid (beta x gamma): 3 rounds each one by one, then as a population.
+    $py scripts/bench.py population --workload grid --rounds 3 --repeat 1 --device cuda 2>&1 \
+        | grep -v 'round/s' | tee "$out/population.log"
+    ;;
+populationrun)
+    # The whole 25-run grid from the CLI as one population, 100 rounds (FashionMNIST: MNIST's shapes).
+    start=$(date +%s)
+    $py -m fedrun -m experiment=fednnnn/mnist_iid_b dataset=fmnist device=cuda progress=false aggregator=fednnnn \
+        aggregator.beta=0.5,0.6,0.7,0.8,0.9 aggregator.gamma=0.5,0.6,0.7,0.8,0.9 hydra/launcher=population \
+        hydra.sweep.dir="$out/populationrun" 2>&1 | grep -e 'population of' -e 'runs alone' -e 'error' | tee "$out/populationrun.log"
+    echo "25-run FedNNNN MNIST-shaped grid as a population: $(( $(date +%s) - start )) s wall, process start to exit" \
+        | tee -a "$out/populationrun.log"
+    $py -c "import pandas as pd; r = pd.read_csv('$out/populationrun/0/rounds.csv').iloc[1:]; print(f'rounds 2-{len(r) + 1}: train {r.train_s.mean():.3f} s, eval {r.eval_s.mean():.3f} s, all {r.wall_s.mean():.3f} s a round for the 25 runs')" | tee -a "$out/populationrun.log"
+    rm -rf "$out/populationrun"
+    ;;
 bookkeeping)
     for model in mlp mnist_cnn; do
         $py scripts/bench_bookkeeping.py --model $model --device cuda --engine batched --clients 10,100 \
@@ -86,6 +106,6 @@ bookkeeping)
     done
     ;;
 *)
-    echo "gpu_check: stage must be one of tests, bench, chunks, modes, accuracy, fullrun, bookkeeping (got '$stage')"; exit 2
+    echo "gpu_check: stage must be one of tests, bench, chunks, modes, accuracy, fullrun, bookkeeping, population, populationrun (got '$stage')"; exit 2
     ;;
 esac

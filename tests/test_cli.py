@@ -212,11 +212,9 @@ def test_existing_run_without_checkpoint_keeps_its_config(base_run, tmp_path):
 
 # ----------------------------------------------------------------------------- errors
 
+# Out-of-range values are test_bad_input.py's catalogue (one driver process); these are the
+# three kinds of error Hydra itself raises, seen through a fresh process each.
 @pytest.mark.parametrize("overrides,setting", [
-    (["aggregator.beta=-1"], "aggregator.beta"),
-    (["hyperparams.num_clients=0"], "hyperparams.num_clients"),
-    (["hyperparams.client_fraction=1.5"], "hyperparams.client_fraction"),
-    (["partition=classes", "partition.classes_per_client=11"], "partition.classes_per_client"),
     (["aggregator=nosuch"], "aggregator"),
     (["nosuchkey=1"], "nosuchkey"),
     (["hyperparams.lr=abc"], "hyperparams.lr"),
@@ -269,13 +267,6 @@ def test_divergence_stops_with_nan_error(tmp_path):
     assert rounds["round"].tolist() == list(range(1, failed))
     assert len(pd.read_csv(run_dir / "clients.csv")) == 2 * (failed - 1)
     assert not (run_dir / "summary.json").exists()
-
-
-def test_divergence_with_fednnnn_is_reported(tmp_path):
-    run_dir = tmp_path / "nan"
-    proc = run_fedrun([*TINY, "hyperparams.lr=1e6", "hyperparams.rounds=3", f"hydra.run.dir={run_dir}"],
-                      tmp_path)
-    assert proc.returncode != 0 and "NaN" in proc.stderr
 
 
 def test_a_failed_sweep_job_does_not_stop_the_sweep(tmp_path):
