@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # Images x models per vmapped evaluation call, in units of the device's evaluation batch: the
 # stacked forward holds this many images' activations at once.
 EVAL_MODELS_FACTOR = 4
+# Evaluate the runs' models in one vmapped pass: None on CUDA only (evaluate_runs says why).
+STACKED_EVALUATION: bool | None = None
 
 
 def simulate_population(runs: list[FederatedRun], progress: bool = True) -> list[dict | FedrunError]:
@@ -178,7 +180,8 @@ def evaluate_runs(runs: list[FederatedRun], records: list) -> list[dict]:
     if not runs:
         return []
     device = torch.device(runs[0].device)
-    if device.type != "cuda":
+    stacked = device.type == "cuda" if STACKED_EVALUATION is None else STACKED_EVALUATION
+    if not stacked:
         return [run.evaluate(r) for run, r in zip(runs, records)]
     plans = [evaluation_plan(r.models, run.buffers, run.aggregator.evaluate, run.data) for run, r in zip(runs, records)]
     entries = [(n, j) for n, plan in enumerate(plans) for j in range(len(plan))]

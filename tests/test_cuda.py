@@ -134,3 +134,21 @@ def test_whole_run_on_cuda_matches_the_cpu(tmp_path, repo_root):
         runs[device] = pd.read_csv(out / "rounds.csv")
     for col in ("test_acc", "N", "E", "train_loss"):
         np.testing.assert_allclose(runs["cpu"][col], runs["cuda"][col], rtol=1e-3, atol=2e-3, err_msg=col)
+
+
+def test_population_on_cuda_equals_runs_alone(tmp_path):
+    """A population on the GPU (auto chunk from free memory, stacked evaluation): each run's
+    CSVs are those of the run alone on the batched engine on the GPU."""
+    from test_population import BASE, MEMBERS, assert_same_csvs, build
+
+    from fedrun.population import simulate_population
+    from fedrun.simulation import run_alone
+
+    members = [MEMBERS[k] + ["device=cuda"] for k in ("fedavg", "fednnnn", "fedprox_stragglers", "fedlap")]
+    assert "device=cpu" in BASE  # overridden per member
+    datasets = {}
+    runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
+    assert all(isinstance(o, dict) for o in simulate_population(runs, progress=False))
+    for n, overrides in enumerate(members):
+        run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
+        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}", rtol=1e-4)

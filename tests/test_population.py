@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import compose, run_fedrun, tiny_mlp
+from conftest import CONF_DIR, compose, run_fedrun, tiny_mlp
 
+from fedrun import population
 from fedrun.batched import BatchedEngine, Share, train_shares
 from fedrun.cli import federated_run
 from fedrun.data import prepare, synthetic
@@ -41,6 +42,9 @@ MEMBERS = {
     "fedlayerwise_adam": ["aggregator=fedlayerwise", "hyperparams.optimizer=adam", "hyperparams.lr=0.001",
                           "hyperparams.optimizer_state=local"],
     "fedadam_vanilla": ["aggregator=fedadam", "vanilla_every=2", "hyperparams.client_fraction=0.5"],
+    "fedavgm": ["aggregator=fedavgm", "seed=4"],
+    "fedadagrad": ["aggregator=fedadagrad", "hyperparams.local_epochs=2"],
+    "fedyogi_nesterov": ["aggregator=fedyogi", "hyperparams.momentum=0.5", "hyperparams.nesterov=true"],
 }
 CSVS = ("rounds", "layers", "clients", "client_layers", "output_layer", "partition")
 
@@ -121,9 +125,14 @@ def test_evaluate_stacked_equals_evaluate(tiny_data):
 
 # ----------------------------------------------------------------------------- whole runs
 
+def test_every_aggregator_has_a_population_member():
+    chosen = {o.split("=")[1] for overrides in MEMBERS.values() for o in overrides if o.startswith("aggregator=")}
+    assert chosen == {p.stem for p in (CONF_DIR / "aggregator").glob("*.yaml")}
+
+
 @pytest.mark.slow
 def test_population_equals_runs_alone(tmp_path):
-    """Every aggregator family, trained as one population, writes each run's CSVs as alone."""
+    """Every aggregator, trained in one population, writes each run's CSVs as alone."""
     datasets = {}
     runs = [build(o, tmp_path / f"pop_{name}", datasets, batched=True) for name, o in MEMBERS.items()]
     assert len(datasets) == 1 and all(r.data is runs[0].data for r in runs)  # one copy of the data
@@ -147,6 +156,23 @@ def test_population_of_batchnorm_cnns(tmp_path):
     for n, overrides in enumerate(members):
         run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
         assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}", rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_stacked_evaluation_of_a_population(tmp_path, monkeypatch):
+    """The GPU's evaluation path (every run's models in one vmapped pass), here on the CPU: test
+    and validation columns, and FedNNNN's two models, as each run evaluates them alone."""
+    monkeypatch.setattr(population, "STACKED_EVALUATION", True)
+    members = [["aggregator=fednnnn"], ["aggregator=fedavg"], ["aggregator=fedlayerwise", "hyperparams.eval_every=2"]]
+    split = ["hyperparams.validation_fraction=0.2", "hyperparams.rounds=2"]
+    datasets = {}
+    runs = [build(o + split, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
+    assert all(isinstance(o, dict) for o in simulate_population(runs, progress=False))
+    for n, overrides in enumerate(members):
+        run_alone(build(overrides + split, tmp_path / f"alone{n}"), progress=False)
+        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}")
+    rounds = pd.read_csv(tmp_path / "pop0" / "rounds.csv")
+    assert rounds[["val_acc", "sent_test_acc", "average_test_acc"]].notna().all().all()
 
 
 @pytest.mark.slow
