@@ -148,20 +148,6 @@ class BatchedEngine:
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
-    def _schedule(self, clients: list[int], indices: list[torch.Tensor], round_: int,
-                  epochs: list[int]) -> list[list[torch.Tensor]]:
-        """Each client's batches (index tensors), in the sequential engine's order."""
-        out = []
-        for k, idx, e in zip(clients, indices, epochs):
-            shuffle = torch_generator(self.seed, "shuffle", round_, k)
-            batches = []
-            for _ in range(e):
-                order = idx[torch.randperm(len(idx), generator=shuffle).to(idx.device)]
-                batches += list(order.split(self.local.batch_size))
-            out.append(batches)
-        return out
-
-
 @dataclass
 class Share:
     """One learner group's part of a lock-step training call: the arguments of
@@ -270,6 +256,42 @@ def _cohorts(shares: list[Share], spans: list[tuple[int, int]], stacked: Params,
     return cohorts
 
 
+class _Schedule:
+    """Every row's batches (index tensors into the training set), in the sequential engine's
+    order: client k of a share shuffles its samples once per local epoch with the generator
+    ``(seed, "shuffle", round, k)`` and cuts them into batches of B (the last one smaller when B
+    does not divide n_k).
+
+    The permutations are drawn on the CPU (the generators are), then all rows' batches come from
+    one transfer and one gather on the device, not one per client and epoch.  When every row has
+    the same number of steps of one full batch size (the usual case: n_k a multiple of B, no
+    stragglers), ``table[row, step]`` holds them all and a step's batch is one slice."""
+
+    def __init__(self, shares: list[Share]):
+        positions, cuts, offset = [], [], 0
+        for share in shares:
+            b = share.engine.local.batch_size
+            for k, idx, e in zip(share.clients, share.indices, share.epochs):
+                n = len(idx)
+                shuffle = torch_generator(share.engine.seed, "shuffle", share.round_, k)
+                positions += [torch.randperm(n, generator=shuffle) + offset for _ in range(e)]
+                cuts.append([min(b, n - i) for _ in range(e) for i in range(0, n, b)])  # batch sizes
+                offset += n
+        everything = torch.cat([idx for share in shares for idx in share.indices])
+        order = everything[torch.cat(positions).to(everything.device)] if positions else everything
+        self.steps = [len(c) for c in cuts]
+        self.rows = [list(part.split(c)) for part, c in zip(order.split([sum(c) for c in cuts]), cuts)]
+        sizes = {size for c in cuts for size in c}
+        uniform = len(sizes) == 1 and len(set(self.steps)) == 1  # (no batches at all: not uniform)
+        self.table = order.view(len(cuts), self.steps[0], sizes.pop()) if uniform else None
+
+    def batch(self, rows: list[int], s: int, whole: bool, index: torch.Tensor) -> torch.Tensor:
+        """Step s's batches of ``rows`` (all of the same size), ``[g, b]``."""
+        if self.table is not None:
+            return self.table[:, s] if whole else self.table[index, s]
+        return torch.stack([self.rows[j][s] for j in rows])
+
+
 def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     """Train one chunk of m clients in lock-step: the sequential engine's loop, reorganized.
 
@@ -302,8 +324,8 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     augments = [s.engine.local.augment for s in shares]
     draws = [torch_generator(shares[owner[j]].engine.seed, "augment", shares[owner[j]].round_, k) if augments[owner[j]]
              else None for j, k in enumerate(c for s in shares for c in s.clients)]
-    schedule = [b for s in shares for b in s.engine._schedule(s.clients, s.indices, s.round_, s.epochs)]
-    steps = torch.tensor([len(b) for b in schedule])
+    schedule = _Schedule(shares)
+    steps = torch.tensor(schedule.steps)
     device = stacked[names[0]].device
     loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
     reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
@@ -314,15 +336,19 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
     torch.manual_seed(derive_seed(lead.seed, "forward-batched", shares[0].round_, shares[0].clients[0]))
 
-    for s in range(int(steps.max())):
+    regularized = [n for n, reg in enumerate(regs) if reg is not None]
+    for s in range(max(schedule.steps)):
         groups: dict[int, list[int]] = {}
-        for j, batches in enumerate(schedule):
-            if s < len(batches):
-                groups.setdefault(len(batches[s]), []).append(j)
-        starting = [j for j in range(m) if s < steps[j] and s % per_epoch[j] == 0]
-        for n, reg in enumerate(regs):  # FedLap recomputes lambda when a client starts an epoch
-            mine = [j - spans[n][0] for j in starting if owner[j] == n]
-            if reg is not None and mine:
+        if schedule.table is not None:
+            groups[schedule.table.shape[2]] = list(range(m))
+        else:
+            for j, batches in enumerate(schedule.rows):
+                if s < len(batches):
+                    groups.setdefault(len(batches[s]), []).append(j)
+        for n in regularized:  # FedLap recomputes lambda when a client starts an epoch
+            reg, (a, b) = regs[n], spans[n]
+            mine = [j - a for j in range(a, b) if s < schedule.steps[j] and s % per_epoch[j] == 0]
+            if mine:
                 part = stacked if len(shares) == 1 else {k: v[spans[n][0]:spans[n][1]] for k, v in stacked.items()}
                 reg.start_epoch(reg_states[n], torch.tensor(mine, device=device),
                                 torch.tensor([s == 0 for _ in mine], device=device), part, shares[n].params)
@@ -331,7 +357,7 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
             idx = torch.tensor(rows, device=device)
             p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
             b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
-            batch = torch.stack([schedule[j][s] for j in rows])  # [g, b]
+            batch = schedule.batch(rows, s, whole, idx)  # [g, b]
             if all(draws[j] is None for j in rows):
                 x = lead.x[batch.t()]  # [b, g, ...]: sample-major (see BatchedEngine.__init__)
             else:  # each client's own draws, in the sequential engine's order
@@ -343,9 +369,10 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
             loss = F.cross_entropy(logits.float().flatten(0, 1), lead.y[batch].flatten(),
                                    reduction="none").view(len(rows), b).mean(1)  # [g]
             total = loss.sum()
-            for n, reg in enumerate(regs):  # each share's penalty on its rows (contiguous in the group)
+            for n in regularized:  # each share's penalty on its rows (contiguous in the group)
+                reg = regs[n]
                 pos = [i for i, j in enumerate(rows) if owner[j] == n]
-                if reg is None or not pos:
+                if not pos:
                     continue
                 i0, i1 = pos[0], pos[-1] + 1
                 mine = idx[i0:i1] - spans[n][0]
