@@ -251,3 +251,17 @@ def test_population_launcher_sweep(tmp_path):
         run_alone(build(["hyperparams.rounds=2", f"aggregator={aggregator}"], tmp_path / f"alone{job}"), progress=False)
         assert_same_csvs(tmp_path / f"alone{job}", tmp_path / "pop" / str(job))
     assert (tmp_path / "pop" / "1" / "summary.json").is_file()  # a sequential job, run alone
+
+
+def test_the_launcher_survives_hydras_plugin_scan():
+    """Hydra's scan executes a plugin module before putting it in sys.modules (an installed wheel,
+    or a run from the checkout's root): the module must import that way."""
+    import importlib.util
+
+    from conftest import REPO_ROOT
+
+    path = REPO_ROOT / "hydra_plugins" / "fedrun_population_launcher" / "population_launcher.py"
+    spec = importlib.util.spec_from_file_location("hydra_plugins_scan_check.population_launcher", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # as hydra.core.plugins._scan_all_plugins does
+    assert module.PopulationLauncherConf().max_runs is None

@@ -11,8 +11,8 @@ recorded and listed at the end as with any launcher.
 Hydra imports every plugin at start-up, in any program: this module imports fedrun (and torch)
 only when it launches.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Hydra's plugin scan executes this module before it is
+# in sys.modules, where dataclasses would look its string annotations up.
 import json
 import logging
 import os
