@@ -139,16 +139,8 @@ def test_whole_run_on_cuda_matches_the_cpu(tmp_path, repo_root):
 def test_population_on_cuda_equals_runs_alone(tmp_path):
     """A population on the GPU (auto chunk from free memory, stacked evaluation): each run's
     CSVs are those of the run alone on the batched engine on the GPU."""
-    from test_population import BASE, MEMBERS, assert_same_csvs, build
+    from test_population import BASE, MEMBERS, population_equals_alone
 
-    from fedrun.population import simulate_population
-    from fedrun.simulation import run_alone
-
-    members = [MEMBERS[k] + ["device=cuda"] for k in ("fedavg", "fednnnn", "fedprox_stragglers", "fedlap")]
     assert "device=cpu" in BASE  # overridden per member
-    datasets = {}
-    runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
-    assert all(isinstance(o, dict) for o in simulate_population(runs, progress=False))
-    for n, overrides in enumerate(members):
-        run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
-        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}", rtol=1e-4)
+    members = [MEMBERS[k] + ["device=cuda"] for k in ("fedavg", "fednnnn", "fedprox_stragglers", "fedlap")]
+    population_equals_alone(tmp_path, members, rtol=1e-4)

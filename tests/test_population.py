@@ -69,6 +69,17 @@ def assert_same_csvs(a, b, rtol=1e-5):
     assert torch.load(a / "checkpoint.pt")["round"] == torch.load(b / "checkpoint.pt")["round"]
 
 
+def population_equals_alone(tmp_path, members, rtol=1e-5):
+    """Train ``members`` (override lists) as one population, then each alone: the same CSVs."""
+    datasets = {}
+    runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
+    outcomes = simulate_population(runs, progress=False)
+    assert all(isinstance(o, dict) for o in outcomes), outcomes
+    for n, overrides in enumerate(members):
+        run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
+        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}", rtol=rtol)
+
+
 # ----------------------------------------------------------------------------- the engine
 
 def test_train_shares_equals_each_share_alone():
@@ -149,13 +160,7 @@ def test_population_of_batchnorm_cnns(tmp_path):
     """A CNN with torch.nn BatchNorm (the fused per-client BatchNorm across runs), two seeds."""
     cnn = ["model=cifar10_cnn", "dataset.channels=3", "dataset.image_size=16", "dataset.load.num_train=200",
            "hyperparams.rounds=2"]
-    members = [cnn + ["aggregator=fedavg"], cnn + ["aggregator=fednnnn", "seed=1"]]
-    datasets = {}
-    runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
-    assert all(isinstance(o, dict) for o in simulate_population(runs, progress=False))
-    for n, overrides in enumerate(members):
-        run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
-        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}", rtol=1e-4)
+    population_equals_alone(tmp_path, [cnn + ["aggregator=fedavg"], cnn + ["aggregator=fednnnn", "seed=1"]], rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -165,12 +170,7 @@ def test_stacked_evaluation_of_a_population(tmp_path, monkeypatch):
     monkeypatch.setattr(population, "STACKED_EVALUATION", True)
     members = [["aggregator=fednnnn"], ["aggregator=fedavg"], ["aggregator=fedlayerwise", "hyperparams.eval_every=2"]]
     split = ["hyperparams.validation_fraction=0.2", "hyperparams.rounds=2"]
-    datasets = {}
-    runs = [build(o + split, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
-    assert all(isinstance(o, dict) for o in simulate_population(runs, progress=False))
-    for n, overrides in enumerate(members):
-        run_alone(build(overrides + split, tmp_path / f"alone{n}"), progress=False)
-        assert_same_csvs(tmp_path / f"alone{n}", tmp_path / f"pop{n}")
+    population_equals_alone(tmp_path, [o + split for o in members])
     rounds = pd.read_csv(tmp_path / "pop0" / "rounds.csv")
     assert rounds[["val_acc", "sent_test_acc", "average_test_acc"]].notna().all().all()
 
