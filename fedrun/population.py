@@ -74,7 +74,7 @@ def simulate_population(runs: list[FederatedRun], progress: bool = True) -> list
         if live:
             _rounds(runs, live, outcomes, progress)
     except KeyboardInterrupt:
-        raise Interrupted(min((runs[i].done for i in live), default=None)) from None
+        raise Interrupted(min((runs[i].saved_round() for i in live), default=None)) from None
     finally:
         for i in live:
             runs[i].__exit__(None, None, None)

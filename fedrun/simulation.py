@@ -38,7 +38,7 @@ from fedrun.params import split_state
 from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
 from fedrun.recorder import Recorder, RoundRecord
-from fedrun.rundir import RunDirectory, refuse_existing_run
+from fedrun.rundir import CHECKPOINT, RunDirectory, refuse_existing_run
 from fedrun.seeding import clients_per_round, sample_clients
 from fedrun.sequential import SequentialEngine
 
@@ -207,12 +207,23 @@ class FederatedRun:
         try:
             yield
         except KeyboardInterrupt:
-            raise Interrupted(self.done) from None
+            raise Interrupted(self.saved_round()) from None
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceError(f"no space left on the device writing to {self.run_dir} (after round "
                                    f"{self.done}); free space, then resume with resume=true") from None
             raise
+
+    def saved_round(self) -> int:
+        """The round of the checkpoint on disk: what a resume continues after.  Read from the file,
+        since Ctrl-C may land between the checkpoint's rename and ``self.done``'s update."""
+        path = self.run_dir / CHECKPOINT
+        if self.dir is None or not path.is_file():
+            return self.done
+        try:
+            return int(torch.load(path, map_location="cpu", weights_only=True)["round"])
+        except Exception:  # noqa: BLE001 - unreadable: the in-memory count is the best left
+            return self.done
 
     def remaining(self) -> range:
         return range(self.done + 1, self.federation.rounds + 1)
