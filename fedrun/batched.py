@@ -36,6 +36,7 @@ bitwise, and changing ``clients_per_step`` changes the draws.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import math
@@ -227,7 +228,6 @@ class _Cohort:
 
     def __init__(self, optimizer, lr: float | None, rows: list[int], state: dict):
         self.optimizer, self.lr, self.state = optimizer, lr, state
-        self.rows = torch.tensor(rows)
         self.local = {r: i for i, r in enumerate(rows)}  # chunk row -> row of the cohort's state
 
 
@@ -324,6 +324,7 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     augments = [s.engine.local.augment for s in shares]
     draws = [torch_generator(shares[owner[j]].engine.seed, "augment", shares[owner[j]].round_, k) if augments[owner[j]]
              else None for j, k in enumerate(c for s in shares for c in s.clients)]
+    augmented = any(d is not None for d in draws)
     schedule = _Schedule(shares)
     steps = torch.tensor(schedule.steps)
     device = stacked[names[0]].device
@@ -346,11 +347,11 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
                 if s < len(batches):
                     groups.setdefault(len(batches[s]), []).append(j)
         for n in regularized:  # FedLap recomputes lambda when a client starts an epoch
-            reg, (a, b) = regs[n], spans[n]
-            mine = [j - a for j in range(a, b) if s < schedule.steps[j] and s % per_epoch[j] == 0]
+            lo, hi = spans[n]
+            mine = [j - lo for j in range(lo, hi) if s < schedule.steps[j] and s % per_epoch[j] == 0]
             if mine:
-                part = stacked if len(shares) == 1 else {k: v[spans[n][0]:spans[n][1]] for k, v in stacked.items()}
-                reg.start_epoch(reg_states[n], torch.tensor(mine, device=device),
+                part = stacked if len(shares) == 1 else {k: v[lo:hi] for k, v in stacked.items()}
+                regs[n].start_epoch(reg_states[n], torch.tensor(mine, device=device),
                                 torch.tensor([s == 0 for _ in mine], device=device), part, shares[n].params)
         for b, rows in groups.items():
             whole = len(rows) == m
@@ -358,7 +359,7 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
             p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
             b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
             batch = schedule.batch(rows, s, whole, idx)  # [g, b]
-            if all(draws[j] is None for j in rows):
+            if not augmented:
                 x = lead.x[batch.t()]  # [b, g, ...]: sample-major (see BatchedEngine.__init__)
             else:  # each client's own draws, in the sequential engine's order
                 x = torch.stack([lead.x[batch[i]] if draws[j] is None else augments[owner[j]](lead.x[batch[i]], draws[j])
@@ -369,14 +370,12 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
             loss = F.cross_entropy(logits.float().flatten(0, 1), lead.y[batch].flatten(),
                                    reduction="none").view(len(rows), b).mean(1)  # [g]
             total = loss.sum()
-            for n in regularized:  # each share's penalty on its rows (contiguous in the group)
-                reg = regs[n]
-                pos = [i for i, j in enumerate(rows) if owner[j] == n]
-                if not pos:
+            for n in regularized:  # each share's penalty on its rows: rows i0:i1 of the (sorted) group
+                i0, i1 = bisect.bisect_left(rows, spans[n][0]), bisect.bisect_left(rows, spans[n][1])
+                if i0 == i1:
                     continue
-                i0, i1 = pos[0], pos[-1] + 1
                 mine = idx[i0:i1] - spans[n][0]
-                pen = reg.penalty(reg_states[n], {k: v[i0:i1] for k, v in p_g.items()}, shares[n].params, mine)
+                pen = regs[n].penalty(reg_states[n], {k: v[i0:i1] for k, v in p_g.items()}, shares[n].params, mine)
                 total = total + pen.sum()
                 reg_sum[idx[i0:i1]] += pen.detach().double()
             grads = torch.autograd.grad(total, [p_g[k] for k in names])

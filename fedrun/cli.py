@@ -244,11 +244,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         summary = _guarded(run_dir, lambda: run(cfg, run_dir, hydra_cfg.runtime.choices, hydra_cfg.overrides.task))
         return results.objective(summary, run_dir, cfg.objective)
     except FedrunError as e:
-        _remove_if_empty(run_dir)
         if hydra_cfg.mode == RunMode.MULTIRUN and not isinstance(e, Interrupted):
-            log.error("job failed: %s", e)
-            record_failure(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir, str(e), e.exit_code)
-            raise JobFailed(f"{run_dir}: {e}", e.exit_code) from None
+            raise job_failed(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir, e) from None
+        _remove_if_empty(run_dir)
         _fail(e, e.exit_code)
     except Exception as e:  # a bug, e.g. in a user's own model: listed too, with Hydra's traceback
         if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -309,6 +307,15 @@ def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: str, exi
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{job_num}.json").write_text(json.dumps(
         {"job": job_num, "run_dir": str(run_dir), "error": error, "exit_code": exit_code}))
+
+
+def job_failed(sweep_dir: Path, job_num: int, run_dir: Path, error: FedrunError) -> JobFailed:
+    """A sweep job's one-line failure: its directory removed if it holds nothing, the error logged
+    and noted for the final list (:func:`record_failure`); the :class:`JobFailed` to hand Hydra."""
+    _remove_if_empty(run_dir)
+    log.error("job %d failed: %s", job_num, error)
+    record_failure(sweep_dir, job_num, run_dir, str(error), error.exit_code)
+    return JobFailed(f"{run_dir}: {error}", error.exit_code)
 
 
 def sweep_failures(sweep_dir: Path) -> list[dict]:

@@ -25,7 +25,6 @@ were checkpointed at different rounds, runs with fewer rounds): each trains its 
 """
 from __future__ import annotations
 
-import errno
 import logging
 import time
 
@@ -33,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from fedrun.batched import BatchedEngine, Share, train_shares
-from fedrun.errors import ConfigError, FedrunError, Interrupted, NoSpaceError
+from fedrun.errors import ConfigError, FedrunError, Interrupted
 from fedrun.evaluation import eval_batch, evaluate_stacked, evaluation_plan, evaluation_row, split
 from fedrun.simulation import FederatedRun, sync
 
@@ -73,7 +72,7 @@ def simulate_population(runs: list[FederatedRun], progress: bool = True) -> list
                 live.append(i)
         if live:
             _rounds(runs, live, outcomes, progress)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         raise Interrupted(min((runs[i].saved_round() for i in live), default=None)) from None
     finally:
         for i in live:
@@ -131,8 +130,9 @@ def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress:
             for i, row in zip(evaluating, evaluate_runs([runs[i] for i in evaluating],
                                                         [records[i] for i in evaluating])):
                 records[i].evaluation = row
+            evaluated = time.perf_counter() - t_eval
             for i in evaluating:
-                records[i].seconds["eval_s"] = time.perf_counter() - t_eval
+                records[i].seconds["eval_s"] = evaluated
             # 5. Record; a run that has done its rounds writes its summary and closes.
             wall = sync(device) - t0
             for i in live:
@@ -153,15 +153,12 @@ def _step(runs: list[FederatedRun], i: int, outcomes: list, work) -> None:
     run's outcome; a one-line error (divergence, full disk) stops the run alone."""
     run = runs[i]
     try:
-        with run.dir.speaks():
+        with run.guard(), run.dir.speaks():  # a full disk as its one-line error
             out = work(run)
+    except Interrupted:  # Ctrl-C stops the whole population
+        raise
     except FedrunError as e:
         outcomes[i] = e
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        outcomes[i] = NoSpaceError(f"no space left on the device writing to {run.run_dir} (after round "
-                                   f"{run.done}); free space, then resume with resume=true")
     else:
         if isinstance(out, dict):
             outcomes[i] = out

@@ -169,10 +169,8 @@ class PopulationLauncher(Launcher):
         """A failed job, noted where :func:`fedrun.cli.main` lists it at the end of the sweep."""
         from fedrun import cli
 
-        cli._remove_if_empty(job.run_dir)
-        log.error("job %d failed: %s", job.num, error)
-        cli.record_failure(Path(str(self.config.hydra.sweep.dir)), job.num, job.run_dir, str(error), error.exit_code)
-        return self._return(job, cfg, JobStatus.FAILED, cli.JobFailed(f"{job.run_dir}: {error}", error.exit_code))
+        failed = cli.job_failed(Path(str(self.config.hydra.sweep.dir)), job.num, job.run_dir, error)
+        return self._return(job, cfg, JobStatus.FAILED, failed)
 
     def _return(self, job: Job, cfg: DictConfig, status: JobStatus, value) -> JobReturn:
         ret = JobReturn(overrides=list(job.config.hydra.overrides.task), cfg=cfg, hydra_cfg=job.config,
