@@ -142,7 +142,7 @@ def measure(name: str, workload: Workload, runs: int, rounds: int, device: torch
     print(f"\n   {'mode':<31} {'s/round (all runs)':>18} {'runs/hour':>10} {'speedup':>8} {'chunk':>6}  peak memory")
     for label, (per_round, total, chunk, memory, _) in results.items():
         per_hour = runs * 3600 / (per_round * workload.full_rounds)
-        print(f"   {label:<31} {per_round:18.3f} {per_hour:10.2f} {base / per_round:7.2f}x {str(chunk or '-'):>6}  {memory}")
+        print(f"   {label:<31} {per_round:18.4f} {per_hour:10.2f} {base / per_round:7.2f}x {str(chunk or '-'):>6}  {memory}")
     full = results["population"][0] * workload.full_rounds
     print(f"   the {runs} runs' {workload.full_rounds} rounds: {full / 60:.1f} min as a population, "
           f"{base * workload.full_rounds / 60:.1f} min one by one (projected from the timed rounds)")
