@@ -32,6 +32,8 @@ TINY = [
     "hyperparams.rounds=2",
     "progress=false",
 ]
+# Slower rounds (batch size 2, all 4 clients) so a 5-round run can be killed after round 2.
+RESUMABLE = [*TINY, "hyperparams.client_fraction=1.0", "hyperparams.batch_size=2", "hyperparams.rounds=5"]
 
 
 def compose(overrides: list[str] = (), resolve: bool = False):

@@ -15,16 +15,16 @@ import math
 
 import pytest
 import torch
+from conftest import aggregate
 from torch import nn
 
-from conftest import aggregate
 from fedrun import aggregators as A
 from fedrun import transforms as T
-from fedrun.weighting import base_rule
 from fedrun.errors import ConfigError, DivergenceError
 from fedrun.layers import Layer, layers
 from fedrun.nwda import NormStats, nwda
 from fedrun.params import split_state
+from fedrun.weighting import base_rule
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 SQRT_0625 = math.sqrt(0.625)  # N of the standard round

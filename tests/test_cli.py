@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import CONF_DIR, TINY, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun, wait_for_rows
+from conftest import CONF_DIR, RESUMABLE, TINY, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun, wait_for_rows
 
 from fedrun.recorder import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
 
@@ -130,10 +130,6 @@ def test_other_aggregator_sees_same_clients_and_batches(base_run, tmp_path):
 
 
 # ----------------------------------------------------------------------------- resume
-
-# Slower rounds (batch size 2, all 4 clients) so a 5-round run can be killed after round 2.
-RESUMABLE = [*TINY, "hyperparams.client_fraction=1.0", "hyperparams.batch_size=2", "hyperparams.rounds=5"]
-
 
 def test_killed_run_resumes_to_identical_results(tmp_path):
     straight = tmp_path / "straight"

@@ -9,7 +9,6 @@ import pytest
 from conftest import TINY, fedrun_ok, run_fedrun
 
 
-
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="pip install 'fedrun[dashboards]'")
 def test_tensorboard_mirrors_rounds_and_layers(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

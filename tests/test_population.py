@@ -3,12 +3,23 @@ write the CSVs each run writes alone on the batched engine."""
 from __future__ import annotations
 
 import json
+import signal
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import CONF_DIR, compose, run_fedrun, tiny_mlp
+from conftest import (
+    CONF_DIR,
+    RESUMABLE,
+    compose,
+    fedrun_ok,
+    run_fedrun,
+    same_run,
+    start_fedrun,
+    tiny_mlp,
+    wait_for_rows,
+)
 
 from fedrun import population
 from fedrun.batched import BatchedEngine, Share, train_shares
@@ -265,3 +276,29 @@ def test_the_launcher_survives_hydras_plugin_scan():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # as hydra.core.plugins._scan_all_plugins does
     assert module.PopulationLauncherConf().max_runs is None
+
+
+@pytest.mark.slow
+def test_killed_population_sweep_resumes_identically(tmp_path):
+    """SIGKILL a population sweep mid-run, then run the same sweep with ``resume=true``: every run
+    finishes with the CSVs, summary and checkpoint of the uninterrupted sweep (timing aside)."""
+    sweep = ["-m", *RESUMABLE, "engine=batched", "seed=0,1", "hydra/launcher=population"]
+    fedrun_ok(sweep + [f"hydra.sweep.dir={tmp_path / 'straight'}"], tmp_path, timeout=300)
+    killed = tmp_path / "killed"
+    proc = start_fedrun(sweep + [f"hydra.sweep.dir={killed}"], tmp_path)
+    try:
+        wait_for_rows(proc, killed / "1" / "rounds.csv", 2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    done = [torch.load(killed / str(job) / "checkpoint.pt", weights_only=False)["round"] for job in (0, 1)]
+    assert all(1 <= d < 5 for d in done) and not (killed / "0" / "summary.json").exists()
+    fedrun_ok(sweep + [f"hydra.sweep.dir={killed}", "resume=true"], tmp_path, timeout=300)
+    for job in ("0", "1"):
+        same_run(tmp_path / "straight" / job, killed / job)
+        a = torch.load(tmp_path / "straight" / job / "checkpoint.pt", weights_only=False)
+        b = torch.load(killed / job / "checkpoint.pt", weights_only=False)
+        assert a["round"] == b["round"] == 5 and all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import compose
 
 ROOT = Path(__file__).resolve().parents[1]

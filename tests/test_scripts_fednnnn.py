@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import compose
+
 from fedrun import results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -278,8 +278,9 @@ def test_plot_pd_writes_pngs(tmp_path, capsys):
         data = (out / n).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     # Labels name what differs (the optimizer); seeds of one configuration are one curve.
-    from fedrun.results import find_runs
     from runs import FINISHED, Run
+
+    from fedrun.results import find_runs
 
     curves = plot_pd.curves([Run.load(p) for p in find_runs(top, require=FINISHED)])
     assert {(c.label, c.setting, len(c.runs)) for c in curves} >= {("Adam-WB", "noniid2", 2), ("Adam-A", "iid", 1)}
