@@ -114,12 +114,13 @@ def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress:
                 with runs[i].dir.speaks():
                     records[i] = runs[i].sample(runs[i].done + 1)
             # 2. Train: one lock-step call for every run's clients.
+            t_train = time.perf_counter()
             training = [i for i in live if records[i].clients]
             if training:
                 results = train_shares([Share(runs[i].engine, *runs[i].training(records[i])) for i in training])
                 for i, result in zip(training, results):
                     records[i].results = result
-            trained = sync(device) - t0
+            trained = sync(device) - t_train
             # 3. Aggregate, each run on its own (a run that diverges stops; the others go on).
             for i in training:
                 _step(runs, i, outcomes, lambda run: run.aggregate(records[i], time.perf_counter() - trained))

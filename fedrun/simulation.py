@@ -113,8 +113,9 @@ def run_alone(run: FederatedRun, progress: bool = True) -> dict:
                 t0 = time.perf_counter()
                 r = run.sample(t)
                 if r.clients:
+                    t_train = time.perf_counter()  # train_s: training alone, not the sampling
                     r.results = run.engine.train(*run.training(r))
-                    run.aggregate(r, t0)
+                    run.aggregate(r, t_train)
                 if run.evaluates(t):
                     t_eval = time.perf_counter()
                     r.evaluation = run.evaluate(r)
@@ -244,7 +245,7 @@ class FederatedRun:
         return (self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients], r.round,
                 r.epochs, r.lr, r.starts)
 
-    def aggregate(self, r: RoundRecord, t0: float) -> None:
+    def aggregate(self, r: RoundRecord, t_train: float) -> None:
         """Step 3 (with the PD-VL reference learner, client K, on its rounds): the new global model."""
         t, f = r.round, self.federation
         vanilla = None
@@ -252,7 +253,7 @@ class FederatedRun:
             vanilla = train_vanilla(self.engine, self.params, self.buffers, r.results, f.num_clients,
                                     len(self.data.train_y), self.seed, t, self.local.epochs, r.lr, r.starts)
             r.vanilla_loss = float(vanilla.loss[0])
-        r.seconds["train_s"] = sync(self.device) - t0
+        r.seconds["train_s"] = sync(self.device) - t_train  # t_train: when engine.train was called
         # Every inner product of the round's diagnostics comes from one pass over the updates:
         # N and E, the clients' angles, the learners' divergence.
         grams = layer_grams(r.results.deltas, self.layers, self.params,
