@@ -47,10 +47,16 @@ class Interrupted(FedrunError):
 
     exit_code = 130
 
-    def __init__(self, last_round: int | None):
+    def __init__(self, last_round: int | None, recorded: int = 0):
+        """``last_round``: the round of the checkpoint on disk; ``recorded``: the last round whose
+        rows were written (later than the checkpoint's when ``checkpoint_every`` > 1)."""
         self.last_round = last_round
         if last_round is None:  # before the run directory was opened
             super().__init__("interrupted before the run started; nothing was written")
+            return
+        if recorded > last_round:  # checkpoint_every > 1: the rounds since the checkpoint are run again
+            super().__init__(f"interrupted after round {recorded}; resume with resume=true continues from the "
+                             f"checkpoint of round {last_round} (checkpoint_every)")
             return
         done = f"after round {last_round}" if last_round else "before the first round completed"
         super().__init__(f"interrupted {done}; resume with resume=true")

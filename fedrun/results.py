@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pandas loads when a table is made, not with every fedrun co
     import pandas as pd
 
 # Keys of config.yaml that are not settings of the run: how it was launched and labelled.
-NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads")
+NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads", "checkpoint_every")
 # summary.json's numbers a sweep can optimize; see objective().
 SUMMARY_OBJECTIVES = ("best_test_acc", "final_test_acc", "final_test_loss", "best_round", "final_val_acc",
                       "best_val_acc", "final_average_test_acc", "final_sent_test_acc")

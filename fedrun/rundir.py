@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 RESULTS = (CHECKPOINT, "rounds.csv", "summary.json")
 LOG_FILE = "fedrun.log"
-# Settings that may differ between a run and its resume: they do not change the results.
-RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads")  # how it is launched, not what it runs
+# Settings that may differ between a run and its resume: how it is launched and saved, not what it
+# runs, so they do not change the results (dotted: a key inside a node, here the one federation copies).
+RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads", "checkpoint_every",
+                         "federation.checkpoint_every")
 
 # The run directory whose fedrun.log takes the records made now (None: every open run's).
 _SPEAKING: contextvars.ContextVar[Path | None] = contextvars.ContextVar("fedrun_run_speaking", default=None)
@@ -43,6 +45,22 @@ try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; one process per directory is then the user's care
     fcntl = None
+
+
+def _settings(config: dict) -> dict:
+    """``config`` without the :data:`RESUMABLE_DIFFERENCES` (a shallow copy of the nodes they are in)."""
+    out = dict(config)
+    for key in RESUMABLE_DIFFERENCES:
+        *nodes, last = key.split(".")
+        parent = out
+        for node in nodes:
+            if not isinstance(parent.get(node), dict):
+                break
+            parent[node] = dict(parent[node])
+            parent = parent[node]
+        else:
+            parent.pop(last, None)
+    return out
 
 
 def header_matches(path: Path, columns: list[str]) -> bool:
@@ -176,8 +194,8 @@ class RunDirectory:
                 old = yaml.safe_load(path.read_text()) or {}
             except yaml.YAMLError as e:
                 raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
-            diff = sorted(k for k in set(old) | set(config)
-                          if k not in RESUMABLE_DIFFERENCES and old.get(k) != config.get(k))
+            old, new = _settings(old), _settings(config)
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             if diff:
                 raise ConfigError("resume", "true", f"the settings differ from the run's config.yaml in: "
                                   f"{', '.join(diff)}; resume with the original overrides")

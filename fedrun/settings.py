@@ -44,6 +44,7 @@ SCHEMA: dict[str, Any] = {
     "threads": Union[int, None],
     "vanilla_every": int,
     "snapshots": list[int],
+    "checkpoint_every": int,
     "tuned": ANY,
     "tags": ANY,
     "dataset": {

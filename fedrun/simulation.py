@@ -56,6 +56,8 @@ class Federation:
 
     vanilla_every: int = 0  # PD-VL's vanilla reference learner every n rounds (0: never)
     snapshots: tuple[int, ...] = ()  # rounds whose evaluated global model is saved to models/
+    checkpoint_every: int = 1  # checkpoint.pt after rounds n, 2n, ... and the last
+
 
     def __post_init__(self):
         object.__setattr__(self, "snapshots", tuple(self.snapshots))  # a list from the config
@@ -67,10 +69,16 @@ class Federation:
         check(0 < self.client_fraction <= 1, "hyperparams.client_fraction", self.client_fraction,
               "must be in (0, 1]")
         check(self.eval_every >= 1, "hyperparams.eval_every", self.eval_every, "must be >= 1")
+        check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
+              "must be >= 1 (rounds between checkpoints; the last round is always saved)")
 
     @property
     def per_round(self) -> int:
         return clients_per_round(self.num_clients, self.client_fraction)
+
+    def checkpoint_round(self, t: int) -> bool:
+        """Whether checkpoint.pt is written after round t (a resume continues from the last one)."""
+        return t % self.checkpoint_every == 0 or t == self.rounds
 
     def vanilla_round(self, t: int) -> bool:
         """Rounds 1, 1 + n, 1 + 2n, ... get the PD-VL reference (round 1 shows the early divergence)."""
@@ -162,7 +170,8 @@ class FederatedRun:
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)
-        self.done = 0  # the last round whose checkpoint is on disk
+        self.done = 0  # the last round recorded
+        self.saved = 0  # the last round whose checkpoint is on disk (= done, unless checkpoint_every > 1)
         self.finished: dict | None = None  # the summary of a run a previous process completed
         self.dir: RunDirectory | None = None
         self.recorder: Recorder | None = None
@@ -182,6 +191,7 @@ class FederatedRun:
             if ckpt is not None:
                 self.params, self.buffers = ckpt["params"], ckpt["buffers"]
                 self.state, self.opt.state, self.done = ckpt["aggregator"], ckpt["optimizer_state"], ckpt["round"]
+                self.saved = self.done
             with self.dir.speaks():
                 self._log_start()
             self.recorder.open(class_counts(self.parts, self.labels, self.data.num_classes),
@@ -208,7 +218,7 @@ class FederatedRun:
         try:
             yield
         except KeyboardInterrupt:
-            raise Interrupted(self.saved_round()) from None
+            raise Interrupted(self.saved_round(), self.done) from None
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceError(f"no space left on the device writing to {self.run_dir} (after round "
@@ -217,14 +227,14 @@ class FederatedRun:
 
     def saved_round(self) -> int:
         """The round of the checkpoint on disk: what a resume continues after.  Read from the file,
-        since Ctrl-C may land between the checkpoint's rename and ``self.done``'s update."""
+        since Ctrl-C may land between the checkpoint's rename and ``self.saved``'s update."""
         path = self.run_dir / CHECKPOINT
         if self.dir is None or not path.is_file():
-            return self.done
+            return self.saved
         try:
             return int(torch.load(path, map_location="cpu", weights_only=True)["round"])
         except Exception:  # noqa: BLE001 - unreadable: the in-memory count is the best left
-            return self.done
+            return self.saved
 
     def remaining(self) -> range:
         return range(self.done + 1, self.federation.rounds + 1)
@@ -274,12 +284,15 @@ class FederatedRun:
                               eval_batch(self.device))
 
     def record(self, r: RoundRecord) -> None:
-        """Step 5: the round's rows, its snapshot, the checkpoint."""
+        """Step 5: the round's rows, its snapshot, the checkpoint (on the rounds it is due: the
+        CSV rows written after it are cut off and written again by a resume)."""
         t = r.round
         self.recorder.write(r)
         if t in self.federation.snapshots:
             self.recorder.snapshot(t, r.models[self.aggregator.evaluate], self.buffers)
-        self.recorder.checkpoint(t, self.params, self.buffers, self.state, self.opt.state)
+        if self.federation.checkpoint_round(t):
+            self.recorder.checkpoint(t, self.params, self.buffers, self.state, self.opt.state)
+            self.saved = t
         self.done = t
 
     def summary(self) -> dict:

@@ -6,7 +6,8 @@ run's own timing columns, ``wall_s - train_s - eval_s`` per round (the first rou
 caches and allocators, is left out), for each aggregator and number of clients a round, in one
 process, with the share of the round it takes.  It also counts the host transfers of the
 bookkeeping (``float()``, ``int()``, ``.item()``, ``.tolist()``, ``.cpu()``, ``bool()`` of a
-tensor): on a GPU each one waits for the device.
+tensor): on a GPU each one waits for the device.  Of the bookkeeping, the checkpoint's own time
+(``Recorder.checkpoint``: ``torch.save`` and fsync) is a column: ``checkpoint_every`` saves it.
 
 Data is synthetic of MNIST's shape (speed does not depend on pixels); every client holds
 ``--samples`` images and trains one epoch at B = 10 on the sequential engine (``--engine``).
@@ -23,6 +24,7 @@ import functools
 import collections
 import contextlib
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -36,6 +38,7 @@ from fedrun.engines import auto_engine
 from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, MnistCNN
 from fedrun.partition import iid
+from fedrun.recorder import Recorder
 from fedrun.sequential import SequentialEngine
 
 # As conf/engine/*.yaml build them.
@@ -94,7 +97,13 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         inner.train = paused_train
         return inner
 
-    evaluate, sample = simulation.evaluate_round, simulation.sample_clients
+    evaluate, sample, checkpoint = simulation.evaluate_round, simulation.sample_clients, Recorder.checkpoint
+    saving = []
+
+    def timed_checkpoint(*a, **kw):
+        start = time.perf_counter()
+        checkpoint(*a, **kw)
+        saving.append(time.perf_counter() - start)
 
     def paused_evaluate(*a, **kw):
         with counter.paused():
@@ -106,6 +115,7 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
 
     run = Path(tempfile.mkdtemp()) / "run"
     simulation.evaluate_round, simulation.sample_clients = paused_evaluate, start_counting
+    Recorder.checkpoint = timed_checkpoint
     try:
         with counter:
             simulation.simulate(run, data, MODELS[args.model], iid, AGGREGATORS[aggregator](),
@@ -116,11 +126,13 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
             counter.active = False
     finally:
         simulation.evaluate_round, simulation.sample_clients = evaluate, sample
+        Recorder.checkpoint = checkpoint
     rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
     rest = (rounds.wall_s - rounds.train_s - rounds.eval_s) * 1e3
     return {"aggregator": aggregator, "clients a round": clients,
             "train ms": rounds.train_s.mean() * 1e3, "eval ms": rounds.eval_s.mean() * 1e3,
             "bookkeeping ms": rest.mean(), "median ms": rest.median(),
+            "of it checkpoint ms": sum(saving[1:]) / len(saving[1:]) * 1e3,
             "share of round": rest.sum() / (rounds.wall_s.sum() * 1e3),
             "transfers a round": sum(counter.count.values()) / args.rounds}
 

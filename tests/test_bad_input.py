@@ -63,6 +63,7 @@ SETTINGS = [
     (["targets=[2]"], ["targets=[2]", "[0, 1]"]),
     (["seed=1.5"], ["seed=1.5", "must be an integer"]),
     (["vanilla_every=-1"], ["vanilla_every=-1", ">= 0"]),
+    (["checkpoint_every=0"], ["checkpoint_every=0", "must be >= 1"]),
     (["mode=yes"], ["mode=yes", "centralized, federated"]),
     (["resume=maybe"], ["resume=maybe", "true or false"]),
     (["device=tpu"], ["device=tpu", "auto, cpu, cuda"]),

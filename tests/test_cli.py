@@ -157,7 +157,7 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     assert "fedrun: error: resume=true" in bad.stderr and "seed" in bad.stderr
     assert snapshot(killed) == before
 
-    fedrun_ok([*RESUMABLE, f"hydra.run.dir={killed}", "resume=true"], tmp_path)
+    fedrun_ok([*RESUMABLE, f"hydra.run.dir={killed}", "resume=true", "checkpoint_every=3"], tmp_path)  # may differ
     same_run(straight, killed)
     a = torch.load(straight / "checkpoint.pt", weights_only=False)
     b = torch.load(killed / "checkpoint.pt", weights_only=False)

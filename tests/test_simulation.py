@@ -13,10 +13,10 @@ import torch
 from fedrun import aggregators as A
 from fedrun import partition as P
 from fedrun.data import prepare, synthetic
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, Interrupted
 from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, MnistCNN
-from fedrun.recorder import CsvLog, _fmt, atomic_save, summarize, write_json
+from fedrun.recorder import TIMING_COLUMNS, CsvLog, Recorder, _fmt, atomic_save, summarize, write_json
 from fedrun.seeding import clients_per_round, derive_seed, numpy_rng, sample_clients, torch_generator
 from fedrun.simulation import Federation, simulate
 
@@ -145,6 +145,42 @@ def test_simulate_refuses_changed_partition_on_resume(tmp_path, small_data):
     summary = run_sim(tmp_path, data, make, rounds=2, resume=True)
     assert summary["rounds"] == 2
     assert pd.read_csv(tmp_path / "rounds.csv")["round"].tolist() == [1, 2]
+
+
+def test_checkpoint_every_resumes_from_its_last_checkpoint(tmp_path, small_data, monkeypatch):
+    """checkpoint_every=2 over 5 rounds: checkpoints after rounds 2, 4 and 5 only.  Ctrl-C while
+    round 4 is recorded leaves the checkpoint of round 2 and the rows of rounds 1-3; the resume
+    (here with checkpoint_every=1: it may differ) cuts round 3 off, runs rounds 3-5 again and
+    ends with the CSVs of an uninterrupted run."""
+    data = prepare(small_data, None, None)
+    make = functools.partial(MLP, in_channels=1, image_size=16, num_classes=4, hidden=[4])
+    saved = []
+    checkpoint = Recorder.checkpoint
+    monkeypatch.setattr(Recorder, "checkpoint", lambda self, t, *a: (saved.append(t), checkpoint(self, t, *a)))
+    run_sim(tmp_path / "whole", data, make, rounds=5, checkpoint_every=2)
+    assert saved == [2, 4, 5]
+
+    write = Recorder.write
+
+    def interrupt(self, r):
+        if r.round == 4:
+            raise KeyboardInterrupt
+        write(self, r)
+
+    monkeypatch.setattr(Recorder, "write", interrupt)
+    with pytest.raises(Interrupted) as info:
+        run_sim(tmp_path / "cut", data, make, rounds=5, checkpoint_every=2)
+    assert str(info.value) == ("interrupted after round 3; resume with resume=true continues from the "
+                               "checkpoint of round 2 (checkpoint_every)")
+    assert pd.read_csv(tmp_path / "cut" / "rounds.csv")["round"].tolist() == [1, 2, 3]
+    monkeypatch.setattr(Recorder, "write", write)
+    saved.clear()
+    run_sim(tmp_path / "cut", data, make, rounds=5, resume=True, checkpoint_every=1)
+    assert saved == [3, 4, 5]
+    for name in ("rounds", "layers", "clients", "client_layers"):
+        whole, cut = (pd.read_csv(tmp_path / d / f"{name}.csv") for d in ("whole", "cut"))
+        pd.testing.assert_frame_equal(whole.drop(columns=list(TIMING_COLUMNS), errors="ignore"),
+                                      cut.drop(columns=list(TIMING_COLUMNS), errors="ignore"))
 
 
 def test_simulate_skipped_round_keeps_model(tmp_path, small_data):
