@@ -20,8 +20,9 @@
 #                                        10 and 100 clients a round, batched engine (~3 min)
 #   bash scripts/gpu_check.sh population  bench.py population: FedNNNN's 25-run MNIST grid (beta x gamma),
 #                                        3 rounds one by one vs as one population (~5-8 min)
-#   bash scripts/gpu_check.sh populationrun  the whole 25-run grid, 100 rounds, from the CLI with
-#                                        hydra/launcher=population on FashionMNIST, timed (target < 5 min)
+#   bash scripts/gpu_check.sh populationrun [overrides]  the whole 25-run grid, 100 rounds, from the
+#                                        CLI with hydra/launcher=population on FashionMNIST, timed (target
+#                                        < 5 min); overrides such as checkpoint_every=10 are added to it
 #
 # Logs and CSVs go to $OUT if set, else outputs/gpu_check.
 # A GPU machine without network access, with torch but not hydra-core/omegaconf: carry them as
@@ -93,7 +94,7 @@ populationrun)
     start=$(date +%s)
     $py -m fedrun -m experiment=fednnnn/mnist_iid_b dataset=fmnist device=cuda progress=false aggregator=fednnnn \
         aggregator.beta=0.5,0.6,0.7,0.8,0.9 aggregator.gamma=0.5,0.6,0.7,0.8,0.9 hydra/launcher=population \
-        hydra.sweep.dir="$out/populationrun" 2>&1 | grep -e 'population of' -e 'runs alone' -e 'error' | tee "$out/populationrun.log"
+        hydra.sweep.dir="$out/populationrun" "${@:2}" 2>&1 | grep -e 'population of' -e 'runs alone' -e 'error' | tee "$out/populationrun.log"
     echo "25-run FedNNNN MNIST-shaped grid as a population: $(( $(date +%s) - start )) s wall, process start to exit" \
         | tee -a "$out/populationrun.log"
     $py -c "import pandas as pd; r = pd.read_csv('$out/populationrun/0/rounds.csv').iloc[1:]; print(f'rounds 2-{len(r) + 1}: train {r.train_s.mean():.3f} s, eval {r.eval_s.mean():.3f} s, all {r.wall_s.mean():.3f} s a round for the 25 runs')" | tee -a "$out/populationrun.log"
