@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -265,25 +266,32 @@ class _Schedule:
     The permutations are drawn on the CPU (the generators are), then all rows' batches come from
     one transfer and one gather on the device, not one per client and epoch.  When every row has
     the same number of steps of one full batch size (the usual case: n_k a multiple of B, no
-    stragglers), ``table[row, step]`` holds them all and a step's batch is one slice."""
+    stragglers), ``table[row, step]`` holds them all and a step's batch is one slice; otherwise
+    ``rows[row][step]`` (built only then: a population's rows hold ~10^5 batches)."""
 
     def __init__(self, shares: list[Share]):
-        positions, cuts, offset = [], [], 0
+        perms, self._shapes, self.steps, sizes, offset = [], [], [], set(), 0
         for share in shares:
             b = share.engine.local.batch_size
             for k, idx, e in zip(share.clients, share.indices, share.epochs):
                 n = len(idx)
                 shuffle = torch_generator(share.engine.seed, "shuffle", share.round_, k)
-                positions += [torch.randperm(n, generator=shuffle) + offset for _ in range(e)]
-                cuts.append([min(b, n - i) for _ in range(e) for i in range(0, n, b)])  # batch sizes
+                perms += [torch.randperm(n, generator=shuffle).add_(offset) for _ in range(e)]  # to its samples
                 offset += n
+                self._shapes.append((n, b, e))
+                self.steps.append(e * math.ceil(n / b))
+                if e and n:  # this row's batch sizes: B, and the remainder when B does not divide n
+                    sizes.update([min(b, n)] + ([n % b] if n > b and n % b else []))
         everything = torch.cat([idx for share in shares for idx in share.indices])
-        order = everything[torch.cat(positions).to(everything.device)] if positions else everything
-        self.steps = [len(c) for c in cuts]
-        self.rows = [list(part.split(c)) for part, c in zip(order.split([sum(c) for c in cuts]), cuts)]
-        sizes = {size for c in cuts for size in c}
+        self._order = everything[torch.cat(perms).to(everything.device)] if perms else everything
         uniform = len(sizes) == 1 and len(set(self.steps)) == 1  # (no batches at all: not uniform)
-        self.table = order.view(len(cuts), self.steps[0], sizes.pop()) if uniform else None
+        self.table = self._order.view(len(self.steps), self.steps[0], sizes.pop()) if uniform else None
+
+    @functools.cached_property
+    def rows(self) -> list[list[torch.Tensor]]:
+        """Each row's batches in order: epoch after epoch, B at a time, the last one smaller."""
+        cuts = [[min(b, n - i) for _ in range(e) for i in range(0, n, b)] for n, b, e in self._shapes]
+        return [list(part.split(c)) for part, c in zip(self._order.split([sum(c) for c in cuts]), cuts)]
 
     def batch(self, rows: list[int], s: int, whole: bool, index: torch.Tensor) -> torch.Tensor:
         """Step s's batches of ``rows`` (all of the same size), ``[g, b]``."""
