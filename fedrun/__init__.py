@@ -13,6 +13,8 @@ order a reader of the papers expects (see :func:`fedrun.simulation.simulate`):
 
 __version__ = "0.1.0"
 
+from fedrun import resolvers  # noqa: E402,F401  (${fedrun.num_clients:...} in the scale presets)
+
 
 def run(overrides: list[str] | tuple[str, ...] = (), run_dir: str | None = None) -> dict:
     """Run one job from Python, as ``fedrun <overrides>`` would: same checks, outputs and one-line

@@ -2,13 +2,21 @@
 
 A *run directory* is a folder holding ``config.yaml`` and ``rounds.csv`` (what one ``fedrun`` run,
 or one job of ``fedrun -m``, writes).  :func:`load` reads them all into one long table, one row
-per run and round, with the run's identity as columns: ``run_dir``, the option of each config
-group (``aggregator``, ``dataset``, ``model``, ``partition``, ...) and every setting that differs
-between the loaded runs (``seed``, ``hyperparams.lr``, ``aggregator.beta``, ...), so a sweep's
-runs can be grouped, averaged over seeds and plotted without opening a file by hand::
+per run and round, with the run's identity as columns: ``run_dir``; ``method``, the method's
+name (``FedAvg``, ``FedNNNN``, ...); ``group``, a label shared by the runs that differ only in
+their seed (``FedNNNN, beta=0.5``); the option of each config group (``aggregator``,
+``dataset``, ``model``, ``partition``, ...) and every setting that differs between the loaded
+runs (``seed``, ``hyperparams.lr``, ``aggregator.beta``, ...), so a sweep's runs can be grouped,
+averaged over seeds and plotted without opening a file by hand::
 
     df = fedrun.results.load("outputs/multirun/2026-11-23")
-    df[df["round"] == df["round"].max()].groupby(["aggregator", "aggregator.beta"]).test_acc.mean()
+    fedrun.results.last_round(df).groupby("group").test_acc.agg(["mean", "std", "count"])
+
+``method`` and ``group`` are never empty.  A setting column is NaN for a run that does not have
+the setting (``aggregator.beta`` for FedAvg), and pandas' ``groupby`` leaves out the rows whose
+key is NaN: group by ``group``, or pass ``dropna=False`` when grouping by setting columns.
+:func:`seed_curves` gives each group's mean and band over seeds, round by round (what
+``scripts/plot_runs.py`` draws).
 
 :func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
 :func:`find_runs` lists run directories (``require=FINISHED_FILES``: the finished ones, with or
@@ -132,8 +140,89 @@ def _flatten(node, prefix: str = "") -> dict:
     return out
 
 
+# The methods' names as the papers write them, by their ``aggregator=`` option (a method of one's
+# own keeps its option's name).
+METHOD_NAMES = {
+    "fedavg": "FedAvg", "fedprox": "FedProx", "normnorm": "Norm-Norm", "momentum": "Momentum",
+    "fednnnn": "FedNNNN", "fedadp": "FedAdp", "fedlayerwise": "FedLayerWise", "fedlap": "FedLap",
+    "fedavgm": "FedAvgM", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam", "fedyogi": "FedYogi",
+}
+# Identity columns that are not a run's settings (``seed`` is averaged over, not a group).
+NOT_GROUPING = ("run_dir", "method", "group", "seed")
+# The config groups people vary first, named first in a group's label.
+FIRST = ("dataset", "partition", "model", "hyperparams", "experiment", "mode", "engine", "scale")
+# fedrun's own config groups (a table's columns of these names are their options).
+_GROUPS = ("aggregator", *FIRST, "logger")
+
+
+def method_name(option) -> str:
+    """The display name of an ``aggregator=`` option (``fednnnn`` -> ``FedNNNN``); ``run`` when a
+    run records none."""
+    if _absent(option):
+        return "run"
+    return METHOD_NAMES.get(str(option), str(option))
+
+
+def _absent(value) -> bool:
+    """A setting the run does not have: None in config.yaml, NaN once in a DataFrame."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _shown(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_shown(v) for v in value) + "]"
+    return str(value)
+
+
+def group_labels(identity: pd.DataFrame, choices: Iterable[str] = ()) -> list[str]:
+    """One label per row of ``identity`` (:func:`run_identity`'s table), equal for the runs that
+    differ only in their seed and different otherwise.
+
+    A label is the method's name (:func:`method_name`), then the settings that tell the run's group
+    apart: a config group's option (``partition=iid``) or a top-level setting (``vanilla_every``)
+    where it differs among all runs; a setting of a config group (``aggregator.beta``,
+    ``partition.alpha``) where it differs among the runs that chose the same option of that group
+    (the runs of the same method, for the aggregator's).  A setting a run's option does not have
+    is never shown (FedAvg has no ``beta``); where other runs of the same option have it, it is
+    shown as ``beta unset``.  Never ``nan`` or ``None``.  ``choices``: the config group columns
+    (default: those of the columns that hold no dot and are not settings of the run)."""
+    choices = [c for c in choices] or [c for c in identity.columns if c in _GROUPS]
+    columns = [c for c in identity.columns if c not in NOT_GROUPING and c != "aggregator"]
+
+    def differs(rows, column) -> bool:
+        return len({"unset" if _absent(v) else repr(v) for v in rows[column]}) > 1
+
+    def option(row, group) -> str:
+        return "" if group not in row or _absent(row[group]) else str(row[group])
+
+    # For a setting of a config group: does it differ among the runs of each option of that group?
+    within: dict[str, dict[str, bool]] = {}
+    for column in columns:
+        group = column.split(".", 1)[0]
+        if "." in column and group in choices:
+            options = identity[group].map(lambda v: "" if _absent(v) else str(v))
+            within[column] = {o: differs(identity[options == o], column) for o in set(options)}
+    everywhere = {c: differs(identity, c) for c in columns if c not in within}
+    order = sorted(columns, key=lambda c: (FIRST.index(c.split(".")[0]) if c.split(".")[0] in FIRST
+                                           else len(FIRST), "." in c, c))
+    labels = []
+    for _, row in identity.iterrows():
+        shown = [c for c in order if (within[c][option(row, c.split(".", 1)[0])] if c in within else everywhere[c])]
+        short = [c.rsplit(".", 1)[-1] for c in shown]
+        parts = []
+        for column, name in zip(shown, short):
+            name = name if short.count(name) == 1 else column  # lr and aggregator.lr: the full names
+            value = row[column]
+            parts.append(f"{name} unset" if _absent(value) else f"{name}={_shown(value)}")
+        labels.append(", ".join([method_name(row.get("aggregator"))] + parts))
+    return labels
+
+
 def run_identity(runs: list[Path]) -> pd.DataFrame:
-    """One row per run: ``run_dir``, the config group options and the settings that differ."""
+    """One row per run: ``run_dir``, ``method``, ``group`` (:func:`group_labels`), the config group
+    options and the settings that differ."""
     import pandas as pd
 
     configs = [read_config(run) for run in runs]
@@ -150,7 +239,10 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
         row.update({g: config.get("choices", {}).get(g) for g in groups})
         row.update({k: flat.get(k) for k in differ if k not in row})
         rows.append(row)
-    return pd.DataFrame(rows)
+    identity = pd.DataFrame(rows, columns=["run_dir", *groups, *[k for k in differ if k not in groups]])
+    identity.insert(1, "method", [method_name(m) for m in identity.get("aggregator", [None] * len(identity))])
+    identity.insert(2, "group", group_labels(identity, groups) if len(identity) else [])
+    return identity
 
 
 def _load(paths, csv_name: str) -> pd.DataFrame:
@@ -202,3 +294,54 @@ def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
         rows.append({k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                      and not (isinstance(v, float) and math.isnan(v))})
     return pd.concat([identity, pd.DataFrame(rows)], axis=1)
+
+
+# ----------------------------------------------------------------------------- groups over seeds
+
+def last_round(df: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last row of :func:`load`'s table (its final round, whatever its length)."""
+    return df.sort_values(["run_dir", "round"], kind="stable").groupby("run_dir", sort=False).tail(1)
+
+
+# The bands seed_curves() can draw around a group's mean, and what each is.
+BANDS = {"std": "mean +- one standard deviation over seeds", "minmax": "mean and the range over seeds",
+         "none": "mean over seeds"}
+CURVE_COLUMNS = ("group", "method", "metric", "round", "mean", "low", "high", "n")
+
+
+def seed_curves(df: pd.DataFrame, metrics: Iterable[str], band: str = "std") -> pd.DataFrame:
+    """Each group's mean over its runs (seeds), round by round, with a band: one row per group,
+    metric and round with the columns :data:`CURVE_COLUMNS` (``n``: the runs averaged at that
+    round; ``low``/``high``: the band, equal to the mean where n is 1 or ``band="none"``).
+
+    Groups are the ``group`` column of :func:`load` (never NaN, so no run is left out), in the
+    order of their methods in :data:`METHOD_NAMES`, then by label.  A metric a group has no
+    value of (N/E of a centralized run) gives that group no rows for it."""
+    import pandas as pd
+
+    if band not in BANDS:
+        raise ConfigError("band", band, f"choose one of: {', '.join(BANDS)}")
+    order = list(METHOD_NAMES.values())
+    keys = sorted(df["group"].unique(), key=lambda g: (order.index(g.split(",")[0]) if g.split(",")[0] in order
+                                                        else len(order), g))
+    frames = []
+    for key in keys:
+        rows = df[df["group"] == key]
+        for metric in metrics:
+            if metric not in rows:
+                continue
+            values = rows[["round", metric]].dropna()
+            if values.empty:
+                continue
+            stats = values[metric].groupby(values["round"]).agg(["mean", "std", "min", "max", "count"])
+            if band == "std":
+                low, high = stats["mean"] - stats["std"].fillna(0.0), stats["mean"] + stats["std"].fillna(0.0)
+            elif band == "minmax":
+                low, high = stats["min"], stats["max"]
+            else:
+                low = high = stats["mean"]
+            frames.append(pd.DataFrame({"group": key, "method": rows["method"].iloc[0], "metric": metric,
+                                        "round": stats.index.astype(int), "mean": stats["mean"].to_numpy(),
+                                        "low": low.to_numpy(), "high": high.to_numpy(),
+                                        "n": stats["count"].to_numpy()}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(CURVE_COLUMNS))

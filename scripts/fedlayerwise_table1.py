@@ -60,12 +60,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
 import tables  # noqa: E402
+from fedrun.results import METHOD_NAMES  # noqa: E402
 from runs import Run, group, load_tagged, setting_deviations  # noqa: E402
 
 PAPER = "fedlayerwise"
 # Table I's rows (in the paper's order), columns and display names.
 METHODS = ("fedlayerwise", "fedadp", "fedavg")
-METHOD_LABELS = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
+METHOD_LABELS = {m: METHOD_NAMES[m] for m in METHODS}
 SCENARIOS = ("5iid_5noniid", "2iid_8noniid")
 SCENARIO_LABELS = {"5iid_5noniid": "5 IID + 5 non-IID", "2iid_8noniid": "2 IID + 8 non-IID"}
 TABLE_CELLS = [(m, s) for m in METHODS for s in SCENARIOS]

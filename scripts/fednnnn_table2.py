@@ -68,13 +68,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
 import tables  # noqa: E402
+from fedrun.results import METHOD_NAMES  # noqa: E402
 from runs import Run, group, load_tagged, setting_deviations  # noqa: E402
 
 PAPER = "fednnnn"
 # The paper's rows (Table 2 order), columns and display names.
 METHODS = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn")
-METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "normnorm": "Norm-Norm",
-                 "momentum": "Momentum", "fednnnn": "FedNNNN"}
+METHOD_LABELS = {m: METHOD_NAMES[m] for m in METHODS}
 DATASETS = ("mnist", "cifar10")
 DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR10"}
 CONDITIONS = ("iid-b", "noniid-b", "iid-ub", "noniid-ub")

@@ -43,12 +43,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
 import tables  # noqa: E402
+from fedrun.results import METHOD_NAMES  # noqa: E402
 from plots import ROUNDS, plt  # noqa: E402
 from runs import Run, count_notes, group, load_tagged, mean_by_round, missing_dirs, setting_deviations  # noqa: E402
 
 PAPER = "fedlap"
 METHODS = ("fedlap", "fedprox", "fedavg")
-METHOD_LABELS = {"fedlap": "FedLap", "fedprox": "FedProx", "fedavg": "FedAvg"}
+METHOD_LABELS = {m: METHOD_NAMES[m] for m in METHODS}
 COLORS = {"fedlap": "tab:red", "fedprox": "tab:orange", "fedavg": "tab:blue"}
 DATASETS = ("mnist", "fmnist", "cifar10")
 DATASET_LABELS = {"mnist": "MNIST", "fmnist": "FashionMNIST", "cifar10": "CIFAR10"}

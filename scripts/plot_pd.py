@@ -215,7 +215,8 @@ def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str]
     sel = df[df["round"] == round_]
     if sel.empty:
         return None
-    grid = sel.pivot_table(index="client", columns="class", values="weight_norm", aggfunc="mean").sort_index()
+    grid = sel.pivot_table(index="client", columns="class", values="weight_norm", aggfunc="mean",
+                          dropna=False).sort_index()  # a learner or class without values: a blank, not a gap
     fig, ax = plt.subplots(figsize=(0.45 * grid.shape[1] + 2.6, 0.35 * grid.shape[0] + 1.8))
     im = ax.imshow(grid.to_numpy(), cmap="gray", aspect="auto", interpolation="nearest")
     ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns], fontsize=7)

@@ -2,11 +2,16 @@
 
 For runs of no paper in particular (the zero-argument ``fedrun``, a sweep of your own).  Every run
 directory found below the DIRs is read with :func:`fedrun.results.load`; runs that differ only in
-their seed form one group, drawn as the mean over its seeds with a band (``--band std``: mean +-
-one standard deviation; ``minmax``: the seeds' range; ``none``), labelled by the settings that
-differ between the groups.  Four panels: test accuracy (%), test loss, N/E (eq. 4 over eq. 5 of
-FedNNNN: 1 when all clients agree) and the server step ``||w_{t+1} - w_t||``, against integer
-rounds.  Writes ``runs.png`` and ``runs.pdf`` (``--formats png,pdf,svg``) to ``--out``.
+their seed form one group (the table's ``group`` column), drawn as the mean over its seeds with
+a band (``--band std``: mean +- one standard deviation; ``minmax``: the seeds' range; ``none``).
+A group is labelled by its method's name and the settings that tell it apart: those that differ
+among all runs (``partition=iid``) and the method's own that differ among its runs
+(``beta=0.5``); a setting a method does not have is never shown.  Four panels: test accuracy
+(%), test loss, N/E (eq. 4 over eq. 5 of FedNNNN: 1 when all clients agree) and the server step
+``||w_{t+1} - w_t||``, against integer rounds.  Writes ``runs.png`` and ``runs.pdf``
+(``--formats png,pdf,svg``) to ``--out``, with ``runs.csv`` beside them: the numbers drawn (group,
+metric, round, mean, band bounds low/high, runs n).  It prints one line per group drawn and a
+warning for every group or panel left without values.
 
     python scripts/plot_runs.py outputs/multirun/2026-11-23 --out outputs/figs
 """
@@ -26,59 +31,62 @@ from fedrun.errors import FedrunError  # noqa: E402
 PANELS = (("test_acc", "test accuracy (%)", 100.0), ("test_loss", "test loss (cross-entropy, nats)", 1.0),
           ("N_over_E", "N / E (client agreement, 1 = all agree)", 1.0),
           ("server_step", "server step ||w_{t+1} - w_t||", 1.0))
-# The config groups people vary first, named before any other setting that differs.
-FIRST = ("aggregator", "dataset", "partition", "model", "hyperparams", "experiment", "mode")
-BANDS = ("std", "minmax", "none")
+BANDS = tuple(results.BANDS)
+# Each group's line style and marker as well as its colour, so overlapping and greyscale curves
+# stay apart.
+STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def groups(df) -> tuple[list[str], list[str]]:
-    """The identity columns that tell groups apart (all but ``run_dir`` and ``seed``, and only
-    those that differ), and each group's label, ordered by the first of them."""
-    identity = [c for c in df.columns[: list(df.columns).index("round")] if c not in ("run_dir", "seed")]
-    differing = [c for c in identity if df[c].astype(str).nunique() > 1]
-    differing.sort(key=lambda c: (FIRST.index(c) if c in FIRST else len(FIRST), c))
-    return differing, [c for c in differing if c in FIRST] + [c for c in differing if c not in FIRST][:3]
-
-
-def label(key: tuple, columns: list[str], shown: list[str], seeds: int) -> str:
-    values = dict(zip(columns, key))
-    text = ", ".join(str(values[c]) if c in FIRST else f"{c.rsplit('.', 1)[-1]}={values[c]}" for c in shown)
-    return plots.mean_label(text or "runs", seeds) if seeds > 1 else text or "run"
-
-
-def plot(df, out: Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
-    """Draw the four panels of every group of ``df`` (:func:`fedrun.results.load`'s table)."""
-    columns, shown = groups(df)
+def plot(df, out: Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf"),
+         log=print) -> list[Path]:
+    """Draw the four panels for every group of ``df`` (:func:`fedrun.results.load`'s table), the
+    mean over each group's seeds with its band (:func:`fedrun.results.seed_curves`); write the
+    figure and, beside it, ``runs.csv``: the numbers drawn (group, metric, round, mean, band, n).
+    ``log`` gets one line per group drawn and a warning for each panel a group is missing from."""
+    curves = results.seed_curves(df, [column for column, _, _ in PANELS], band)
+    groups = list(dict.fromkeys(curves["group"]))
+    runs = df.groupby("group")["run_dir"].nunique()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2))
-    grouped = df.groupby([df[c].astype(str) for c in columns], sort=True) if columns else [((), df)]
-    for key, rows in grouped:
-        key = key if isinstance(key, tuple) else (key,)
-        seeds = rows["run_dir"].nunique()
-        name = label(key, columns, shown, seeds) if columns or seeds > 1 else Path(rows["run_dir"].iloc[0]).name
-        for ax, (column, _, scale) in zip(axes, PANELS):
-            values = rows[["round", column]].dropna() if column in rows else None
-            if values is None or values.empty:
-                continue
-            stats = (values[column] * scale).groupby(values["round"]).agg(["mean", "std", "min", "max"])
-            line, = ax.plot(stats.index, stats["mean"], label=name, **plots.markers(len(stats)))
-            if seeds > 1 and band != "none":
-                low, high = ((stats["mean"] - stats["std"], stats["mean"] + stats["std"]) if band == "std"
-                             else (stats["min"], stats["max"]))
-                ax.fill_between(stats.index, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    for ax, (_, ylabel, _) in zip(axes, PANELS):
+    for ax, (column, ylabel, scale) in zip(axes, PANELS):
+        for key in groups:
+            c = curves[(curves["group"] == key) & (curves["metric"] == column)]
+            i = groups.index(key)
+            color, style = f"C{i % 10}", {**plots.markers(len(c)), "linestyle": STYLES[i % len(STYLES)]}
+            if "marker" in style:
+                style["marker"] = MARKERS[i % len(MARKERS)]
+            ax.plot(c["round"], scale * c["mean"], color=color, label=plots.mean_label(key, runs[key]), **style)
+            if band != "none" and (c["n"] > 1).any():
+                ax.fill_between(c["round"], scale * c["low"], scale * c["high"], color=color, alpha=0.2, linewidth=0)
         ax.set_xlabel(plots.ROUNDS)
         ax.set_ylabel(ylabel)
         plots.integer_rounds(ax)
         ax.grid(alpha=0.3)
-    what = {"std": "mean +- std over seeds", "minmax": "mean and range over seeds", "none": "mean over seeds"}[band]
-    axes[0].legend(fontsize=8, title=what if df["run_dir"].nunique() > len(grouped) else None, title_fontsize=8)
+    several = df["run_dir"].nunique() > len(groups)
+    axes[0].legend(fontsize=8, title=results.BANDS[band] if several else None, title_fontsize=8)
     out.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     paths = [out / f"runs.{fmt}" for fmt in formats]
     for path in paths:
         fig.savefig(path, dpi=120)
     plt.close(fig)
-    return paths
+    data = out / "runs.csv"
+    curves.to_csv(data, index=False)
+    for key in groups + sorted(set(df["group"]) - set(groups)):
+        seeds = sorted(df.loc[df["group"] == key, "seed"].unique()) if "seed" in df else []
+        mine = curves[curves["group"] == key]
+        drawn = [column for column, _, _ in PANELS if column in set(mine["metric"])]
+        what = f"{runs[key]} run{'s' if runs[key] != 1 else ''}" + (f" (seeds {', '.join(map(str, seeds))})"
+                                                                     if len(seeds) > 1 else "")
+        if not drawn:
+            log(f"warning: {key}: {what}, no values of {', '.join(c for c, _, _ in PANELS)}; not drawn")
+            continue
+        log(f"{key}: {what}, rounds {mine['round'].min()}-{mine['round'].max()}, "
+            f"{len(drawn)} of {len(PANELS)} panels")
+        for column, _, _ in PANELS:
+            if column not in drawn:
+                log(f"warning: {key}: no values of {column}; left out of its panel")
+    return [*paths, data]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,7 +53,7 @@ def test_every_row_builds_at_tiny_scale(setting, optimizer):
     cfg = compose([f"experiment=pd/{setting}", f"hyperparams={optimizer}", "scale=tiny",
                         "model.norm=brn", "model.dropout=true", "hyperparams.augment=true"])
     objects = build(cfg)
-    assert objects["federation"].rounds == 2 and objects["federation"].snapshots == ()
+    assert objects["federation"].rounds == 3 and objects["federation"].snapshots == ()
     assert objects["federation"].num_clients == (1 if setting.startswith("vanilla") else 10)
 
 

@@ -161,7 +161,8 @@ def test_results_load_joins_runs_with_what_differs(tmp_path):
               timeout=300)
     df = results.load(sweep)
     assert len(df) == 4 * 2  # 4 runs x 2 rounds
-    assert list(df.columns[:3]) == ["run_dir", "aggregator", "dataset"]
+    assert list(df.columns[:5]) == ["run_dir", "method", "group", "aggregator", "dataset"]
+    assert set(df.group) == {"FedAvg", "FedNNNN"}  # fedavg has no beta: still a group of its own
     assert set(df.aggregator) == {"fedavg", "fednnnn"} and set(df.seed) == {0, 1}
     assert "hyperparams.lr" not in df  # the same in every run: not a column
     assert {"aggregator.beta", "aggregator.gamma"} <= set(df.columns)  # fednnnn's settings (NaN for fedavg)
