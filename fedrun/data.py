@@ -18,8 +18,9 @@ import math
 import re
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from numbers import Real
+from typing import Any, Union
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,32 @@ IDX_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+
+
+@dataclass
+class DatasetConfig:
+    """A dataset config (``conf/dataset/<name>.yaml``, or a file of one's own): what it must say
+    (the fields without a default) and what it may (the rest, with fedrun's defaults)."""
+
+    name: str  # the dataset's name (file labels, augmentation presets)
+    load: Any  # the loader: a node whose _target_ returns RawData
+    channels: int
+    image_size: int  # square images: height = width
+    num_classes: int
+    mean: Union[list[float], None] = None  # per-channel mean to subtract; null: from the training images
+    std: Union[list[float], None] = None  # per-channel std to divide by; null: from the training images
+    max_train: Union[int, None] = None  # keep a random subset of the training set
+    max_test: Union[int, None] = None  # keep a random subset of the test set
+    normalize: str = "per_channel"  # per_channel ((x - mean) / std) | per_image (TF per_image_standardization)
+    per_class: Union[int, None] = None  # keep the first n training images of each class
+
+    @classmethod
+    def required(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.default is MISSING]
+
+    @classmethod
+    def defaults(cls) -> dict:
+        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 @dataclass

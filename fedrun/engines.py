@@ -39,3 +39,14 @@ def check(make_engine) -> None:
     check_engine_options(options.get("precision", "fp32"), options.get("compile", False))
     if "clients_per_step" in options:
         check_clients_per_step(options["clients_per_step"])
+
+
+def as_batched(make_engine):
+    """The batched engine a population trains its runs with: ``engine=batched`` as it is,
+    ``engine=auto`` as the batched engine with the same options (whatever auto would pick on this
+    device); None for the sequential engine, which trains one client at a time."""
+    if make_engine.func is BatchedEngine:
+        return make_engine
+    if make_engine.func is auto_engine:
+        return functools.partial(BatchedEngine, **make_engine.keywords)
+    return None

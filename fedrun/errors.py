@@ -1,6 +1,9 @@
 """Errors a user can cause and fix.  The CLI prints them as one line and exits with ``exit_code``."""
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 
 class FedrunError(Exception):
     """Base of fedrun's one-line errors: the message says what happened and what to do."""
@@ -73,3 +76,11 @@ def check(condition: bool, setting: str, value, allowed: str) -> None:
     """Raise :class:`ConfigError` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(setting, value, allowed)
+
+
+def exit_with(error, code: int) -> NoReturn:
+    """The command's end on an error: ``fedrun: error: <error>`` on stderr (``fedrun: <error>``
+    for Ctrl-C, the user's own choice), then exit with ``code``."""
+    kind = "" if isinstance(error, Interrupted) else "error: "
+    print(f"fedrun: {kind}{error}", file=sys.stderr)
+    sys.exit(code)

@@ -171,6 +171,7 @@ class RoundRecord:
     outcome: object = None  # fedrun.aggregators.RoundOutcome
     divergence: object = None  # fedrun.divergence.Divergence
     learners: object = None  # the learners' parameters w + dw_k (fedrun.divergence.LearnerParams)
+    vanilla: object = None  # the PD-VL reference learner's results (its rounds only)
     vanilla_loss: float | None = None
     evaluation: dict = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
     seconds: dict = field(default_factory=dict)  # TIMING_COLUMNS

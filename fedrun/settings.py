@@ -18,6 +18,7 @@ the dataclasses they fill, which :func:`fedrun.cli.build` calls before the run d
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import math
@@ -47,12 +48,8 @@ SCHEMA: dict[str, Any] = {
     "checkpoint_every": int,
     "tuned": ANY,
     "tags": ANY,
-    "dataset": {
-        "name": str, "load": TARGET, "channels": int, "image_size": int, "num_classes": int,
-        "mean": Union[list[float], None], "std": Union[list[float], None],
-        "max_train": Union[int, None], "max_test": Union[int, None], "normalize": str,
-        "per_class": Union[int, None],
-    },
+    "centralized": bool,
+    "dataset": "dataset",  # fedrun.data.DatasetConfig's fields (below)
     "model": TARGET,
     "partition": TARGET,
     "aggregator": TARGET,
@@ -70,6 +67,17 @@ SCHEMA: dict[str, Any] = {
         "stragglers": float, "dropouts": float,
     },
 }
+
+
+def _dataset_schema() -> dict:
+    """The dataset node's keys and types: :class:`fedrun.data.DatasetConfig`'s fields."""
+    from fedrun.data import DatasetConfig
+
+    hints = typing.get_type_hints(DatasetConfig)
+    return {f.name: TARGET if f.name == "load" else hints[f.name] for f in dataclasses.fields(DatasetConfig)}
+
+
+SCHEMA["dataset"] = _dataset_schema()
 
 
 def validate(config: Mapping) -> None:

@@ -1,6 +1,9 @@
 """The federated round loop: sample, train locally, aggregate, evaluate, record.
 
-:func:`simulate` is the whole of a run in one screen.  The parts it calls, in the order of a round:
+:func:`simulate_runs` is the one round loop, for a run alone and for a population of runs
+(:mod:`fedrun.population`: many runs of one model on one training set, every round's clients of
+all runs trained in one batched call); a run alone is a population of one.  The steps of a round,
+each a method of :class:`FederatedRun`:
 
 1. sample the round's clients from ``(seed, round)``, and who drops out or straggles
    (:mod:`fedrun.seeding`, :mod:`fedrun.participation`);
@@ -10,6 +13,8 @@
    divergence (:mod:`fedrun.divergence`) from one pass over the updates;
 4. evaluate the global model (:mod:`fedrun.evaluation`);
 5. record the round's rows, snapshot and checkpoint (:mod:`fedrun.recorder`).
+
+The loop alone keeps the time (the ``train_s``, ``eval_s`` and ``wall_s`` columns).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from tqdm import tqdm
 from fedrun.aggregators import Aggregator, check_finite
 from fedrun.data import FederatedData
 from fedrun.divergence import LearnerParams, round_divergence, train_vanilla
-from fedrun.errors import ConfigError, Interrupted, NoSpaceError, check, first_line
+from fedrun.errors import ConfigError, FedrunError, Interrupted, NoSpaceError, check, first_line
 from fedrun.evaluation import eval_batch, evaluate_round
 from fedrun.layers import layers as model_layers
 from fedrun.local_training import LocalTraining, OptimizerStates
@@ -37,6 +42,7 @@ from fedrun.nwda import layer_grams
 from fedrun.params import split_state
 from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
+from fedrun.population import check_population, evaluate_runs, train_together
 from fedrun.recorder import Recorder, RoundRecord
 from fedrun.rundir import CHECKPOINT, RunDirectory, refuse_existing_run
 from fedrun.seeding import clients_per_round, sample_clients
@@ -101,9 +107,6 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
     are the accuracies whose first round the summary reports; ``dashboard`` mirrors the rows to
     TensorBoard or MLflow (:mod:`fedrun.dashboards`).  Everything that can fail on the
     inputs is built before the run directory is created and locked (:mod:`fedrun.rundir`).
-
-    The round is :class:`FederatedRun`'s five steps; a population of runs
-    (:mod:`fedrun.population`) takes the same steps, training all runs' clients in one call.
     """
     return run_alone(FederatedRun(run_dir, data, make_model, partition, aggregator, local, federation,
                                   participation, make_engine, seed, device, resume, targets, config, dashboard),
@@ -111,27 +114,144 @@ def simulate(run_dir: str | Path, data: FederatedData, make_model: Callable[[], 
 
 
 def run_alone(run: FederatedRun, progress: bool = True) -> dict:
-    """Run (or resume) one :class:`FederatedRun` on its own engine; its summary."""
-    with run.guard(), run:
-        if run.finished is not None:
-            return run.finished  # a finished run: nothing to do
-        with tqdm(run.remaining(), initial=run.done, total=run.federation.rounds, desc=run.aggregator.name,
-                  unit="round", disable=not progress, dynamic_ncols=True) as bar:
-            for t in bar:
-                t0 = time.perf_counter()
-                r = run.sample(t)
-                if r.clients:
-                    t_train = time.perf_counter()  # train_s: training alone, not the sampling
-                    r.results = run.engine.train(*run.training(r))
-                    run.aggregate(r, t_train)
-                if run.evaluates(t):
-                    t_eval = time.perf_counter()
-                    r.evaluation = run.evaluate(r)
-                    r.seconds["eval_s"] = time.perf_counter() - t_eval  # .item()s of the accuracies synchronize
-                r.seconds["wall_s"] = sync(run.device) - t0
-                run.record(r)
-                bar.set_postfix(run.recorder.progress)
-        return run.summary()
+    """Run (or resume) one :class:`FederatedRun` on its own engine: its summary, or the one-line
+    error that stopped it, raised."""
+    outcome, = simulate_runs([run], progress)
+    if isinstance(outcome, FedrunError):
+        raise outcome
+    return outcome
+
+
+def simulate_runs(runs: list[FederatedRun], progress: bool = True) -> list[dict | FedrunError]:
+    """Run (or resume) ``runs`` round by round; per run, its summary or the error that stopped it.
+
+    One run trains on its own engine.  Several form a population (:mod:`fedrun.population`): they
+    must share the model architecture, the training set and the device, and train on batched
+    engines with the same options; each round, all runs' clients train in one lock-step call and,
+    on a GPU, the runs' models are evaluated in one vmapped pass.  A run that diverges (or whose
+    disk fills) stops with its error, its CSVs holding the rounds before; the others go on.  Runs
+    may be at different rounds (resumed from different checkpoints, or with fewer rounds): each
+    trains its own next round.  Ctrl-C stops every run after its last complete round
+    (:class:`fedrun.errors.Interrupted`); ``resume=true`` continues each from its checkpoint.
+    """
+    if len(runs) > 1:
+        check_population(runs)
+    outcomes: list[dict | FedrunError | None] = [None] * len(runs)
+    with contextlib.ExitStack() as stack:
+        for i, run in enumerate(runs):
+            try:
+                with run.guard():
+                    stack.enter_context(run)  # locks the directory, or resumes it; closed on the way out
+            except FedrunError as e:
+                outcomes[i] = e
+                continue
+            if run.finished is not None:  # a run a previous process completed: nothing to do
+                outcomes[i] = run.finished
+                run.close()
+        live = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        try:
+            if live:
+                _rounds(runs, live, outcomes, progress)
+        except (KeyboardInterrupt, Interrupted):
+            opened = [run for run in runs if run.dir is not None]
+            raise Interrupted(min((run.saved_round() for run in opened), default=None),
+                              min((run.done for run in opened), default=0)) from None
+    return outcomes
+
+
+def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress: bool) -> None:
+    """The rounds of the live runs, each taking its own next round, until every run is done or
+    stopped: the five steps, timed here."""
+    population = len(runs) > 1
+    for i in live:  # resumed from its last round's checkpoint, with no summary yet (killed in between)
+        if runs[i].done >= runs[i].federation.rounds:
+            _step(runs, i, outcomes, lambda run: run.summary(), population)
+            runs[i].close()
+    live = [i for i in live if outcomes[i] is None]
+    if not live:
+        return
+    device = runs[live[0]].device
+    start = min(runs[i].done for i in live)
+    steps = max(runs[i].federation.rounds - runs[i].done for i in live)
+    if population:
+        log.info("population of %d runs: %d rounds at most, all runs' clients trained together", len(live), steps)
+    desc = f"population ({len(live)} runs)" if population else runs[live[0]].aggregator.name
+    with tqdm(total=start + steps, initial=start, desc=desc, unit="round", disable=not progress,
+              dynamic_ncols=True) as bar:
+        while live:
+            t0 = time.perf_counter()
+            # 1. Sample each run's next round.
+            records = {}
+            for i in live:
+                with runs[i].dir.speaks():
+                    records[i] = runs[i].sample(runs[i].done + 1)
+            # 2. Train: one run on its engine, several in one lock-step call; then each run's
+            # PD-VL reference learner on its rounds.
+            t_train = time.perf_counter()
+            training = [i for i in live if records[i].clients]
+            for i, result in zip(training, _train([runs[i] for i in training], [records[i] for i in training])):
+                records[i].results = result
+            trained = sync(device) - t_train
+            for i in training:
+                t_reference = time.perf_counter()
+                runs[i].train_reference(records[i])
+                records[i].seconds["train_s"] = trained + sync(device) - t_reference
+            # 3. Aggregate, each run on its own (a run that diverges stops; the others go on).
+            for i in training:
+                _step(runs, i, outcomes, lambda run: run.aggregate(records[i]), population)
+            live = [i for i in live if outcomes[i] is None]
+            # 4. Evaluate the runs whose round it is, together.
+            t_eval = time.perf_counter()
+            evaluating = [i for i in live if runs[i].evaluates(records[i].round)]
+            rows = evaluate_runs([runs[i] for i in evaluating], [records[i] for i in evaluating])
+            for i, row in zip(evaluating, rows):
+                records[i].evaluation = row
+            evaluated = time.perf_counter() - t_eval  # the accuracies' .item()s synchronize
+            for i in evaluating:
+                records[i].seconds["eval_s"] = evaluated
+            # 5. Record; a run that has done its rounds writes its summary and closes.
+            wall = sync(device) - t0
+            for i in live:
+                records[i].seconds["wall_s"] = wall
+                _step(runs, i, outcomes, lambda run: run.record(records[i]), population)
+                if outcomes[i] is None and runs[i].done == runs[i].federation.rounds:
+                    _step(runs, i, outcomes, lambda run: run.summary(), population)
+                    runs[i].close()
+            live = [i for i in live if outcomes[i] is None]
+            bar.update(1)
+            if population:
+                accuracies = [float(run.recorder.progress["acc"]) for run in runs if run.recorder is not None]
+                bar.set_postfix(runs=len(live), best_acc=f"{max(accuracies, default=float('nan')):.4f}")
+            else:
+                bar.set_postfix(runs[0].recorder.progress)
+
+
+def _train(runs: list[FederatedRun], records: list[RoundRecord]) -> list:
+    """Step 2's client training: a run alone on its own engine (sequential or batched), several
+    runs in one lock-step call (:func:`fedrun.population.train_together`)."""
+    if len(runs) == 1:
+        return [runs[0].engine.train(*runs[0].training(records[0]))]
+    return train_together(runs, records) if runs else []
+
+
+def _step(runs: list[FederatedRun], i: int, outcomes: list, work, population: bool) -> None:
+    """``work(run)`` for run i, its log records in its own ``fedrun.log``: a summary becomes the
+    run's outcome; a one-line error (divergence, full disk) stops that run alone."""
+    run = runs[i]
+    try:
+        with run.guard(), run.dir.speaks():  # a full disk as its one-line error
+            out = work(run)
+    except Interrupted:  # Ctrl-C stops every run
+        raise
+    except FedrunError as e:
+        outcomes[i] = e
+    else:
+        if isinstance(out, dict):
+            outcomes[i] = out
+        return
+    if population:  # a run alone: the command prints the error
+        log.error("%s: %s", run.run_dir, outcomes[i])
+    run.close()
 
 
 class FederatedRun:
@@ -139,9 +259,10 @@ class FederatedRun:
     and its open run directory.  A round is five steps, in this order:
 
     1. :meth:`sample` the round's clients, drop-outs and stragglers, all from ``(seed, round)``;
-    2. train them: ``engine.train(*run.training(r))`` (or a population's one call for all runs);
-    3. :meth:`aggregate`: the PD-VL reference learner on its rounds, then N, E, the clients'
-       angles and the learners' divergence from one pass over the updates, then the aggregator;
+    2. train them: ``engine.train(*run.training(r))`` (or a population's one call for all runs),
+       then :meth:`train_reference`, the PD-VL reference learner on its rounds;
+    3. :meth:`aggregate`: N, E, the clients' angles and the learners' divergence from one pass
+       over the updates, then the aggregator;
     4. :meth:`evaluate` the model the aggregator names (both, when FedNNNN's two differ), on the
        rounds :meth:`evaluates` says;
     5. :meth:`record` the round's rows, the snapshot and the checkpoint.
@@ -210,7 +331,12 @@ class FederatedRun:
                  sum(p.numel() for p in self.params.values()))
 
     def __exit__(self, *exc) -> None:
-        self.dir.close()
+        self.close()
+
+    def close(self) -> None:
+        """Release the run directory (its lock and log); again is harmless."""
+        if self.dir is not None:
+            self.dir.close()
 
     @contextlib.contextmanager
     def guard(self):
@@ -255,22 +381,23 @@ class FederatedRun:
         return (self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients], r.round,
                 r.epochs, r.lr, r.starts)
 
-    def aggregate(self, r: RoundRecord, t_train: float) -> None:
-        """Step 3 (with the PD-VL reference learner, client K, on its rounds): the new global model."""
-        t, f = r.round, self.federation
-        vanilla = None
-        if f.vanilla_round(t):
-            vanilla = train_vanilla(self.engine, self.params, self.buffers, r.results, f.num_clients,
-                                    len(self.data.train_y), self.seed, t, self.local.epochs, r.lr, r.starts)
-            r.vanilla_loss = float(vanilla.loss[0])
-        r.seconds["train_s"] = sync(self.device) - t_train  # t_train: when engine.train was called
+    def train_reference(self, r: RoundRecord) -> None:
+        """Step 2, end: on the rounds that have one, the PD-VL reference learner (client K, all the
+        training data) trains from w_t as the clients did (:func:`fedrun.divergence.train_vanilla`)."""
+        if self.federation.vanilla_round(r.round):
+            r.vanilla = train_vanilla(self.engine, self.params, self.buffers, r.results, self.federation.num_clients,
+                                      len(self.data.train_y), self.seed, r.round, self.local.epochs, r.lr, r.starts)
+            r.vanilla_loss = float(r.vanilla.loss[0])
+
+    def aggregate(self, r: RoundRecord) -> None:
+        """Step 3: the new global model."""
         # Every inner product of the round's diagnostics comes from one pass over the updates:
         # N and E, the clients' angles, the learners' divergence.
-        grams = layer_grams(r.results.deltas, self.layers, self.params,
-                            None if vanilla is None else {k: v[0] for k, v in vanilla.deltas.items()})
+        reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}
+        grams = layer_grams(r.results.deltas, self.layers, self.params, reference)
         r.divergence, r.learners = round_divergence(grams), LearnerParams(self.params, r.results.deltas)
         r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, grams)
-        check_finite(r.outcome, r.results.loss, t, self.aggregator.name)
+        check_finite(r.outcome, r.results.loss, r.round, self.aggregator.name)
         self.opt.finish(r.clients, r.results.opt_states, r.outcome.stats_weights)
         self.params, self.buffers = r.outcome.sent, r.outcome.buffers
         r.models = {"average": r.outcome.average, "sent": r.outcome.sent}

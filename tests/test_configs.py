@@ -12,7 +12,7 @@ from conftest import CONF_DIR, compose
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from fedrun import cli
+from fedrun import build
 from fedrun.aggregators import Aggregator
 from fedrun.layers import count_parameters
 from fedrun.local_training import LocalTraining
@@ -36,7 +36,7 @@ def test_groups_are_not_empty():
         assert options(group), group
     assert {"fedavg", "fedprox", "normnorm", "momentum", "fednnnn"} <= set(options("aggregator"))
     assert {"iid", "classes", "shards", "dirichlet", "mixed"} <= set(options("partition"))
-    assert cli.options("aggregator") == options("aggregator")  # what the CLI offers
+    assert build.options("aggregator") == options("aggregator")  # what the CLI offers
 
 
 @pytest.mark.parametrize("group,option", CASES, ids=[f"{g}={o}" for g, o in CASES])
@@ -50,7 +50,7 @@ def test_config_composes_and_builds(group, option):
         assert plain
         for key in plain:
             assert cfg[group][key] == raw[key], f"{group}.{key}"
-    # The aggregator and partition instantiate (the same calls fedrun.cli.build makes).
+    # The aggregator and partition instantiate (the same calls fedrun.build.build makes).
     aggregator = instantiate(cfg.aggregator)
     assert isinstance(aggregator, Aggregator)
     assert aggregator.name == cfg.aggregator._target_.rsplit(".", 1)[1]
@@ -62,7 +62,7 @@ def test_config_composes_and_builds(group, option):
     assert len(parts) == k and len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)
     model = instantiate(cfg.model)
     assert count_parameters(model) > 0
-    objects = cli.build(cfg)
+    objects = build.build(cfg)
     assert isinstance(objects["federation"], Federation) and isinstance(objects["local"], LocalTraining)
     if cfg.dataset.name == "synthetic":
         raw = instantiate(cfg.dataset.load, num_train=40, num_test=10)

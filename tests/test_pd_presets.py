@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import compose
 
-from fedrun.cli import build
+from fedrun.build import build
 
 SETTINGS = ("iid", "noniid2", "noniid1", "vanilla_bs50", "vanilla_bs500")
 OPTIMIZERS = ("pd_sgd", "pd_nmom_a", "pd_nmom_wb", "pd_adam_a", "pd_adam_wb")

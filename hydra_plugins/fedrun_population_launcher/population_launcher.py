@@ -2,8 +2,8 @@
 
 ``fedrun -m seed=0,1,2,3 aggregator=fedavg,fednnnn hydra/launcher=population`` composes every job
 of the sweep, groups the jobs that can share one batched training call (the same prepared data,
-model architecture, device and engine settings: :func:`group_key`), and trains each group as one
-population (:func:`fedrun.population.simulate_population`).  A job that fits no group (the
+model architecture, device and batched-engine settings: :func:`group_key`), and trains each group
+as one population (:func:`fedrun.simulation.simulate_runs`).  A job that fits no group (the
 sequential engine, a group of one) runs as it would under Hydra's basic launcher.  Run
 directories, CSVs, checkpoints and summaries are those of the jobs run one by one; failed jobs are
 recorded and listed at the end as with any launcher.
@@ -124,9 +124,9 @@ class PopulationLauncher(Launcher):
         together, and turn each run's summary or error into its job's return."""
         import torch
 
-        from fedrun import cli, results
-        from fedrun.errors import FedrunError, Interrupted
-        from fedrun.population import simulate_population
+        from fedrun import build, results
+        from fedrun.errors import FedrunError, Interrupted, exit_with
+        from fedrun.simulation import simulate_runs
 
         callbacks = self.hydra_context.callbacks
         datasets: dict = {}
@@ -137,8 +137,8 @@ class PopulationLauncher(Launcher):
             callbacks.on_job_start(config=job.config, task_function=self.task_function)
             try:
                 choices = OmegaConf.to_container(job.config.hydra.runtime.choices)
-                runs.append(cli.federated_run(cfg, job.run_dir, choices, list(job.config.hydra.overrides.task),
-                                              datasets, batched=True))
+                runs.append(build.federated_run(cfg, job.run_dir, choices, list(job.config.hydra.overrides.task),
+                                                datasets, batched=True))
                 members.append((job, cfg))
                 progress = progress or bool(cfg.progress)
             except FedrunError as e:
@@ -152,9 +152,9 @@ class PopulationLauncher(Launcher):
             if threads is not None:  # one process trains them all: the first job's setting
                 torch.set_num_threads(threads)
             try:
-                outcomes = simulate_population(runs, progress=progress)
+                outcomes = simulate_runs(runs, progress=progress)
             except Interrupted as e:
-                cli._fail(e, e.exit_code)
+                exit_with(e, e.exit_code)
             for (job, cfg), outcome in zip(members, outcomes):
                 if isinstance(outcome, FedrunError):
                     returns[job.num] = self._failed(job, cfg, outcome)
@@ -166,10 +166,10 @@ class PopulationLauncher(Launcher):
         return returns
 
     def _failed(self, job: Job, cfg: DictConfig, error) -> JobReturn:
-        """A failed job, noted where :func:`fedrun.cli.main` lists it at the end of the sweep."""
-        from fedrun import cli
+        """A failed job, noted where the command lists it at the end of the sweep (:mod:`fedrun.sweeps`)."""
+        from fedrun.sweeps import job_failed
 
-        failed = cli.job_failed(Path(str(self.config.hydra.sweep.dir)), job.num, job.run_dir, error)
+        failed = job_failed(Path(str(self.config.hydra.sweep.dir)), job.num, job.run_dir, error)
         return self._return(job, cfg, JobStatus.FAILED, failed)
 
     def _return(self, job: Job, cfg: DictConfig, status: JobStatus, value) -> JobReturn:
@@ -186,21 +186,23 @@ def job_choice(job: Job, group: str) -> str:
 
 def group_key(job: Job) -> tuple[str | None, str]:
     """What a job shares with the others of its population: the prepared data
-    (:func:`fedrun.cli.data_key`), the model's settings and the engine's; or None and the reason
-    when it cannot join one."""
-    from fedrun import cli
+    (:func:`fedrun.build.data_key`), the model's settings and the batched engine it builds
+    (:func:`fedrun.engines.as_batched`: ``engine=auto`` and ``engine=batched`` with the same
+    options train together); or None and the reason when it cannot join one."""
+    from fedrun import build, engines
     from fedrun.errors import FedrunError
 
     cfg = job.task_config()
     try:
-        values = cli.resolved(cfg)
-        data = cli.data_key(cfg)
+        objects = build.build(cfg)
+        data = build.data_key(cfg)
     except FedrunError as e:
         return None, f"its settings are refused ({e})"
-    engine = values["engine"]
-    if not str(engine.get("_target_", "")).endswith(("auto_engine", "BatchedEngine")):
+    batched = engines.as_batched(objects["engine"])
+    if batched is None:
         return None, f"engine={job_choice(job, 'engine')} (a population trains on the batched engine)"
-    return json.dumps({"data": data, "model": values["model"], "engine": engine}, sort_keys=True, default=str), ""
+    model = build.resolved(cfg)["model"]
+    return json.dumps({"data": data, "model": model, "engine": batched.keywords}, sort_keys=True, default=str), ""
 
 
 def plan(jobs: list[Job], max_runs: int | None = None) -> tuple[list[list[Job]], list[tuple[Job, str]]]:

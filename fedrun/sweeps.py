@@ -1,0 +1,95 @@
+"""Sweeps' failed jobs: each failure raised inside its job, noted in the sweep folder, listed at the end.
+
+A sweep (``fedrun -m``) keeps going when a job fails.  The job raises :class:`JobFailed` (one
+line, whatever the launcher: basic, joblib, submitit, Ray, population) and leaves a note in
+``<sweep>/.failed_jobs/`` (:func:`record_failure`), written by the job's own process, so the
+launching process finds every note (:func:`sweep_failures`) and the command lists the failed jobs
+once the sweep is over.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from fedrun.errors import FedrunError
+
+log = logging.getLogger("fedrun")
+
+
+class JobFailed(FedrunError, CompactHydraException):
+    """A sweep job's failure, raised inside the job.  Hydra prints a CompactHydraException as its
+    one line (no traceback); it pickles with its exit code, so launchers that run jobs in other
+    processes (joblib, submitit, ray) hand it back intact."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def __reduce__(self):
+        return JobFailed, (str(self), self.exit_code)
+
+
+FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
+
+
+def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: str, exit_code: int) -> None:
+    """Leave a note of the failed job where the launching process finds it, whichever process
+    (or machine, with a shared file system) ran the job."""
+    folder = sweep_dir / FAILURES
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job_num}.json").write_text(json.dumps(
+        {"job": job_num, "run_dir": str(run_dir), "error": error, "exit_code": exit_code}))
+
+
+def job_failed(sweep_dir: Path, job_num: int, run_dir: Path, error: FedrunError) -> JobFailed:
+    """A sweep job's one-line failure: its directory removed if it holds nothing, the error logged
+    and noted for the final list (:func:`record_failure`); the :class:`JobFailed` to hand Hydra."""
+    remove_if_empty(run_dir)
+    log.error("job %d failed: %s", job_num, error)
+    record_failure(sweep_dir, job_num, run_dir, str(error), error.exit_code)
+    return JobFailed(f"{run_dir}: {error}", error.exit_code)
+
+
+def sweep_failures(sweep_dir: Path) -> list[dict]:
+    """The failed jobs of a sweep, in job order."""
+    folder = Path(sweep_dir) / FAILURES
+    notes = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted(notes, key=lambda n: n["job"])
+
+
+class SweepCallback(Callback):
+    """In the launching process: clears the sweep's failure notes before its jobs run (a re-run
+    sweep lists only its own failures) and remembers the sweep folder (:func:`last_sweep`) for
+    the command's final list of failed jobs."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        global _SWEEP_DIR
+        _SWEEP_DIR = Path(config.hydra.sweep.dir)
+        shutil.rmtree(_SWEEP_DIR / FAILURES, ignore_errors=True)
+
+
+_SWEEP_DIR: Path | None = None
+
+
+def last_sweep() -> Path | None:
+    """The folder of the sweep this process launched (None: no sweep)."""
+    return _SWEEP_DIR
+
+
+def remove_if_empty(run_dir: Path) -> None:
+    """Hydra creates the job's directory before fedrun runs; a job refused before writing anything
+    leaves nothing behind: the empty directory and the empty parents Hydra made for it go (up to
+    the working directory; a directory holding anything is never touched)."""
+    cwd, path = Path.cwd().resolve(), run_dir.resolve()
+    while path != cwd and cwd in path.parents:
+        try:
+            path.rmdir()  # only succeeds on an empty directory
+        except OSError:
+            return
+        path = path.parent
