@@ -78,6 +78,13 @@ SETTINGS = [
     (["partition=iid", "partition.samples_per_client=100000"], ["partition.samples_per_client=100000", "at most"]),
     (["partition=classes", "partition.classes_per_client=11"], ["partition.classes_per_client=11", "between 1 and 10"]),
     (["partition=iid", "partition.sizes=zipf"], ["partition.sizes=zipf", "balanced, powerlaw"]),
+    # One source of truth: the objects built from hyperparams cannot be set apart from them.
+    (["local.lr=0.3"], ["local.lr=0.3", "set by hyperparams.lr", "hyperparams.lr=0.3"]),
+    (["federation.rounds=7"], ["federation.rounds=7", "set by hyperparams.rounds"]),
+    (["+participation.rate=1"], ["participation.rate=1", "not a setting of participation"]),
+    (["~local.batch_size"], ["local.batch_size=missing", "built from hyperparams.batch_size"]),
+    (["mode=centralized"], ["hyperparams.num_clients=4", "mode=centralized trains one learner"]),
+    (["centralized=true"], ["centralized=true", "mode=centralized"]),
 ]
 if torch.cuda.is_available():  # device=cuda is then valid
     SETTINGS = [case for case in SETTINGS if case[0] != ["device=cuda"]]
@@ -118,6 +125,14 @@ def data_files(tmp_path_factory) -> dict[str, str]:
     files["finished_run"] = str(run)
     (d / "empty_root").mkdir()
     files["empty_root"] = str(d / "empty_root")
+    # A dataset config of one's own that forgets a setting without a default (fedrun.data.DatasetConfig).
+    (d / "own" / "dataset").mkdir(parents=True)
+    (d / "own" / "dataset" / "no_channels.yaml").write_text(
+        "name: mine\nload:\n  _target_: fedrun.data.synthetic\n  num_train: 100\nimage_size: 28\nnum_classes: 10\n")
+    (d / "own" / "dataset" / "bad_normalize.yaml").write_text(
+        "name: mine\nload:\n  _target_: fedrun.data.synthetic\nchannels: 1\nimage_size: 28\nnum_classes: 10\n"
+        "normalize: zscore\n")
+    files["own"] = str(d / "own")
     return files
 
 
@@ -148,6 +163,9 @@ def data_cases(f: dict[str, str]) -> list[tuple[list[str], list[str]]]:
         (["dataset=synthetic", "dataset.image_size=4", "model=mnist_cnn", "hyperparams.num_clients=4",
           "progress=false"], ["model", "1x4x4 images"]),
         ([*TINY, "model.depth=3"], ["model.depth=3", "unknown setting", "hidden"]),
+        ([*BASE, f"hydra.searchpath=[file://{f['own']}]", "dataset=no_channels"],
+         ["dataset.channels=missing", "a dataset config needs name, load, channels, image_size, num_classes"]),
+        ([*BASE, "-cd", f["own"], "dataset=bad_normalize"], ["dataset.normalize=zscore", "per_channel, per_image"]),
     ]
 
 
