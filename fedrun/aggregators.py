@@ -1,11 +1,13 @@
 """Aggregators: the server side of a method, FedJAX-shaped.
 
-An :class:`Aggregator` is three parts and a choice:
+An :class:`Aggregator` is four parts and a choice:
 
 * a client-weighting rule (:mod:`fedrun.weighting`): ``examples`` (``n_k / n``), ``uniform``
-  (``1 / m``, what FedNNNN uses in its unbalanced runs, sec. 5.1), or FedAdp/FedLayerWise's angle
-  rules;
-* a chain of server transforms (:mod:`fedrun.transforms`) applied to the weighted mean update;
+  (``1 / m``, what FedNNNN uses in its unbalanced runs, sec. 5.1), FedAdp/FedLayerWise's angle
+  rules, or Krum's pairwise rule (it reads the round's Gram matrices);
+* a reduce (:mod:`fedrun.reduce`) that turns the stacked client updates and the rule's weights
+  into the mean update: the weighted mean (default), or the coordinate-wise median or trimmed mean;
+* a chain of server transforms (:mod:`fedrun.transforms`) applied to the mean update;
 * an optional client regularizer (:mod:`fedrun.regularizers`): FedProx, FedLap;
 * which model is evaluated (below).
 
@@ -17,9 +19,10 @@ It is used as two pure functions over one state, as in FedJAX::
 The state is data (a dict of tensors, lists and strings: the transforms' state, the weighting
 rule's state and the layer grouping), so a checkpoint is that dict.  The factories below are the
 methods; each YAML file in ``conf/aggregator/`` names one of them as its ``_target_``.  A new
-server-side method is one transform (or a chain of existing ones), one factory, one YAML.
+server-side method is one transform, reduce or weighting rule (or existing ones), one factory, one YAML.
 
-FedNNNN keeps two models (sec. 4.1): the *average-aggregated* model ``w_t + sum_k p_k dw_k``,
+FedNNNN keeps two models (sec. 4.1): the *average-aggregated* model ``w_t + sum_k p_k dw_k``
+(``w_t + reduce(...)`` in general: the median's or Krum's choice for the robust methods),
 "capable of performing highly-accurate inference", and the *normalized* model ``w_t + d_{t+1}``
 that is sent to clients, whose own accuracy "remains extremely poor".  ``evaluate`` picks which
 one the ``test_acc`` column reports (``average``, the paper's choice, or ``sent``); the other
@@ -32,14 +35,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedrun import reduce as R
 from fedrun import transforms as T
 from fedrun.errors import ConfigError, DivergenceError, check
 from fedrun.layers import Layer
 from fedrun.local_training import ClientResults
-from fedrun.nwda import LayerGrams, NormStats, layer_norms, nwda
-from fedrun.params import Params, weighted_mean, weighted_mean_by_layer
+from fedrun.nwda import LayerGrams, NormStats, layer_grams, layer_norms, nwda
+from fedrun.params import Params
 from fedrun.regularizers import LayerAdaptive, Proximal, Regularizer
-from fedrun.weighting import WeightingRule, angle_rule, base_rule
+from fedrun.weighting import WeightingRule, angle_rule, base_rule, equal_rule, krum_rule
 
 EVALUATE = ("average", "sent")
 
@@ -49,7 +53,7 @@ class RoundOutcome:
     """What one round of aggregation produced, for the next round and for the CSVs."""
 
     sent: Params  # w_{t+1}: the model sent to clients next round
-    average: Params  # w_t + sum_k p_k dw_k: the average-aggregated model
+    average: Params  # w_t + reduce(dw, weights): the average-aggregated model (w_t + sum_k p_k dw_k by default)
     buffers: Params  # averaged non-trainable state (BatchNorm running statistics)
     weights: torch.Tensor  # [m] aggregation weights, or [L, m] for a per-layer rule
     stats: NormStats  # N and E (eq. 4-5), with the base weights
@@ -70,11 +74,16 @@ class RoundOutcome:
 
 @dataclass(frozen=True)
 class Aggregator:
+    """A method's server side.  Per round: ``weighting`` gives the clients' weights, ``reduce`` turns
+    the stacked updates and those weights into the mean update, ``server`` turns that into the step
+    ``w_{t+1} - w_t``; ``regularizer`` (if any) acts on the clients' local training."""
+
     name: str
     server: T.ServerTransform
     weighting: WeightingRule = field(default_factory=base_rule)
     regularizer: Regularizer | None = None
     evaluate: str = "average"
+    reduce: R.Reduce = R.mean  # (stacked updates, weights, layers) -> the mean update
 
     def __post_init__(self):
         if self.evaluate not in EVALUATE:
@@ -98,16 +107,18 @@ class Aggregator:
             them (the simulation shares them with parameter divergence); computed here otherwise.
 
         N and E always use the base weights (``examples`` or ``uniform``), as eq. 4-5 define them,
-        so they compare across aggregators; an angle rule's weights then form the mean update.
-        BatchNorm statistics are averaged with the base weights too: they are not updates to weigh.
+        so they compare across aggregators; the rule's weights (angle, Krum, ...) then go to the
+        reduce, which forms the mean update.  BatchNorm statistics are averaged with the base
+        weights too: they are not updates to weigh.
         """
         check(len(results.num_examples) > 0, "round", 0, "needs at least one client update")
         layers = [Layer(*layer) for layer in state["layers"]]
-        base = self.weighting.base(results.num_examples)
+        rule = self.weighting
+        base = rule.base(results.num_examples)
+        grams = layer_grams(results.deltas, layers) if grams is None else grams
         stats = nwda(results.deltas, base, layers, grams)
-        weights, rule_state, diagnostics = self.weighting.update(stats, base, results.clients, state["weighting"])
-        mean = (weighted_mean_by_layer(results.deltas, weights, layers) if self.weighting.per_layer
-                else weighted_mean(results.deltas, weights))
+        weights, rule_state, diagnostics = rule.update(stats, base, results.clients, state["weighting"], grams)
+        mean = self.reduce(results.deltas, weights, layers)
         step, server_state = self.server.update(mean, state["server"], stats)
         skipped = step is None
         if skipped:
@@ -216,29 +227,77 @@ def fedavgm(server_lr: float = 1.0, beta1: float = 0.9, weighting: str = "exampl
     return Aggregator("fedavgm", chain, base_rule(weighting), None, evaluate)
 
 
-def _fedopt(rule: str, server_lr: float, beta1: float, beta2: float, tau: float, weighting: str,
-            evaluate: str) -> Aggregator:
-    chain = T.chain(T.adaptive(rule, beta1, beta2, tau), T.scale(server_lr))
-    return Aggregator(f"fed{rule}", chain, base_rule(weighting), None, evaluate)
+def _fedopt(name: str, adaptive: T.ServerTransform, server_lr: float, weighting: str, evaluate: str) -> Aggregator:
+    """Algorithm 2's direction ``m_t / (sqrt(v_t) + tau)``, then the server learning rate ``eta``."""
+    return Aggregator(name, T.chain(adaptive, T.scale(server_lr)), base_rule(weighting), None, evaluate)
 
 
 def fedadagrad(server_lr: float = 0.1, beta1: float = 0.9, tau: float = 1e-3, weighting: str = "examples",
                evaluate: str = "sent") -> Aggregator:
     """FedAdagrad (Reddi et al. Algorithm 2): ``v_t = v_{t-1} + Delta_t^2``,
-    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adaptive`)."""
-    return _fedopt("adagrad", server_lr, beta1, 0.0, tau, weighting, evaluate)
+    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adagrad`)."""
+    return _fedopt("fedadagrad", T.adagrad(beta1, tau), server_lr, weighting, evaluate)
 
 
 def fedadam(server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
             weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
     """FedAdam (Reddi et al. Algorithm 2): ``v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2``,
-    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adaptive`)."""
-    return _fedopt("adam", server_lr, beta1, beta2, tau, weighting, evaluate)
+    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adam`)."""
+    return _fedopt("fedadam", T.adam(beta1, beta2, tau), server_lr, weighting, evaluate)
 
 
 def fedyogi(server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
             weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
     """FedYogi (Reddi et al. Algorithm 2):
     ``v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)``,
-    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adaptive`)."""
-    return _fedopt("yogi", server_lr, beta1, beta2, tau, weighting, evaluate)
+    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.yogi`)."""
+    return _fedopt("fedyogi", T.yogi(beta1, beta2, tau), server_lr, weighting, evaluate)
+
+
+# ----------------------------------------------------------------------------- Byzantine-robust aggregation
+# The server replaces the weighted mean by a statistic that a few arbitrary (Byzantine) updates
+# cannot drag far: a coordinate-wise median or trimmed mean (a reduce, fedrun.reduce), or Krum's
+# choice of the update closest to the others (a pairwise weighting rule, fedrun.weighting).  The
+# model is w_t + that statistic, sent and evaluated alike (identity server transform).
+
+def median(weighting: str = "examples", weighted: bool = False) -> Aggregator:
+    """Coordinate-wise median (Yin, Chen, Ramchandran, Bartlett, ICML 2018, Definition 1):
+    ``w_{t+1,j} = w_{t,j} + med_k dw_{k,j}`` for every coordinate j (:func:`fedrun.reduce.median`).
+
+    Args:
+      weighting: the base weights of N, E and the BatchNorm statistics: ``examples`` or ``uniform``.
+      weighted: take the weighted median with the base weights (default: every client counts once,
+        the paper's median; the clients' recorded weights are then ``1/m``).
+    """
+    rule = base_rule(weighting) if weighted else equal_rule(weighting)
+    return Aggregator("median", T.identity(), rule, reduce=R.median(weighted))
+
+
+def trimmed_mean(beta: float = 0.1, weighting: str = "examples", weighted: bool = False) -> Aggregator:
+    """Coordinate-wise beta-trimmed mean (Yin et al. 2018, Definition 2): for every coordinate j,
+    ``w_{t+1,j} = w_{t,j} + 1/((1 - 2 beta) m) sum_{x in U_j} x``, ``U_j`` the m values
+    ``dw_{k,j}`` less the ``floor(beta m)`` largest and smallest (:func:`fedrun.reduce.trimmed_mean`).
+
+    Args:
+      beta: the fraction trimmed at each end, in [0, 0.5) (0: the plain mean).
+      weighting: the base weights of N, E and the BatchNorm statistics: ``examples`` or ``uniform``.
+      weighted: the weighted trimmed mean with the base weights (default: every client counts once).
+    """
+    rule = base_rule(weighting) if weighted else equal_rule(weighting)
+    return Aggregator("trimmed_mean", T.identity(), rule, reduce=R.trimmed_mean(beta, weighted))
+
+
+def krum(f: int = 1, multi: int = 1, weighting: str = "examples") -> Aggregator:
+    """Krum and Multi-Krum (Blanchard, El Mhamdi, Guerraoui, Stainer, NeurIPS 2017, sec. 4-5).
+
+    Each update's score is ``s(i) = sum_{i -> j} ||dw_i - dw_j||^2`` over its ``m - f - 2`` nearest
+    others; Krum's model is ``w_t + dw_{i*}``, ``i* = argmin_i s(i)``; Multi-Krum's is ``w_t`` plus
+    the mean of the ``multi`` updates of lowest score (:func:`fedrun.weighting.krum_rule`: one-hot or
+    ``1/multi`` weights from the round's Gram matrices, then the weighted mean).
+
+    Args:
+      f: the number of Byzantine clients assumed, >= 0; every round needs m > 2f + 2 clients.
+      multi: how many lowest-scoring updates to average, >= 1 (1: Krum).
+      weighting: the base weights of N, E and the BatchNorm statistics: ``examples`` or ``uniform``.
+    """
+    return Aggregator("krum", T.identity(), krum_rule(f, multi, weighting))

@@ -25,7 +25,8 @@ from fedrun.augment import make_augmentation
 from fedrun.data import NORMALIZATIONS, DatasetConfig, check_labels, prepare
 from fedrun.errors import ConfigError, DataError, FedrunError, check, first_line
 from fedrun.rundir import refuse_existing_run
-from fedrun.simulation import FederatedRun, run_alone
+from fedrun.federated_run import FederatedRun
+from fedrun.simulation import run_alone
 
 log = logging.getLogger("fedrun")
 
@@ -198,7 +199,7 @@ def run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> 
 
 def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
                   datasets: dict | None = None, batched: bool = False) -> FederatedRun:
-    """The :class:`fedrun.simulation.FederatedRun` of a composed config, ready to enter.
+    """The :class:`fedrun.federated_run.FederatedRun` of a composed config, ready to enter.
 
     ``datasets``: loaded data by :func:`data_key`, shared by the runs of a population (one copy
     on the device for all); ``batched``: train on the batched engine whatever ``engine=auto``

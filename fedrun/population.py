@@ -9,7 +9,7 @@ on a GPU the runs' global models are evaluated in one vmapped pass (:func:`evalu
 module holds those two steps and the check that runs can share them (:func:`check_population`).
 
 Everything else is each run's own, exactly as when it runs alone
-(:class:`fedrun.simulation.FederatedRun`): its seed (initialization, partition, client sampling,
+(:class:`fedrun.federated_run.FederatedRun`): its seed (initialization, partition, client sampling,
 batches, stragglers), aggregator and server state, weighting, client optimizer state,
 learning-rate schedule, regularizer, rounds, run directory, CSVs and checkpoint.  Runs may differ
 in any of these and in the client learning rate, momentum, weight decay, batch size, local
@@ -23,16 +23,12 @@ population's (``train_s``: the population's training call plus the run's own ref
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from fedrun.batched import BatchedEngine, Share, train_shares
 from fedrun.errors import ConfigError
 from fedrun.evaluation import eval_batch, evaluate_stacked, evaluation_plan, evaluation_row, split
-
-if TYPE_CHECKING:  # the round loop imports this module
-    from fedrun.simulation import FederatedRun
+from fedrun.federated_run import FederatedRun
 
 # Images x models per vmapped evaluation call, in units of the device's evaluation batch: the
 # stacked forward holds this many images' activations at once.

@@ -1,14 +1,15 @@
-"""Server transforms: what the server does with the weighted mean client update.
+"""Server transforms: what the server does with the mean client update.
 
 Modelled on optax: a transform is a pair ``init(params) -> state`` and
 ``update(step, state, stats) -> (step, state)``, and :func:`chain` composes them, so Norm-Norm,
 server Momentum and FedNNNN are three chains over the same two pieces, and FedOpt's methods
-(Reddi et al., ICLR 2021) are :func:`adaptive` or :func:`momentum` followed by :func:`scale`.  State is a plain dict of
-tensors, so a checkpoint is just that data.
+(Reddi et al., ICLR 2021) are :func:`adagrad`, :func:`adam`, :func:`yogi` or :func:`momentum`
+followed by :func:`scale`.  State is a plain dict of tensors, so a checkpoint is just that data.
 
-The input ``step`` is the weighted mean update ``sum_k p_k dw_k`` (FedAvg's step, eq. 3); the
-output is ``w_{t+1} - w_t``.  A transform returns ``None`` as its step to mean "leave ``w_t`` and
-every transform's state unchanged this round" (Norm-Norm when N is ~0, sec. 4.2).
+The input ``step`` is the mean update, the aggregator's reduce (``sum_k p_k dw_k``, FedAvg's step,
+eq. 3, unless a robust reduce replaces it); the output is ``w_{t+1} - w_t``.  A transform returns
+``None`` as its step to mean "leave ``w_t`` and every transform's state unchanged this round"
+(Norm-Norm when N is ~0, sec. 4.2).
 """
 from __future__ import annotations
 
@@ -87,36 +88,23 @@ def scale(rate: float, setting: str = "aggregator.server_lr") -> ServerTransform
       setting: the config key that sets it, for the error message.
     """
     check(rate > 0, setting, rate, "must be > 0")
-    return ServerTransform(lambda params: {}, lambda step, state, stats: ({k: v * rate for k, v in step.items()}, state))
+    return ServerTransform(lambda params: {},
+                           lambda step, state, stats: ({k: v * rate for k, v in step.items()}, state))
 
 
-ADAPTIVE = ("adagrad", "adam", "yogi")
-
-
-def adaptive(rule: str, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> ServerTransform:
-    """FedAdagrad, FedAdam, FedYogi's update direction (Reddi et al., ICLR 2021, Algorithm 2).
-
-    With the weighted mean update ``Delta_t`` as the (negative) pseudo-gradient::
+def _adaptive(beta1: float, tau: float, second_moment: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+              ) -> ServerTransform:
+    """Reddi et al. (ICLR 2021) Algorithm 2 around a second-moment rule ``v_t = second_moment(v_{t-1},
+    Delta_t^2)``, with the mean update ``Delta_t`` as the (negative) pseudo-gradient::
 
         m_t = beta1 m_{t-1} + (1 - beta1) Delta_t
-        v_t = v_{t-1} + Delta_t^2                                    (adagrad)
-        v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2                  (adam)
-        v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)   (yogi)
         step = m_t / (sqrt(v_t) + tau)
 
     and ``x_{t+1} = x_t + eta step`` once :func:`scale` follows.  ``m_{-1} = 0`` and
-    ``v_{-1} = tau^2``, the least the algorithm allows (``v_{-1} >= tau^2``); no bias
-    correction, as in Algorithm 2.  ``tau`` sets the degree of adaptivity (smaller: more adaptive).
-
-    Args:
-      rule: ``adagrad`` | ``adam`` | ``yogi``.
-      beta1: first-moment decay in [0, 1) (the paper: 0.9).
-      beta2: second-moment decay in [0, 1) (the paper: 0.99; adagrad has none).
-      tau: adaptivity, > 0 (the paper: 1e-3).
+    ``v_{-1} = tau^2``, the least the algorithm allows (``v_{-1} >= tau^2``); no bias correction,
+    as in Algorithm 2.  ``tau`` sets the degree of adaptivity (smaller: more adaptive).
     """
-    check(rule in ADAPTIVE, "aggregator.rule", rule, f"choose one of: {', '.join(ADAPTIVE)}")
     check(0 <= beta1 < 1, "aggregator.beta1", beta1, "must be in [0, 1)")
-    check(0 <= beta2 < 1, "aggregator.beta2", beta2, "must be in [0, 1)")
     check(tau > 0, "aggregator.tau", tau, "must be > 0")
 
     def init(params):
@@ -126,18 +114,59 @@ def adaptive(rule: str, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e
     def update(step, state, stats):
         m, v, out = {}, {}, {}
         for k, delta in step.items():
-            sq = delta * delta
             m[k] = beta1 * state["m"][k] + (1 - beta1) * delta
-            if rule == "adagrad":
-                v[k] = state["v"][k] + sq
-            elif rule == "adam":
-                v[k] = beta2 * state["v"][k] + (1 - beta2) * sq
-            else:
-                v[k] = state["v"][k] - (1 - beta2) * sq * torch.sign(state["v"][k] - sq)
+            v[k] = second_moment(state["v"][k], delta * delta)
             out[k] = m[k] / (v[k].sqrt() + tau)
         return out, {"m": m, "v": v}
 
     return ServerTransform(init, update)
+
+
+def adagrad(beta1: float = 0.9, tau: float = 1e-3) -> ServerTransform:
+    """FedAdagrad's direction (Reddi et al., ICLR 2021, Algorithm 2, the FedAdagrad line)::
+
+        v_t = v_{t-1} + Delta_t^2
+
+    around the first moment and step of :func:`_adaptive`: ``m_t / (sqrt(v_t) + tau)``.
+
+    Args:
+      beta1: first-moment decay in [0, 1) (the paper: 0.9).
+      tau: adaptivity, > 0 (the paper: 1e-3).
+    """
+    return _adaptive(beta1, tau, lambda v, sq: v + sq)
+
+
+def adam(beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> ServerTransform:
+    """FedAdam's direction (Reddi et al., ICLR 2021, Algorithm 2, the FedAdam line)::
+
+        v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2
+
+    around the first moment and step of :func:`_adaptive`: ``m_t / (sqrt(v_t) + tau)``.
+
+    Args:
+      beta1: first-moment decay in [0, 1) (the paper: 0.9).
+      beta2: second-moment decay in [0, 1) (the paper: 0.99).
+      tau: adaptivity, > 0 (the paper: 1e-3).
+    """
+    check(0 <= beta2 < 1, "aggregator.beta2", beta2, "must be in [0, 1)")
+    return _adaptive(beta1, tau, lambda v, sq: beta2 * v + (1 - beta2) * sq)
+
+
+def yogi(beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> ServerTransform:
+    """FedYogi's direction (Reddi et al., ICLR 2021, Algorithm 2, the FedYogi line)::
+
+        v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)
+
+    around the first moment and step of :func:`_adaptive`: ``m_t / (sqrt(v_t) + tau)``.  Unlike
+    Adam's, ``v`` moves towards ``Delta_t^2`` by an additive ``(1 - beta2) Delta_t^2`` at most.
+
+    Args:
+      beta1: first-moment decay in [0, 1) (the paper: 0.9).
+      beta2: second-moment decay in [0, 1) (the paper: 0.99).
+      tau: adaptivity, > 0 (the paper: 1e-3).
+    """
+    check(0 <= beta2 < 1, "aggregator.beta2", beta2, "must be in [0, 1)")
+    return _adaptive(beta1, tau, lambda v, sq: v - (1 - beta2) * sq * torch.sign(v - sq))
 
 
 def chain(*transforms: ServerTransform) -> ServerTransform:

@@ -11,19 +11,31 @@ base rule for these and replaces its weights in the aggregation:
 * FedLayerWise (Lanjewar et al. eq. 1-7): the same per layer, so every layer has its own client
   weights.
 
+A *pairwise rule* weighs clients by how their updates compare with one another, from the round's
+Gram matrices (:class:`fedrun.nwda.LayerGrams`, ``<dw_j, dw_k>`` per layer):
+
+* Krum and Multi-Krum (Blanchard, El Mhamdi, Guerraoui, Stainer, NeurIPS 2017): all the weight on
+  the update (or the ``multi`` updates) closest to its ``m - f - 2`` nearest others.
+
+The *equal rule* gives every client ``1/m`` whatever its ``n_k``: the weights of the unweighted
+median and trimmed mean (:mod:`fedrun.reduce`), which let every client count once.
+
 A rule is ``base(num_examples) -> [m]`` weights summing to one, ``init(num_clients, num_layers)
--> state`` and ``update(stats, base_weights, clients, state) -> (weights, state, diagnostics)``;
-``weights`` is ``[m]`` or ``[L, m]`` (``per_layer``).  The state is a dict of tensors (the angle
-rules' smoothed angles, kept per client across rounds; empty for the base rules).
+-> state`` and ``update(stats, base_weights, clients, state, grams) -> (weights, state,
+diagnostics)``, with ``stats`` the round's N and E (:func:`fedrun.nwda.nwda`, base weights) and
+``grams`` its :class:`~fedrun.nwda.LayerGrams` (rules that need neither ignore them); ``weights``
+is ``[m]`` or ``[L, m]`` (``per_layer``), on the base weights' device.  The state is a dict of
+tensors (the angle rules' smoothed angles, kept per client across rounds; empty for the others).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import torch
 
 from fedrun.errors import ConfigError, check
-from fedrun.nwda import NormStats
+from fedrun.nwda import LayerGrams, NormStats
 
 GOMPERTZ_FORMS = ("decreasing", "literal")
 BASES = ("examples", "uniform")
@@ -32,7 +44,7 @@ BASES = ("examples", "uniform")
 class WeightingRule(NamedTuple):
     base: Callable[[torch.Tensor], torch.Tensor]
     init: Callable[[int, int], Any]
-    update: Callable[[NormStats, torch.Tensor, list[int], Any], tuple[torch.Tensor, Any, dict]]
+    update: Callable[[NormStats, torch.Tensor, list[int], Any, LayerGrams], tuple[torch.Tensor, Any, dict]]
     per_layer: bool = False
 
 
@@ -49,8 +61,12 @@ def _no_state(num_clients: int, num_layers: int) -> dict:
     return {}
 
 
-def _base_weights(stats, base, clients, state):
+def _base_weights(stats, base, clients, state, grams):
     return base, state, {}
+
+
+def _equal_weights(stats, base, clients, state, grams):
+    return torch.full_like(base, 1.0 / len(base)), state, {}
 
 
 def base_rule(weighting: str = "examples") -> WeightingRule:
@@ -58,6 +74,13 @@ def base_rule(weighting: str = "examples") -> WeightingRule:
     if weighting not in BASES:
         raise ConfigError("aggregator.weighting", weighting, f"choose one of: {', '.join(BASES)}")
     return WeightingRule(_examples if weighting == "examples" else _uniform, _no_state, _base_weights)
+
+
+def equal_rule(weighting: str = "examples") -> WeightingRule:
+    """Every client counts once in the aggregation, ``1/m``, whatever its ``n_k``: the weights of
+    the unweighted median and trimmed mean (Yin et al. 2018).  N, E and the BatchNorm statistics
+    keep the base rule's weights (``weighting``), so they compare with every other method's."""
+    return base_rule(weighting)._replace(update=_equal_weights)
 
 
 def gompertz(theta: torch.Tensor, alpha: float, form: str = "decreasing") -> torch.Tensor:
@@ -110,7 +133,7 @@ def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer:
         return {"smoothed": torch.zeros(shape, dtype=torch.float64),
                 "count": torch.zeros(num_clients, dtype=torch.long)}
 
-    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state):
+    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams):
         theta = stats.layer_angles() if per_layer else stats.angles()  # [m, L] or [m]
         smoothed, count = _smooth(state["smoothed"], state["count"], clients, theta)
         s = smoothed[torch.as_tensor(clients, dtype=torch.long)]
@@ -120,3 +143,72 @@ def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer:
         return weights, {"smoothed": smoothed, "count": count}, diagnostics
 
     return WeightingRule(base_weights, init, update, per_layer)
+
+
+# ----------------------------------------------------------------------------- Krum (pairwise)
+
+def squared_distances(grams: LayerGrams) -> torch.Tensor:
+    """``[m, m]``: ``||dw_i - dw_j||^2 = sum_l (G_l[i, i] + G_l[j, j] - 2 G_l[i, j])`` from the
+    round's per-layer Gram matrices (float64; clamped at 0 against rounding)."""
+    gram = grams.client_updates().sum(0)  # [m, m] over the whole model
+    sq = gram.diagonal()
+    return (sq[:, None] + sq[None, :] - 2 * gram).clamp_min(0)
+
+
+def krum_scores(distances: torch.Tensor, f: int) -> torch.Tensor:
+    """Krum's score (Blanchard et al. 2017, sec. 4): ``s(i) = sum_{i -> j} ||dw_i - dw_j||^2``,
+    where ``i -> j`` ranges over the ``m - f - 2`` updates closest to ``dw_i`` (itself excluded).
+
+    Args:
+      distances: ``[m, m]`` squared distances (:func:`squared_distances`).
+      f: the number of Byzantine clients assumed, with ``m > 2f + 2``.
+    """
+    m = distances.shape[0]
+    others = distances + torch.diag(torch.full((m,), math.inf, dtype=distances.dtype, device=distances.device))
+    return others.sort(dim=1).values[:, : m - f - 2].sum(1)
+
+
+def krum_rule(f: int = 1, multi: int = 1, weighting: str = "examples") -> WeightingRule:
+    """Krum (``multi = 1``) and Multi-Krum (Blanchard et al. 2017, sec. 4 and sec. 5) as weights.
+
+    Krum selects ``dw_{i*}``, ``i* = argmin_i s(i)`` (:func:`krum_scores`): weights one-hot on
+    ``i*``.  Multi-Krum averages the ``multi`` updates of lowest score: weights ``1/multi`` on each,
+    whatever their ``n_k``.  Ties go to the client listed first in the round (a stable sort), so a
+    round is reproducible.  The base weights (``weighting``) still give N, E and the BatchNorm
+    statistics.
+
+    Krum needs ``m > 2f + 2`` clients in a round (the paper's condition ``2f + 2 < n``; it leaves
+    ``m - f - 2 >= 1`` neighbours to score).  Clients per round can vary (drop-outs), so this is
+    checked every round: a round with fewer is a :class:`~fedrun.errors.ConfigError` naming
+    ``aggregator.f`` and the round's m; a federation with fewer clients in all fails at ``init``,
+    before any training.
+
+    Args:
+      f: the number of Byzantine clients assumed, >= 0.
+      multi: how many lowest-scoring updates to average, >= 1 (1: Krum); at most the round's m.
+      weighting: the base rule for N and E: ``examples`` or ``uniform``.
+    """
+    check(isinstance(f, int) and f >= 0, "aggregator.f", f, "must be an integer >= 0 (Byzantine clients assumed)")
+    check(isinstance(multi, int) and multi >= 1, "aggregator.multi", multi,
+          "must be an integer >= 1 (updates averaged; 1 is Krum)")
+    base_weights = base_rule(weighting).base
+    needs = f"Krum needs more than 2f + 2 = {2 * f + 2} clients in every round"
+
+    def init(num_clients: int, num_layers: int) -> dict:
+        # The federation's size bounds every round's: fail before any training where it is too small.
+        check(num_clients > 2 * f + 2, "aggregator.f", f, f"{needs}; the federation has {num_clients} "
+              f"(lower aggregator.f, or raise hyperparams.num_clients)")
+        return {}
+
+    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams):
+        m = len(clients)
+        check(m > 2 * f + 2, "aggregator.f", f, f"{needs}; a round had {m} "
+              f"(lower aggregator.f, or raise hyperparams.client_fraction)")
+        check(multi <= m, "aggregator.multi", multi, f"must be at most the clients in a round; a round had {m}")
+        scores = krum_scores(squared_distances(grams), f)
+        chosen = torch.sort(scores.cpu(), stable=True).indices[:multi].to(base.device)
+        weights = torch.zeros_like(base)
+        weights[chosen] = 1.0 / multi
+        return weights, state, {"krum_score": scores}
+
+    return WeightingRule(base_weights, init, update)

@@ -23,9 +23,10 @@ import torch
 from conftest import aggregate, compose
 
 from fedrun import aggregators as A
+from fedrun import reduce as R
 from fedrun.errors import ConfigError
 from fedrun.layers import Layer
-from fedrun.nwda import nwda
+from fedrun.nwda import layer_grams, nwda
 from fedrun.weighting import angle_rule, gompertz
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
@@ -336,6 +337,32 @@ def test_rule_per_layer_flag():
     assert angle_rule(per_layer=True).per_layer and not angle_rule().per_layer
     assert A.fedlayerwise().weighting.per_layer and not A.fedadp().weighting.per_layer
     assert not A.fedavg().weighting.per_layer and A.fedavg().init({}, 3, W_LAYERS)["weighting"] == {}
+
+
+def test_per_layer_weights_are_the_reduces_job():
+    """FedLayerWise keeps the default reduce: :func:`fedrun.reduce.mean` takes one weight row per
+    layer (eq. 7).  Layer a: 0.25 [1, 0] + 0.75 [3, 0] = [2.5, 0]; layer b: 0.5 [0, 2] + 0.5 [0, 4] = [0, 3]."""
+    assert A.fedlayerwise().reduce is R.mean and A.fedadp().reduce is R.mean
+    deltas = {"a": torch.tensor([[1.0, 0.0], [3.0, 0.0]], dtype=torch.float64),
+              "b": torch.tensor([[0.0, 2.0], [0.0, 4.0]], dtype=torch.float64)}
+    weights = torch.tensor([[0.25, 0.75], [0.5, 0.5]], dtype=torch.float64)  # [L, m]
+    out = R.mean(deltas, weights, AB_LAYERS)
+    assert out["a"].tolist() == [2.5, 0.0] and out["b"].tolist() == [0.0, 3.0]
+
+
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_angle_rules_ignore_the_grams(per_layer):
+    # WeightingRule.update receives the round's Gram matrices (for pairwise rules such as Krum);
+    # the angle rules read only the NWDA statistics.
+    deltas = {"a": torch.tensor([[1.0, 0.0], [2.0, 1.0]], dtype=torch.float64),
+              "b": torch.tensor([[0.0, 2.0], [1.0, 4.0]], dtype=torch.float64)}
+    rule = angle_rule(per_layer=per_layer)
+    base = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    grams = layer_grams(deltas, AB_LAYERS)
+    stats = nwda(deltas, base, AB_LAYERS, grams)
+    with_grams = rule.update(stats, base, [0, 1], rule.init(2, 2), grams)
+    without = rule.update(stats, base, [0, 1], rule.init(2, 2), None)
+    assert torch.equal(with_grams[0], without[0])
 
 
 # ----------------------------------------------------------------------------- experiment presets

@@ -33,7 +33,8 @@ from fedrun.partition import iid
 from fedrun.pd_nets import PDNet
 from fedrun.regularizers import LayerAdaptive, Proximal
 from fedrun.sequential import SequentialEngine
-from fedrun.simulation import Federation, simulate
+from fedrun.federated_run import Federation
+from fedrun.simulation import simulate
 
 WITH_BATCHNORM = {"cifar10_cnn_bn"}  # compared in float64 only (tests/equivalence.py says why)
 

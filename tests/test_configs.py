@@ -16,7 +16,7 @@ from fedrun import build
 from fedrun.aggregators import Aggregator
 from fedrun.layers import count_parameters
 from fedrun.local_training import LocalTraining
-from fedrun.simulation import Federation
+from fedrun.federated_run import Federation
 
 GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "experiment", "scale")
 

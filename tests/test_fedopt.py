@@ -14,6 +14,7 @@ import torch
 from conftest import TINY, aggregate, fedrun_ok
 
 from fedrun import aggregators as A
+from fedrun import transforms as T
 from fedrun.errors import ConfigError
 from fedrun.layers import Layer
 
@@ -83,7 +84,25 @@ def test_adaptive_methods_differ_where_the_second_moment_does():
     assert yogi.sent["w"][1] < adam.sent["w"][1]  # a larger v: a smaller step
 
 
+@pytest.mark.parametrize("rule,v1", [("adagrad", 25.0), ("adam", 12.5), ("yogi", 17.0)])
+def test_each_rule_is_its_own_transform(rule, v1):
+    """One step from m = 0, v = tau^2 = 9 (tau = 3), with Delta = 4 (Delta^2 = 16), beta1 = beta2 = 0.5:
+    m = 0.5 * 4 = 2 for all three, and Algorithm 2's line for v:
+    adagrad 9 + 16 = 25; adam 0.5 * 9 + 0.5 * 16 = 12.5; yogi 9 - 0.5 * 16 * sign(9 - 16) = 17.
+    The step is m / (sqrt(v) + tau): adagrad's 2 / (5 + 3) = 0.25."""
+    transform = {"adagrad": lambda: T.adagrad(beta1=0.5, tau=3.0), "adam": lambda: T.adam(0.5, 0.5, 3.0),
+                 "yogi": lambda: T.yogi(0.5, 0.5, 3.0)}[rule]()
+    params = {"w": torch.zeros(1, dtype=torch.float64)}
+    step, state = transform.update({"w": torch.tensor([4.0], dtype=torch.float64)}, transform.init(params), None)
+    assert state["m"]["w"].item() == 2.0 and state["v"]["w"].item() == v1
+    assert step["w"].item() == pytest.approx(2.0 / (math.sqrt(v1) + 3.0), rel=1e-15)
+    assert rule != "adagrad" or step["w"].item() == 0.25
+
+
 @pytest.mark.parametrize("make,setting", [
+    (lambda: T.adam(beta2=1.0), "aggregator.beta2"),
+    (lambda: T.yogi(beta1=-0.1), "aggregator.beta1"),
+    (lambda: T.adagrad(tau=0.0), "aggregator.tau"),
     (lambda: A.fedadam(server_lr=0.0), "aggregator.server_lr"),
     (lambda: A.fedyogi(beta2=1.0), "aggregator.beta2"),
     (lambda: A.fedadagrad(tau=0.0), "aggregator.tau"),

@@ -19,7 +19,8 @@ from fedrun.optim import SGD, Adam, lr_factor
 from fedrun.params import split_state
 from fedrun.recorder import TIMING_COLUMNS
 from fedrun.sequential import SequentialEngine
-from fedrun.simulation import Federation, simulate
+from fedrun.federated_run import Federation
+from fedrun.simulation import simulate
 
 
 def fedrun_rounds(overrides: list[str], run_dir) -> pd.DataFrame:

@@ -21,7 +21,8 @@ from fedrun.params import split_state
 from fedrun.participation import Participation
 from fedrun.seeding import sample_clients
 from fedrun.sequential import SequentialEngine
-from fedrun.simulation import Federation, simulate
+from fedrun.federated_run import Federation
+from fedrun.simulation import simulate
 
 POOL = list(range(3, 23))  # 20 sampled client ids (not starting at 0, to catch index/id mix-ups)
 

@@ -23,15 +23,14 @@ from conftest import (
 
 from fedrun import population
 from fedrun.batched import BatchedEngine, Share, train_shares
-from fedrun.cli import federated_run
+from fedrun.build import federated_run
 from fedrun.data import prepare, synthetic
 from fedrun.errors import DivergenceError, Interrupted
 from fedrun.evaluation import evaluate, evaluate_stacked
 from fedrun.local_training import LocalTraining
-from fedrun.population import simulate_population
 from fedrun.recorder import TIMING_COLUMNS
 from fedrun.regularizers import LayerAdaptive, Proximal
-from fedrun.simulation import run_alone
+from fedrun.simulation import run_alone, simulate_runs
 
 # Small runs: synthetic 8x8 images, 10 clients, 3 a round.
 BASE = ["dataset=synthetic", "dataset.load.num_train=300", "dataset.load.num_test=100", "dataset.image_size=8",
@@ -56,6 +55,10 @@ MEMBERS = {
     "fedavgm": ["aggregator=fedavgm", "seed=4"],
     "fedadagrad": ["aggregator=fedadagrad", "hyperparams.local_epochs=2"],
     "fedyogi_nesterov": ["aggregator=fedyogi", "hyperparams.momentum=0.5", "hyperparams.nesterov=true"],
+    "median": ["aggregator=median", "seed=5"],
+    "trimmed_mean_weighted": ["aggregator=trimmed_mean", "aggregator.beta=0.2", "aggregator.weighted=true",
+                              "hyperparams.client_fraction=0.5"],
+    "krum": ["aggregator=krum", "hyperparams.client_fraction=0.5"],  # Krum (f=1) needs m > 2f + 2 = 4 a round
 }
 CSVS = ("rounds", "layers", "clients", "client_layers", "output_layer", "partition")
 
@@ -84,7 +87,7 @@ def population_equals_alone(tmp_path, members, rtol=1e-5):
     """Train ``members`` (override lists) as one population, then each alone: the same CSVs."""
     datasets = {}
     runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
-    outcomes = simulate_population(runs, progress=False)
+    outcomes = simulate_runs(runs, progress=False)
     assert all(isinstance(o, dict) for o in outcomes), outcomes
     for n, overrides in enumerate(members):
         run_alone(build(overrides, tmp_path / f"alone{n}"), progress=False)
@@ -158,7 +161,7 @@ def test_population_equals_runs_alone(tmp_path):
     datasets = {}
     runs = [build(o, tmp_path / f"pop_{name}", datasets, batched=True) for name, o in MEMBERS.items()]
     assert len(datasets) == 1 and all(r.data is runs[0].data for r in runs)  # one copy of the data
-    outcomes = simulate_population(runs, progress=False)
+    outcomes = simulate_runs(runs, progress=False)
     assert all(isinstance(o, dict) for o in outcomes), outcomes
     for (name, overrides), outcome in zip(MEMBERS.items(), outcomes):
         summary = run_alone(build(overrides, tmp_path / f"alone_{name}"), progress=False)
@@ -193,7 +196,7 @@ def test_a_diverging_run_stops_alone(tmp_path):
     members = [["aggregator=fedavg"], ["aggregator=fedavg", "hyperparams.lr=1e30"], ["aggregator=fednnnn"]]
     datasets = {}
     runs = [build(o, tmp_path / f"pop{n}", datasets, batched=True) for n, o in enumerate(members)]
-    outcomes = simulate_population(runs, progress=False)
+    outcomes = simulate_runs(runs, progress=False)
     assert isinstance(outcomes[1], DivergenceError), outcomes[1]
     stopped = int(str(outcomes[1]).split(":")[0].removeprefix("round "))  # "round 3: parameter ... is NaN"
     assert not (tmp_path / "pop1" / "summary.json").exists()
@@ -211,9 +214,9 @@ def test_interrupted_population_resumes_identically(tmp_path, monkeypatch):
     members = [MEMBERS["fedavg"], MEMBERS["momentum_sgdm"], MEMBERS["fedlayerwise_adam"]]
     datasets = {}
     whole = [build(o, tmp_path / f"whole{n}", datasets, batched=True) for n, o in enumerate(members)]
-    simulate_population(whole, progress=False)
+    simulate_runs(whole, progress=False)
 
-    from fedrun.simulation import FederatedRun
+    from fedrun.federated_run import FederatedRun
     record = FederatedRun.record
 
     def interrupt(self, r):
@@ -224,13 +227,13 @@ def test_interrupted_population_resumes_identically(tmp_path, monkeypatch):
     monkeypatch.setattr(FederatedRun, "record", interrupt)
     cut = [build(o, tmp_path / f"cut{n}", datasets, batched=True) for n, o in enumerate(members)]
     with pytest.raises(Interrupted):
-        simulate_population(cut, progress=False)
+        simulate_runs(cut, progress=False)
     monkeypatch.setattr(FederatedRun, "record", record)
     done = [torch.load(tmp_path / f"cut{n}" / "checkpoint.pt")["round"] for n in range(3)]
     assert done == [2, 1, 1]  # interrupted in run 1's record: run 0 had recorded round 2
     resumed = [federated_run(compose(BASE + o + ["resume=true"]), tmp_path / f"cut{n}", {}, list(o), datasets,
                              batched=True) for n, o in enumerate(members)]
-    assert all(isinstance(o, dict) for o in simulate_population(resumed, progress=False))
+    assert all(isinstance(o, dict) for o in simulate_runs(resumed, progress=False))
     for n in range(3):
         assert_same_csvs(tmp_path / f"whole{n}", tmp_path / f"cut{n}", rtol=0)
         for name in CSVS:

@@ -18,7 +18,8 @@ from fedrun.local_training import LocalTraining
 from fedrun.models import MLP, MnistCNN
 from fedrun.recorder import TIMING_COLUMNS, CsvLog, Recorder, _fmt, atomic_save, summarize, write_json
 from fedrun.seeding import clients_per_round, derive_seed, numpy_rng, sample_clients, torch_generator
-from fedrun.simulation import Federation, simulate
+from fedrun.federated_run import Federation
+from fedrun.simulation import simulate
 
 # ----------------------------------------------------------------------------- seeding
 

@@ -27,7 +27,8 @@ from fedrun.local_training import LocalTraining
 from fedrun.models import MLP
 from fedrun.partition import iid
 from fedrun.rundir import check_own_targets, load_checkpoint
-from fedrun.simulation import Federation, simulate
+from fedrun.federated_run import Federation
+from fedrun.simulation import simulate
 
 pytestmark = pytest.mark.slow
 
