@@ -26,19 +26,20 @@ from fedrun.data import NORMALIZATIONS, DatasetConfig, check_labels, prepare
 from fedrun.errors import ConfigError, DataError, FedrunError, check, first_line
 from fedrun.rundir import refuse_existing_run
 from fedrun.federated_run import FederatedRun
+from fedrun.paths import conf_dir
 from fedrun.simulation import run_alone
 
 log = logging.getLogger("fedrun")
 
 # Installed: the configs ship inside the package.  Source checkout / editable install: top-level conf/.
-_PACKAGED = Path(__file__).resolve().parent / "conf"
-CONF_DIR = _PACKAGED if (_PACKAGED / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = conf_dir()
 # The config's object nodes (a _target_ each), built by Hydra in build().
 OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine", "logger")
 
 
 def options(group: str) -> list[str]:
-    """The options of a config group: its YAML files, relative to the group folder."""
+    """The options of a config group: its YAML files, relative to the group folder (nested ones
+    such as ``experiment``'s ``fednnnn/mnist_iid_b`` included)."""
     folder = CONF_DIR / group
     return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
 
@@ -102,6 +103,11 @@ def build(cfg: DictConfig) -> dict:
               f"must be between 1 and {ds['num_classes']} (the dataset's classes)")
     objects = {name: _instantiate(cfg[name], name) for name in OBJECTS}
     engines.check(objects["engine"])
+    least, per_round = objects["aggregator"].weighting.min_clients, objects["federation"].per_round
+    check(per_round >= least, "hyperparams.client_fraction", hp["client_fraction"],
+          f"aggregator={objects['aggregator'].name} needs at least {least} clients a round, and "
+          f"{hp['client_fraction']} of {hp['num_clients']} clients is {per_round}: raise "
+          f"hyperparams.client_fraction or hyperparams.num_clients (or lower the aggregator's f)")
     return dict(objects, device=resolve_device(values["device"]), seed=values["seed"], validation=validation)
 
 
@@ -141,7 +147,7 @@ def check_one_source(cfg: DictConfig) -> None:
         node = cfg.get(name)
         raw = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
         if not isinstance(raw, dict):
-            raise ConfigError(name, settings.show(raw), f"is built from hyperparams; set those instead")
+            raise ConfigError(name, settings.show(raw), "is built from hyperparams; set those instead")
         for key in sorted(set(raw) | set(template)):
             if raw.get(key, "<missing>") == template.get(key, "<missing>"):
                 continue

@@ -21,7 +21,7 @@ def auto_engine(model, train_x, train_y, local, regularizer, seed,
     """``engine=auto``: the batched engine on CUDA, the sequential one elsewhere.
 
     On a CPU the conv kernels, not the client loop, set the pace: the batched engine gains 6-7%
-    on the MNIST CNN in chunks of ``CPU_CHUNK`` clients (scripts/bench.py), too little, measured on
+    on the MNIST CNN in chunks of ``CPU_CHUNK`` clients (scripts/bench/bench.py), too little, measured on
     too few models, to replace the reference engine as the default there.
     """
     if train_x.device.type == "cuda":

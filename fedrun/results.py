@@ -16,12 +16,16 @@ averaged over seeds and plotted without opening a file by hand::
 the setting (``aggregator.beta`` for FedAvg), and pandas' ``groupby`` leaves out the rows whose
 key is NaN: group by ``group``, or pass ``dropna=False`` when grouping by setting columns.
 :func:`seed_curves` gives each group's mean and band over seeds, round by round (what
-``scripts/plot_runs.py`` draws).
+``fedrun-plot``, :mod:`fedrun.plot`, draws).
 
 :func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
 :func:`find_runs` lists run directories (``require=FINISHED_FILES``: the finished ones, with or
 without ``rounds.csv``); :func:`read_config`, :func:`read_summary` and :func:`read_csv` read one.
 :func:`objective` is what a job returns to Hydra's sweepers.
+
+One run at a time: :class:`Run` is a run directory's config, summary and (read once, on demand)
+CSVs; :func:`load_runs` reads the finished runs under some folders as :class:`Run` objects, with
+the folders it passed over and why (what the papers' table and plot scripts file into cells).
 """
 from __future__ import annotations
 
@@ -29,8 +33,9 @@ import json
 import math
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import yaml
 
@@ -39,8 +44,10 @@ from fedrun.errors import ConfigError, RunDirectoryError
 if TYPE_CHECKING:  # pandas loads when a table is made, not with every fedrun command
     import pandas as pd
 
-# Keys of config.yaml that are not settings of the run: how it was launched and labelled.
-NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads", "checkpoint_every")
+# Keys of config.yaml that are not settings of the run: how it was launched and labelled (and
+# ``centralized``, which the ``mode`` column names).
+NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads", "checkpoint_every",
+                "centralized")
 # summary.json's numbers a sweep can optimize; see objective().
 SUMMARY_OBJECTIVES = ("best_test_acc", "final_test_acc", "final_test_loss", "best_round", "final_val_acc",
                       "best_val_acc", "final_average_test_acc", "final_sent_test_acc")
@@ -345,3 +352,88 @@ def seed_curves(df: pd.DataFrame, metrics: Iterable[str], band: str = "std") -> 
                                         "low": low.to_numpy(), "high": high.to_numpy(),
                                         "n": stats["count"].to_numpy()}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(CURVE_COLUMNS))
+
+
+# ----------------------------------------------------------------------------- one run at a time
+
+@dataclass
+class Run:
+    """One run directory: its resolved config (``config.yaml``), its summary (``summary.json``;
+    empty while the run has not finished) and, read on first use and kept, its CSVs."""
+
+    path: Path
+    config: dict
+    summary: dict
+    _frames: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Run:
+        """Read ``config.yaml`` and ``summary.json`` (an empty summary while the run is unfinished)."""
+        path = Path(path)
+        return cls(path, read_config(path), read_summary(path))
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run wrote its ``summary.json`` (fedrun writes it last)."""
+        return bool(self.summary)
+
+    @property
+    def tags(self) -> dict:
+        """The config's ``tags`` (set by presets: ``paper``, ``dataset``, ``condition`` ...)."""
+        return self.config.get("tags") or {}
+
+    @property
+    def method(self) -> str | None:
+        """The aggregator: ``summary.json``'s name, else the config's ``_target_`` function."""
+        name = self.summary.get("aggregator")
+        if not name:
+            target = (self.config.get("aggregator") or {}).get("_target_", "")
+            name = target.rsplit(".", 1)[-1] or None
+        return name
+
+    @property
+    def dataset(self) -> str | None:
+        """The dataset the run *stands for*: its ``tags.dataset`` (a paper's preset sets it, and
+        it stays when another dataset is substituted), not necessarily the one it read; None
+        without the tag."""
+        return self.tags.get("dataset")
+
+    @property
+    def seed(self):
+        return self.config.get("seed")
+
+    def accuracy(self, which: str = "final") -> float | None:
+        """``final_test_acc`` or ``best_test_acc`` from the summary (a fraction), or None."""
+        value = self.summary.get(f"{which}_test_acc")
+        return None if value is None else float(value)
+
+    def csv(self, name: str) -> pd.DataFrame | None:
+        """A CSV of the run directory (``rounds.csv``, ``clients.csv`` ...) as a DataFrame, read
+        once and kept; None when the file is missing, empty or not CSV (:func:`read_csv`)."""
+        if name not in self._frames:
+            self._frames[name] = read_csv(self.path, name)
+        return self._frames[name]
+
+    def rounds(self) -> pd.DataFrame | None:
+        """``rounds.csv`` (one row per round), or None."""
+        return self.csv("rounds.csv")
+
+
+def load_runs(paths: Iterable[str | os.PathLike], reject: Callable[[Run], str] | None = None,
+              require: Iterable[str] = FINISHED_FILES) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The runs under ``paths`` (:func:`find_runs` with ``require``: by default the finished ones)
+    as :class:`Run` objects, in path order, and ``[(path, why)]`` for the run directories passed
+    over: unreadable ones, and those ``reject(run)`` gives a reason for (a non-empty string)."""
+    runs, skipped = [], []
+    for path in find_runs(*paths, require=require):
+        try:
+            run = Run.load(path)
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            skipped.append((path, f"unreadable: {e}"))
+            continue
+        why = reject(run) if reject is not None else ""
+        if why:
+            skipped.append((path, why))
+        else:
+            runs.append(run)
+    return runs, skipped

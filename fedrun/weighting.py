@@ -46,6 +46,7 @@ class WeightingRule(NamedTuple):
     init: Callable[[int, int], Any]
     update: Callable[[NormStats, torch.Tensor, list[int], Any, LayerGrams], tuple[torch.Tensor, Any, dict]]
     per_layer: bool = False
+    min_clients: int = 1  # the fewest clients a round the rule can weigh (Krum: 2f + 3), checked before a run
 
 
 def _examples(num_examples: torch.Tensor) -> torch.Tensor:
@@ -211,4 +212,4 @@ def krum_rule(f: int = 1, multi: int = 1, weighting: str = "examples") -> Weight
         weights[chosen] = 1.0 / multi
         return weights, state, {"krum_score": scores}
 
-    return WeightingRule(base_weights, init, update)
+    return WeightingRule(base_weights, init, update, min_clients=2 * f + 3)

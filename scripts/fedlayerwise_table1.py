@@ -28,7 +28,8 @@ Two modes:
 ``run --out DIR``
     Launch the grid: one ``fedrun -m experiment=fedlayerwise/mnist_<scenario>
     aggregator=fedavg,fedadp,fedlayerwise`` per scenario, into ``DIR/<scenario>/<method>_seed<seed>``,
-    then collect ``DIR`` as above.  ``--substitute mnist=mnist_train10k`` reads the first 10,000
+    then collect ``DIR`` as above (``--population``: each scenario's runs trained together, with
+    ``hydra/launcher=population``).  ``--substitute mnist=mnist_train10k`` reads the first 10,000
     MNIST training images (8,000 train / 2,000 held-out test: enough for the paper's 10 clients x
     600 samples) in place of the full MNIST, which is not available offline; the runs keep their
     preset's tags and are marked ``*``.  ``--smoke`` adds ``scale=smoke`` (3 rounds, 1,000 train /
@@ -57,11 +58,11 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grid  # noqa: E402
-import tables  # noqa: E402
-from fedrun.results import METHOD_NAMES  # noqa: E402
-from runs import Run, group, load_tagged, setting_deviations  # noqa: E402
+import grid
+import tables
+from papers import group, load_tagged, setting_deviations
+
+from fedrun.results import METHOD_NAMES, Run
 
 PAPER = "fedlayerwise"
 # Table I's rows (in the paper's order), columns and display names.
@@ -224,7 +225,7 @@ def run_grid(args) -> int:
 
     def command(out: Path, scenario: str, methods: list[str], seeds: list[str]) -> list[str]:
         return grid.sweep_command(f"fedlayerwise/{PRESETS[scenario]}", methods, seeds, overrides, args.set,
-                                  out / scenario)
+                                  out / scenario, args.population)
 
     banner = []
     if args.smoke:

@@ -39,7 +39,9 @@ Which accuracy the paper's Table 2 holds (printed as a footnote under the table)
 
 ``run --out DIR``
     Launch the grid: one ``fedrun -m experiment=fednnnn/<cell> aggregator=<5 methods>`` per cell,
-    into ``DIR/<cell>/<method>_seed<seed>``, then collect ``DIR`` as above.  ``--smoke`` adds
+    into ``DIR/<cell>/<method>_seed<seed>``, then collect ``DIR`` as above.  ``--population`` adds
+    ``hydra/launcher=population``: the methods and seeds of a cell train together, each run with
+    the results it has alone on the batched engine (docs/sweeps.md).  ``--smoke`` adds
     ``scale=smoke`` (3 rounds, 10 clients, 1000/300 samples: a check that everything runs, not a
     reproduction).  ``--substitute DATASET=OPTION`` runs another ``conf/dataset`` option in place
     of a dataset that is not available (offline machines): ``cifar10=synthetic`` passes
@@ -65,11 +67,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grid  # noqa: E402
-import tables  # noqa: E402
-from fedrun.results import METHOD_NAMES  # noqa: E402
-from runs import Run, group, load_tagged, setting_deviations  # noqa: E402
+import grid
+import tables
+from papers import group, load_tagged, setting_deviations
+
+from fedrun.results import METHOD_NAMES, Run
 
 PAPER = "fednnnn"
 # The paper's rows (Table 2 order), columns and display names.
@@ -319,7 +321,7 @@ def run_grid(args) -> int:
     def command(out: Path, column: str, methods: list[str], seeds: list[str]) -> list[str]:
         return grid.sweep_command(f"fednnnn/{column}", methods, seeds,
                                   [*overrides(CELLS[column][0]), *(["scale=smoke"] if args.smoke else [])],
-                                  args.set, out / column)
+                                  args.set, out / column, args.population)
 
     banner = []
     if args.smoke:

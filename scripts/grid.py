@@ -1,9 +1,17 @@
-"""Launching a paper's grid of fedrun runs, shared by the table scripts' ``run`` modes.
+"""Launching a paper's grid of fedrun runs as ``fedrun -m`` sweeps, shared by the table scripts' ``run`` modes.
 
-A *column* of FedNNNN's or FedLayerWise's table (a condition, a scenario) is one ``fedrun -m``
-call over methods and seeds into ``OUT/<column>/<method>_seed<seed>`` (:func:`run_sweeps`); the
-parameter-divergence study runs one ``fedrun`` per run (:func:`run_logged`).  Runs already
-finished are skipped, and what is still missing afterwards is reported.
+Every table script's ``run`` launches its missing runs as sweeps, so that ``--population`` (which
+adds ``hydra/launcher=population``, see docs/sweeps.md) trains the runs of a sweep that share a
+dataset and model together, and any other Hydra launcher can be named with ``--set``.  A sweep is
+a product of values: a *column* of FedNNNN's or FedLayerWise's table (a condition, a scenario) is
+swept over methods x seeds into ``OUT/<column>/<method>_seed<seed>`` (:func:`run_sweeps`); the
+parameter-divergence study sweeps networks x seeds (``pd_tables.py``).  ``hydra.sweep.dir`` and
+``hydra.sweep.subdir`` give every run the folder it has always had, so ``collect`` and earlier
+outputs read the same.  Runs already finished are skipped: the runs still to do are split into
+products (:func:`product_blocks`), one sweep each; what is still missing afterwards is reported.
+
+fedrun runs in the caller's working directory, as a ``fedrun`` typed there would (datasets are
+looked for under its ``data/`` unless ``FEDRUN_DATA`` or ``data_root`` say otherwise).
 """
 from __future__ import annotations
 
@@ -15,13 +23,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Hashable, Iterable
 
 from fedrun import results
-from runs import Run
+from fedrun.paths import conf_options
+from fedrun.results import Run
 
-REPO = Path(__file__).resolve().parents[1]
 SUBDIR = "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"
+POPULATION = "hydra/launcher=population"
 
 
 def fedrun_command() -> list[str]:
@@ -34,21 +43,27 @@ def fedrun_command() -> list[str]:
     return [exe]
 
 
+def launcher(population: bool) -> list[str]:
+    """The launcher override of ``run --population``: every sweep trained as populations."""
+    return [POPULATION] if population else []
+
+
 # ----------------------------------------------------------------------------- data stand-ins
 
 def dataset_substitute(text: str, allowed: tuple[str, ...]) -> tuple[str, str]:
-    """Parse ``DATASET=OPTION`` for ``--substitute``: DATASET in ``allowed``, OPTION a conf/dataset file."""
+    """Parse ``DATASET=OPTION`` for ``--substitute``: DATASET in ``allowed``, OPTION one of fedrun's
+    ``dataset`` options (its installed configs)."""
     real, sep, option = text.partition("=")
     if not sep or real not in allowed or not option:
         raise argparse.ArgumentTypeError(f"expected DATASET=OPTION with DATASET in {allowed}, got {text!r}")
-    if not (REPO / "conf" / "dataset" / f"{option}.yaml").is_file():
-        options = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
+    options = conf_options("dataset")
+    if option not in options:
         raise argparse.ArgumentTypeError(f"unknown dataset option {option!r}; choose one of {options}")
     return real, option
 
 
 def substitute_overrides(option: str | None, shape: tuple[int, int]) -> list[str]:
-    """The overrides that read conf/dataset ``option`` in place of a paper's dataset of image
+    """The overrides that read the dataset option ``option`` in place of a paper's dataset of image
     ``shape`` (channels, size): a synthetic stand-in takes that shape, so the paper's model is
     unchanged.  None: no substitute."""
     if option is None:
@@ -68,31 +83,45 @@ def print_banner(lines: list[str], extra: list[str]) -> None:
         print("NOTE: " + line, flush=True)
 
 
-# ----------------------------------------------------------------------------- one process, logged
+# ----------------------------------------------------------------------------- sweeps
+
+def product_blocks(pairs: Iterable[tuple[Hashable, Hashable]]) -> list[tuple[list, list]]:
+    """Split ``(a, b)`` pairs into products ``a-values x b-values`` that hold every pair once and
+    nothing else: the a's that lack the same b's are one block (in the order the pairs first name
+    them), so a sweep of a block runs exactly the runs still to do."""
+    wanted: dict = {}
+    for a, b in pairs:
+        wanted.setdefault(a, []).append(b)
+    blocks: dict[tuple, list] = {}
+    for a, bs in wanted.items():
+        blocks.setdefault(tuple(dict.fromkeys(bs)), []).append(a)
+    return [(a_values, list(b_values)) for b_values, a_values in blocks.items()]
+
 
 def run_logged(cmd: list[str], log_path: Path) -> tuple[int, float]:
-    """Run ``cmd`` from the repository root, appending its output to ``log_path``:
-    ``(exit code, seconds)``."""
+    """Run ``cmd``, appending its output to ``log_path``: ``(exit code, seconds)``."""
     t0 = time.perf_counter()
     with open(log_path, "a") as log:
-        rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     return rc, time.perf_counter() - t0
 
 
 def print_errors(log_path: Path, last: int) -> None:
-    """The ``last`` lines of a log that mention an error, indented under the run's line."""
+    """The ``last`` lines of a log that mention an error, indented under the sweep's line."""
     errors = [line for line in log_path.read_text().splitlines() if "error" in line.lower()]
     if errors:
         print("    " + "\n    ".join(errors[-last:]), flush=True)
 
 
-# ----------------------------------------------------------------------------- sweeps per column
+# ----------------------------------------------------------------------------- methods x seeds per column
 
 def sweep_command(preset: str, methods: list[str], seeds: list[str], overrides: list[str], extra: list[str],
-                  folder: Path) -> list[str]:
-    """One ``fedrun -m``: every method (and seed) of one table column, into ``folder``."""
+                  folder: Path, population: bool = False) -> list[str]:
+    """One ``fedrun -m``: methods x seeds of one table column, into ``folder/<method>_seed<seed>``;
+    ``population``: trained as populations (``hydra/launcher=population``)."""
     return [*fedrun_command(), "-m", f"experiment={preset}", f"aggregator={','.join(methods)}",
-            f"seed={','.join(seeds)}", *overrides, "progress=false", *extra, f"hydra.sweep.dir={folder}", SUBDIR]
+            f"seed={','.join(seeds)}", *overrides, "progress=false", *launcher(population), *extra,
+            f"hydra.sweep.dir={folder}", SUBDIR]
 
 
 def cell_state(folder: Path) -> tuple[set, set]:
@@ -111,7 +140,8 @@ def cell_state(folder: Path) -> tuple[set, set]:
 
 def launch(columns: list[str], command: Callable[[str, list[str], list[str]], list[str]],
            methods: list[str], seeds: list[str], out: Path, dry_run: bool) -> list[tuple[str, list]]:
-    """Run ``command(column, methods, seeds)`` for every column with runs still to do.
+    """Run ``command(column, methods, seeds)`` for the runs of every column still to do: one
+    sweep per column, or one per product of methods x seeds when the runs to do are not one.
 
     Returns the (column, missing (method, seed) pairs) that did not finish.
     """
@@ -120,25 +150,27 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
     for i, column in enumerate(columns, 1):
         wanted = {(m, s) for m in methods for s in seeds}
         done, started = cell_state(out / column)
-        todo = wanted - done - started
+        todo = [(m, s) for m in methods for s in seeds if (m, s) not in done | started]
         if not todo:
             print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, "
                   f"{len(wanted & started)} unfinished or failed: delete a run directory to redo it)", flush=True)
         else:
-            todo_seeds = sorted({s for _, s in todo})
-            todo_methods = [m for m in methods if any((m, s) in todo for s in todo_seeds)]
-            cmd = command(column, todo_methods, todo_seeds)
             skip = len(wanted & (done | started))
-            print(f"[{i}/{len(columns)}] {column}{f' ({skip} run(s) already there)' if skip else ''}: "
-                  f"{shlex.join(cmd)}", flush=True)
-            if not dry_run:
-                log_path = out / "logs" / f"{column}.log"
-                rc, seconds = run_logged(cmd, log_path)
-                after, _ = cell_state(out / column)
-                print(f"    exit {rc}, {len(after - done)} run(s) finished in {seconds:.0f} s "
-                      f"(log: {log_path})", flush=True)
-                if rc != 0:
-                    print_errors(log_path, 4)
+            blocks = product_blocks(todo)
+            log_path = out / "logs" / f"{column}.log"
+            for j, (todo_methods, todo_seeds) in enumerate(blocks, 1):
+                cmd = command(column, todo_methods, todo_seeds)
+                part = f", sweep {j} of {len(blocks)}" if len(blocks) > 1 else ""
+                print(f"[{i}/{len(columns)}] {column}{part}{f' ({skip} run(s) already there)' if skip else ''}: "
+                      f"{shlex.join(cmd)}", flush=True)
+                if not dry_run:
+                    before = cell_state(out / column)[0]
+                    rc, seconds = run_logged(cmd, log_path)
+                    after, _ = cell_state(out / column)
+                    print(f"    exit {rc}, {len(after - before)} run(s) finished in {seconds:.0f} s "
+                          f"(log: {log_path})", flush=True)
+                    if rc != 0:
+                        print_errors(log_path, 4)
         if not dry_run:
             missing = sorted(wanted - cell_state(out / column)[0])
             if missing:

@@ -32,18 +32,17 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import matplotlib  # noqa: E402
+import numpy as np
+import torch
+from plots import save_figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from fedrun import results
+from fedrun.errors import FedrunError
+from fedrun.plot import pyplot
+from fedrun.results import Run
+from fedrun.rundir import check_own_targets, load_checkpoint
 
-from fedrun import results  # noqa: E402
-from fedrun.errors import FedrunError  # noqa: E402
-from fedrun.rundir import check_own_targets, load_checkpoint  # noqa: E402
-from runs import Run, save_figure  # noqa: E402
+plt = pyplot()
 
 
 def load_state(run_dir: Path, snapshot: int | None, device) -> tuple[dict, dict, int, Path]:
@@ -110,8 +109,8 @@ def _title(run_dir: Path) -> str:
         key = pd_tables.identify(run)[0]
         if key is not None:
             dataset, network, optimizer, variant, setting = key
-            return (f"{network} {pd_tables.OPTIMIZER_LABELS[optimizer]}{' ' + variant if variant else ''}, "
-                    f"{pd_tables.DATASET_LABELS.get(dataset, dataset)} {pd_tables.SETTING_LABELS.get(setting, setting)}")
+            where = f"{pd_tables.DATASET_LABELS.get(dataset, dataset)} {pd_tables.SETTING_LABELS.get(setting, setting)}"
+            return f"{network} {pd_tables.OPTIMIZER_LABELS[optimizer]}{' ' + variant if variant else ''}, {where}"
     except Exception:  # noqa: BLE001 - a title is optional
         pass
     return run_dir.name

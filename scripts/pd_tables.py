@@ -27,11 +27,14 @@ the baseline weight decay (no override), and in vanilla training (a single learn
 are the same run (the paper prints the same numbers for both), so the -A run stands for both.
 
 ``run --out DIR``
-    Launch every run of the chosen tables still missing, one ``fedrun`` process each, into
-    ``DIR/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>``
-    (``hydra.run.dir=...``; logs in ``DIR/logs``), then collect ``DIR``.  A finished run
-    (``summary.json``) is never redone; one that started but did not finish is skipped and
-    reported unless ``--resume`` continues it (``resume=true``).  ``--tables 4,8``,
+    Launch every run of the chosen tables still missing, as ``fedrun -m`` sweeps: one per dataset,
+    setting, optimizer and variant over its networks x seeds, into
+    ``DIR/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>`` (``hydra.sweep.dir``
+    ``DIR/<dataset>/<setting>``, ``hydra.sweep.subdir`` the run's name; logs in ``DIR/logs``), then
+    collect ``DIR``.  ``--population`` adds ``hydra/launcher=population``: the runs of a sweep that
+    share a network (its seeds) train together.  A finished run (``summary.json``) is never
+    redone; one that started but did not finish is skipped and reported unless ``--resume``
+    continues it (``resume=true``, in sweeps of their own).  ``--tables 4,8``,
     ``--settings iid,noniid2``, ``--datasets cifar10``, ``--networks NetA-Baseline``,
     ``--optimizers nmom-a,adam-a`` and ``--variants none,bn`` pick a subset; ``--smoke`` adds
     ``scale=smoke`` (``--scale tiny``: 2 rounds on 200 images); ``--seeds 0,1,2`` repeats every
@@ -71,12 +74,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grid  # noqa: E402
-import tables  # noqa: E402
-from runs import Run, count_notes, group, load_runs, setting_deviations  # noqa: E402
+import grid
+import tables
+from papers import count_notes, group, setting_deviations
 
-REPO = grid.REPO
+from fedrun.paths import conf_options
+from fedrun.results import Run, load_runs
+
 PAPER_CSV = "parameter_divergence_tables4-10_accuracy.csv"  # in scripts/paper_targets, as in ../shared
 
 TABLES = ("table4", "table5", "table6", "table7", "table8", "table9", "table10")
@@ -197,11 +201,22 @@ def variant_overrides(variant: str) -> list[str]:
     return out
 
 
+def _middle(key: tuple) -> str:
+    """``<optimizer>[_<variant>]``: what a run's folder name says between its network and seed."""
+    _dataset, _network, optimizer, variant, _setting = key
+    slug = variant.replace("=", "").replace("+", "_")
+    return f"{optimizer}{'_' + slug if slug else ''}"
+
+
 def run_name(key: tuple, seed) -> str:
     """``<network option>_<optimizer>[_<variant>]_seed<seed>``, e.g. ``neta_baseline_nmom-a_wd0.0005_seed0``."""
-    _dataset, network, optimizer, variant, _setting = key
-    slug = variant.replace("=", "").replace("+", "_")
-    return f"{NETWORKS[network]}_{optimizer}{'_' + slug if slug else ''}_seed{seed}"
+    return f"{NETWORKS[key[1]]}_{_middle(key)}_seed{seed}"
+
+
+def sweep_subdir(key: tuple) -> str:
+    """``hydra.sweep.subdir`` of a sweep over networks and seeds of ``key``'s optimizer and variant:
+    each job's folder is :func:`run_name` (the network is the job's ``model`` option)."""
+    return "${hydra:runtime.choices.model}_" + _middle(key) + "_seed${seed}"
 
 
 def run_dir(out: Path, key: tuple, seed) -> Path:
@@ -220,13 +235,17 @@ def substitution_overrides(substitutes: dict[str, str], dataset: str) -> list[st
             *(["dataset.per_class=null"] if option == "synthetic" else [])]
 
 
-def run_overrides(key: tuple, seed, substitutes: dict[str, str] | None = None, scale: str | None = None) -> list[str]:
-    """Every override of one run but ``hydra.run.dir`` (and ``progress``/extras).  ``tags.dataset``
-    records the dataset the run stands for, also when another one is substituted."""
+def run_overrides(key: tuple, seeds, substitutes: dict[str, str] | None = None, scale: str | None = None,
+                  networks: list[str] | None = None) -> list[str]:
+    """The overrides of ``key``'s run (``seeds``: one seed, or a list swept by ``fedrun -m``; the
+    ``networks`` swept in place of ``key``'s), but not where it goes (and not ``progress``/extras).
+    ``tags.dataset`` records the dataset the run stands for, also when another one is substituted."""
     dataset, network, optimizer, variant, setting = key
+    seeds = [seeds] if isinstance(seeds, (str, int)) else seeds
+    models = ",".join(NETWORKS[n] for n in (networks or [network]))
     return [f"experiment=pd/{setting}", *substitution_overrides(substitutes or {}, dataset),
-            f"model={NETWORKS[network]}", f"hyperparams={OPTIMIZERS[optimizer]}", *variant_overrides(variant),
-            f"seed={seed}", f"++tags.dataset={dataset}", *([f"scale={scale}"] if scale else [])]
+            f"model={models}", f"hyperparams={OPTIMIZERS[optimizer]}", *variant_overrides(variant),
+            f"seed={','.join(map(str, seeds))}", f"++tags.dataset={dataset}", *([f"scale={scale}"] if scale else [])]
 
 
 def select(rows: list[Target], tables=None, settings=None, datasets=None, networks=None, optimizers=None,
@@ -455,39 +474,71 @@ def run_state(path: Path) -> str:
     return "todo"
 
 
+def sweeps(jobs: list[tuple[tuple, str, bool]]) -> list[tuple[tuple, list[str], list[str], bool]]:
+    """The ``fedrun -m`` sweeps that run ``jobs`` ``(key, seed, resume)``, each once: one per
+    dataset, setting, optimizer, variant and resume (a folder name spells the optimizer and
+    variant, which no config value does) and product of networks x seeds
+    (:func:`grid.product_blocks`).  Each is ``(a key of it, networks, seeds, resume)``."""
+    by_sweep: dict[tuple, list] = {}
+    for key, seed, resume in jobs:
+        dataset, network, optimizer, variant, setting = key
+        by_sweep.setdefault((dataset, setting, optimizer, variant, resume), []).append((network, seed))
+    out = []
+    for (dataset, setting, optimizer, variant, resume), pairs in by_sweep.items():
+        for networks, seeds in grid.product_blocks(pairs):
+            out.append(((dataset, networks[0], optimizer, variant, setting), networks, seeds, resume))
+    return out
+
+
+def sweep_command(key: tuple, networks: list[str], seeds: list[str], out: Path, substitutes: dict[str, str],
+                  scale: str | None, extra: list[str], resume: bool = False, population: bool = False) -> list[str]:
+    """One ``fedrun -m`` over ``networks`` x ``seeds`` of ``key``'s dataset, setting, optimizer
+    and variant, into ``OUT/<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>``."""
+    return [*grid.fedrun_command(), "-m", *run_overrides(key, seeds, substitutes, scale, networks),
+            *(["resume=true"] if resume else []), "progress=false", *grid.launcher(population), *extra,
+            f"hydra.sweep.dir={out / key[0] / key[4]}", f"hydra.sweep.subdir={sweep_subdir(key)}"]
+
+
 def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str, str], scale: str | None,
-           extra: list[str], dry_run: bool, resume: bool = False) -> list[tuple[tuple, str, str]]:
-    """Run every (key, seed) not finished in ``out``, one fedrun process each.  Returns the
-    ``(key, seed, state)`` that are not finished afterwards."""
+           extra: list[str], dry_run: bool, resume: bool = False,
+           population: bool = False) -> list[tuple[tuple, str, str]]:
+    """Run every (key, seed) not finished in ``out`` as ``fedrun -m`` sweeps (:func:`sweeps`).
+    Returns the ``(key, seed, state)`` that are not finished afterwards."""
     jobs = [(k, s) for k in keys for s in seeds]
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    counts = Counter(run_state(run_dir(out, k, s)) for k, s in jobs)
+    states = {(k, s): run_state(run_dir(out, k, s)) for k, s in jobs}
+    todo = [(k, s, states[k, s] == "started") for k, s in jobs
+            if states[k, s] == "todo" or (states[k, s] == "started" and resume)]
+    plan_ = sweeps(todo)
+    counts = Counter(states.values())
     print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs)} fedrun run(s): "
-          f"{counts['done']} done, {counts['started']} started but unfinished, {counts['todo']} to run", flush=True)
+          f"{counts['done']} done, {counts['started']} started but unfinished, {counts['todo']} to run; "
+          f"{len(plan_)} fedrun -m sweep(s)", flush=True)
     unfinished = []
-    for i, (key, seed) in enumerate(jobs, 1):
-        path = run_dir(out, key, seed)
-        where, state = f"[{i}/{len(jobs)}] {path.relative_to(out)}", run_state(path)
+    for key, seed in jobs:
+        where, state = run_dir(out, key, seed).relative_to(out), states[key, seed]
         if state == "done":
             print(f"{where}: done", flush=True)
-            continue
-        if state == "started" and not resume:
+        elif state == "started" and not resume:
             print(f"{where}: started but unfinished: skipped (--resume continues it; delete the folder to redo it)",
                   flush=True)
             unfinished.append((key, seed, state))
-            continue
-        cmd = [*grid.fedrun_command(), *run_overrides(key, seed, substitutes, scale),
-               *(["resume=true"] if state == "started" else []), "progress=false", *extra, f"hydra.run.dir={path}"]
-        print(f"{where}: {shlex.join(cmd)}", flush=True)
+    for i, (key, networks, sweep_seeds, resuming) in enumerate(plan_, 1):
+        cmd = sweep_command(key, networks, sweep_seeds, out, substitutes, scale, extra, resuming, population)
+        paths = [run_dir(out, (*key[:1], n, *key[2:]), s) for n in networks for s in sweep_seeds]
+        names = " ".join(p.name for p in paths)
+        print(f"[{i}/{len(plan_)}] {key[0]}/{key[4]}, {len(paths)} run(s) ({names}): {shlex.join(cmd)}", flush=True)
         if dry_run:
             continue
-        log_path = out / "logs" / f"{key[0]}_{key[4]}_{path.name}.log"
+        log_path = out / "logs" / f"{key[0]}_{key[4]}_{_middle(key)}.log"
         rc, seconds = grid.run_logged(cmd, log_path)
-        after = run_state(path)
-        print(f"    exit {rc}, {after} in {seconds:.0f} s (log: {log_path})", flush=True)
-        if after != "done":
+        after = [run_state(p) for p in paths]
+        print(f"    exit {rc}, {after.count('done')} of {len(paths)} run(s) done in {seconds:.0f} s "
+              f"(log: {log_path})", flush=True)
+        if after.count("done") < len(paths):
             grid.print_errors(log_path, 3)
-            unfinished.append((key, seed, after))
+        unfinished += [((*key[:1], n, *key[2:]), s, state) for (n, s), state
+                       in zip([(n, s) for n in networks for s in sweep_seeds], after) if state != "done"]
     return unfinished
 
 
@@ -529,7 +580,7 @@ def run_grid(args) -> int:
     print(f"{len(rows)} table cell(s) of {', '.join(sorted({r.table for r in rows}, key=TABLES.index))} "
           f"-> {len(keys)} distinct run(s) (shared baselines, wd=0.00005 and vanilla -WB = -A run once)", flush=True)
     t0 = time.perf_counter()
-    unfinished = launch(keys, seeds, out, substitutes, scale, args.set, args.dry_run, args.resume)
+    unfinished = launch(keys, seeds, out, substitutes, scale, args.set, args.dry_run, args.resume, args.population)
     if args.dry_run:
         return 0
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n", flush=True)
@@ -546,7 +597,7 @@ def parser() -> argparse.ArgumentParser:
     p, c, r = tables.table_parser(
         "pd_tables.py", __doc__, "Tables 4-10", CSV_NAME,
         "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
-        "Launch one fedrun per missing run of the chosen tables, then collect.", PAPER_CSV, DATASETS,
+        "Launch the missing runs of the chosen tables as `fedrun -m` sweeps, then collect.", PAPER_CSV, DATASETS,
         "run conf/dataset OPTION in place of DATASET, e.g. cifar10=synthetic (adds dataset.channels=3 "
         "dataset.image_size=32); repeatable. Marked as substituted")
     for q in (c, r):
@@ -561,7 +612,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--variants", default=None, metavar="V[,V...]",
                    help="only these variants: none (the baseline), wd=0, wd=0.0001, wd=0.0005, bn, brn, da, do")
     r.add_argument("--smoke", action="store_true", help="add scale=smoke: checks the pipeline, not the paper's setting")
-    r.add_argument("--scale", default=None, choices=sorted(p.stem for p in (REPO / "conf" / "scale").glob("*.yaml")),
+    r.add_argument("--scale", default=None, choices=conf_options("scale"),
                    help="add scale=SCALE (e.g. tiny: 2 rounds on 200 images, the whole grid in minutes)")
     r.add_argument("--resume", action="store_true",
                    help="continue runs that started but did not finish (resume=true) instead of skipping them")

@@ -40,12 +40,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
-import tables  # noqa: E402
-from fedrun.results import METHOD_NAMES  # noqa: E402
-from plots import ROUNDS, plt  # noqa: E402
-from runs import Run, count_notes, group, load_tagged, mean_by_round, missing_dirs, setting_deviations  # noqa: E402
+import plots
+import tables
+from papers import count_notes, group, load_tagged, mean_by_round, missing_dirs, setting_deviations
+
+from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
+from fedrun.results import METHOD_NAMES, Run
+
+plt = pyplot()
 
 PAPER = "fedlap"
 METHODS = ("fedlap", "fedprox", "fedavg")
@@ -136,7 +138,7 @@ def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, 
         for m in methods:
             rs = groups[(dataset, s, m)]
             plots.curve(ax, mean_by_round([r.rounds() for r in rs]), "test_acc", 100, color=COLORS.get(m),
-                        label=plots.mean_label(METHOD_LABELS.get(m, m), len(rs)))
+                        label=mean_label(METHOD_LABELS.get(m, m), len(rs)))
         fig_ref = FIGURES.get((dataset, s))
         ax.set_title(straggler_label(s) + (f" ({fig_ref} style)" if fig_ref else ""), fontsize=9)
         ax.set_xlabel(ROUNDS)
@@ -246,7 +248,7 @@ def format_summary(rows: list[dict], round_: int) -> str:
 # ----------------------------------------------------------------------------- command line
 
 def parser():
-    p = plots.parser("plot_fedlap.py", __doc__, out_required=False)
+    p = plot_parser("plot_fedlap.py", __doc__, out_required=False)
     p.add_argument("--dataset", choices=DATASETS, default=None,
                    help="the dataset tag to plot (default: every dataset found)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",

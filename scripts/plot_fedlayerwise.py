@@ -34,13 +34,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
-from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER_TARGET, SCENARIO_LABELS, SCENARIOS,  # noqa: E402
-                                 deviations, load_runs, paper_table)
-from matplotlib.lines import Line2D  # noqa: E402
-from plots import ROUNDS, plt  # noqa: E402
-from runs import Run, group, mean_by_round, missing_dirs  # noqa: E402
+import plots
+from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER_TARGET, SCENARIO_LABELS, SCENARIOS, deviations,
+                                 load_runs, paper_table)
+from matplotlib.lines import Line2D
+from papers import group, mean_by_round, missing_dirs
+
+from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
+from fedrun.results import Run
+
+plt = pyplot()
 
 COLORS = {"fedlayerwise": "tab:red", "fedadp": "tab:green", "fedavg": "tab:blue"}
 
@@ -161,7 +164,7 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     data = {m: mean_by_round(frames[m]) for m in methods}
     notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
     where = SCENARIO_LABELS.get(scenario, scenario)
-    label = {m: plots.mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in methods}
+    label = {m: mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in methods}
     paper = paper_table()
     written: list[Path] = []
 
@@ -203,7 +206,7 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
 
 
 def parser():
-    p = plots.parser("plot_fedlayerwise.py", __doc__)
+    p = plot_parser("plot_fedlayerwise.py", __doc__)
     p.add_argument("--scenario", choices=SCENARIOS, default=None,
                    help="the scenario tag to plot (default: every scenario found)")
     p.add_argument("--metric", choices=("test_acc", "val_acc"), default="test_acc",

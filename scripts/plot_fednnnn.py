@@ -32,12 +32,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
-from fednnnn_table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS,  # noqa: E402
-                            METHODS, cell, deviations, load_runs)
-from plots import ROUNDS, markers, plt  # noqa: E402
-from runs import Run, group, mean_by_round, missing_dirs  # noqa: E402
+import plots
+from fednnnn_table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS, METHODS, cell,
+                            deviations, load_runs)
+from papers import group, mean_by_round, missing_dirs
+
+from fedrun.plot import ROUNDS, integer_rounds, markers, mean_label, parser as plot_parser, pyplot
+from fedrun.results import Run
+
+plt = pyplot()
 
 COLORS = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
 STEP_LABEL = r"N = $\|w_{t+1}-w_t\|$ (server step, eq. 24)"
@@ -47,7 +50,7 @@ EQ4_LABEL = r"N = $\|\sum_k p_k \Delta w_k\|$ (eq. 4)"
 def _finish(fig, ax, title: str, notes: list[str], path: Path) -> Path:
     """FedNNNN's figures: round axis, the title over the axes, grid, then save."""
     ax.set_xlabel(ROUNDS)
-    plots.integer_rounds(ax)
+    integer_rounds(ax)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     return plots.save_figure(fig, path, notes, bottom=0.06)
@@ -64,7 +67,7 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
     def png(name: str) -> Path:
         return out / f"{dataset}_{condition}_{name}.png"
 
-    label = {m: plots.mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in data}
+    label = {m: mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in data}
     written: list[Path] = []
 
     # Fig. 7: accuracy curves.
@@ -122,7 +125,7 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
 
 
 def parser():
-    p = plots.parser("plot_fednnnn.py", __doc__)
+    p = plot_parser("plot_fednnnn.py", __doc__)
     p.add_argument("--dataset", choices=DATASETS, default=None,
                    help="the dataset tag to plot (default: every dataset found)")
     p.add_argument("--condition", choices=CONDITIONS, default=None,

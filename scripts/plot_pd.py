@@ -39,12 +39,15 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import plots  # noqa: E402  (first: it chooses matplotlib's headless backend)
-import pd_tables  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from plots import ROUNDS, plt  # noqa: E402
-from runs import Run, load_runs, mean_by_round, missing_dirs  # noqa: E402
+import pd_tables
+import plots
+from matplotlib.lines import Line2D
+from papers import mean_by_round, missing_dirs
+
+from fedrun.plot import ROUNDS, integer_rounds, parser as plot_parser, pyplot
+from fedrun.results import Run, load_runs
+
+plt = pyplot()
 
 STYLES = {"iid": ":", "noniid2": "-", "noniid1": "--", "vanilla_bs50": "-.", "vanilla_bs500": "-.", None: "-"}
 STYLE_NAMES = {**pd_tables.SETTING_LABELS, None: "other"}
@@ -148,7 +151,7 @@ def _panel(ax, ylabel: str, fontsize: int | None = None) -> None:
     ax.set_xlabel(ROUNDS, fontsize=fontsize)
     ax.set_ylabel(ylabel, fontsize=fontsize)
     ax.grid(alpha=0.3)
-    plots.integer_rounds(ax)
+    integer_rounds(ax)
 
 
 def default_layers(cs: list[Curve]) -> list[str]:
@@ -264,7 +267,7 @@ def plot_all(runs: list[Run], out: Path, layers: list[str] | None = None, neuron
 
 
 def parser():
-    p = plots.parser("plot_pd.py", __doc__)
+    p = plot_parser("plot_pd.py", __doc__)
     p.add_argument("--layers", default=None, metavar="NAME[,NAME...]",
                    help="the layer panels, as named in layers.csv, e.g. F3,C11 (default: every conv and fc layer)")
     p.add_argument("--neuron-round", type=int, default=1,

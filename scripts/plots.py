@@ -1,23 +1,12 @@
-"""What the papers' plot scripts share: the headless backend, curves vs round, the figure's
-closing (grid, integer round ticks, title, the notes on how the runs depart from the paper's
-setting) and the command line's DIRs and ``--out``."""
+"""What the papers' plot scripts share beyond :mod:`fedrun.plot` (pyplot on the headless backend,
+markers, integer round ticks, legend labels, the DIRs/``--out`` command line): a curve of a run's
+CSV against the round, and the figure's closing (grid, integer round ticks, title, the notes on
+how the runs depart from the paper's setting)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on the machines these run on
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-ROUNDS = "Communication rounds"
-
-
-def markers(points: int) -> dict:
-    """Markers on a curve of a handful of rounds, so single points show; none on long ones."""
-    return {"marker": "o", "markersize": 3} if points <= 30 else {}
+from fedrun.plot import integer_rounds, markers, pyplot
 
 
 def curve(ax, df, column: str, scale: float = 1.0, **style) -> bool:
@@ -30,22 +19,6 @@ def curve(ax, df, column: str, scale: float = 1.0, **style) -> bool:
         points = [d["round"], scale * d[column]]
     ax.plot(*points, **markers(len(points[0])), **style)
     return len(points[0]) > 0
-
-
-def mean_label(label: str, runs: int) -> str:
-    """A legend label, with how many runs (seeds) its curve averages."""
-    return label + (f" (mean of {runs})" if runs > 1 else "")
-
-
-def integer_rounds(ax) -> None:
-    """Integer round ticks on a matplotlib axis, also when only a round or two were run."""
-    lo, hi = ax.get_xlim()
-    if hi - lo < 3:
-        first, last = int(round(lo + 0.05 * (hi - lo))), int(round(hi - 0.05 * (hi - lo)))
-        ax.set_xticks(range(first, last + 1))
-        ax.set_xlim(first - 0.5, last + 0.5)
-    else:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def save_figure(fig, path, notes=(), *, bottom: float = 0.06, right: float = 1.0, top: float = 1.0,
@@ -61,7 +34,7 @@ def save_figure(fig, path, notes=(), *, bottom: float = 0.06, right: float = 1.0
                  va="bottom", wrap=True)
     fig.tight_layout(rect=(0, bottom if notes else 0, right, top))
     fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    pyplot().close(fig)
     return Path(path)
 
 
@@ -72,12 +45,3 @@ def finish(fig, axes, title: str, notes: list[str], path: Path, *, bottom: float
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     return save_figure(fig, path, notes, bottom=bottom, right=right)
-
-
-def parser(prog: str, doc: str, out_required: bool = True) -> argparse.ArgumentParser:
-    """A plot script's command line: DIRs searched for run directories and ``--out``."""
-    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    p.add_argument("--out", required=out_required,
-                   help="folder for the PNGs" + ("" if out_required else " (required unless --summary)"))
-    return p

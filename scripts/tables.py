@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import grid
-from runs import FINISHED, Run, count_notes, missing_dirs
+from papers import count_notes, missing_dirs
+
+from fedrun.results import FINISHED_FILES, Run
 
 PAPER_TARGETS = Path(__file__).resolve().parent / "paper_targets"
 
@@ -155,6 +157,9 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
                         "each, not a sweep (runs are named <method>_seed<seed>)")
     r.add_argument("--csv", default=None, help=f"long-form CSV (default OUT/{csv_name}; '' for none)")
     r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
+    r.add_argument("--population", action="store_true",
+                   help=f"add {grid.POPULATION} to every sweep: the runs of a sweep that share a dataset and "
+                        "model train together, each with the results it has alone (docs/sweeps.md)")
     r.add_argument("--substitute", action="append", type=lambda text: grid.dataset_substitute(text, datasets),
                    default=[], metavar=substitute_metavar, help=substitute_help)
     columns = ",".join(paper_csv(None, paper)[0])
@@ -181,7 +186,7 @@ def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace]
 def default_csv(dirs: list[str], name: str) -> str:
     """``collect``'s CSV: beside the runs (in DIR, or beside DIR when DIR is itself a run)."""
     first = Path(dirs[0])
-    is_run = all((first / name).is_file() for name in FINISHED)
+    is_run = all((first / name).is_file() for name in FINISHED_FILES)
     return str((first.parent if is_run else first) / name)
 
 

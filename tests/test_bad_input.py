@@ -85,6 +85,8 @@ SETTINGS = [
     (["~local.batch_size"], ["local.batch_size=missing", "built from hyperparams.batch_size"]),
     (["mode=centralized"], ["hyperparams.num_clients=4", "mode=centralized trains one learner"]),
     (["centralized=true"], ["centralized=true", "mode=centralized"]),
+    (["aggregator=krum"], ["hyperparams.client_fraction=0.5", "aggregator=krum needs at least 5 clients a round"]),
+    (["aggregator=trimmed_mean", "aggregator.beta=0.5"], ["aggregator.beta=0.5", "[0, 0.5)"]),
 ]
 if torch.cuda.is_available():  # device=cuda is then valid
     SETTINGS = [case for case in SETTINGS if case[0] != ["device=cuda"]]

@@ -1,6 +1,6 @@
 """The engines on a GPU: the same numbers as on the CPU, chunking from real free memory, precision.
 
-Skipped where there is no CUDA (CI never has one); ``scripts/gpu_check.sh tests`` runs them on a
+Skipped where there is no CUDA (CI never has one); ``scripts/bench/gpu_check.sh tests`` runs them on a
 GPU machine.  The CPU suite proves the engines equal; these prove that nothing CUDA-specific
 (cuDNN kernels, TF32 defaults, ``mem_get_info``, device-side generators, autocast to bf16)
 breaks that.

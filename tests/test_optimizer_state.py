@@ -13,18 +13,21 @@ from fedrun import aggregators as A
 from fedrun import partition as P
 from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
+from fedrun.federated_run import Federation
 from fedrun.local_training import LocalTraining, OptimizerStates
 from fedrun.models import MLP
 from fedrun.optim import SGD, Adam, lr_factor
 from fedrun.params import split_state
 from fedrun.recorder import TIMING_COLUMNS
 from fedrun.sequential import SequentialEngine
-from fedrun.federated_run import Federation
 from fedrun.simulation import simulate
 
 
 def fedrun_rounds(overrides: list[str], run_dir) -> pd.DataFrame:
-    proc = run_fedrun([*TINY, *overrides, f"hydra.run.dir={run_dir}"], run_dir.parent)
+    base = TINY
+    if "mode=centralized" in overrides:  # one learner: TINY's clients' number and fraction are refused
+        base = [o for o in TINY if not o.startswith(("hyperparams.num_clients", "hyperparams.client_fraction"))]
+    proc = run_fedrun([*base, *overrides, f"hydra.run.dir={run_dir}"], run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return pd.read_csv(run_dir / "rounds.csv").drop(columns=list(TIMING_COLUMNS))
 

@@ -1,6 +1,9 @@
-"""scripts/plot_runs.py and the grouping it draws with (fedrun.results' ``group`` column and
-seed_curves): runs grouped by what differs but the seed, none left out, mean and band over seeds."""
+"""``fedrun-plot`` (fedrun/plot.py) and the grouping it draws with (fedrun.results' ``group``
+column and seed_curves): runs grouped by what differs but the seed, none left out, mean and band
+over seeds."""
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,10 +12,8 @@ import pytest
 import yaml
 from conftest import fedrun_ok
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import plot_runs  # noqa: E402
-
-from fedrun import results  # noqa: E402
+from fedrun import plot as fedrun_plot
+from fedrun import results
 
 # The README's sweep, shrunk as docs/sweeps.md advises (scale=tiny).
 README_SWEEP = ["aggregator=fedavg,fedprox,normnorm,momentum,fednnnn", "seed=0,1", "scale=tiny", "progress=false"]
@@ -105,7 +106,7 @@ def test_seed_curves_mean_and_bands_by_hand(tmp_path):
 def test_writes_png_pdf_and_the_data_drawn(tmp_path, capsys):
     for i, (agg, seed) in enumerate([("fedavg", 0), ("fedavg", 1), ("fednnnn", 0), ("fednnnn", 1)]):
         fake_run(tmp_path / "runs" / str(i), agg, seed, [0.4, 0.5 + 0.2 * seed, 0.7], beta=0.7)
-    assert plot_runs.main([str(tmp_path / "runs"), "--out", str(tmp_path / "figs"), "--band", "minmax"]) == 0
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "figs"), "--band", "minmax"]) == 0
     png, pdf = tmp_path / "figs" / "runs.png", tmp_path / "figs" / "runs.pdf"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert pdf.read_bytes()[:5] == b"%PDF-"
@@ -115,18 +116,18 @@ def test_writes_png_pdf_and_the_data_drawn(tmp_path, capsys):
     assert (row["mean"], row["low"], row["high"], row["n"]) == pytest.approx((0.6, 0.5, 0.7, 2))
     printed = capsys.readouterr().out
     assert "FedAvg: 2 runs (seeds 0, 1), rounds 1-3, 4 of 4 panels" in printed
-    assert plot_runs.main([str(tmp_path / "runs"), "--out", str(tmp_path / "svg"), "--formats", "svg"]) == 0
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "svg"), "--formats", "svg"]) == 0
     assert (tmp_path / "svg" / "runs.svg").read_text().lstrip().startswith("<?xml")
-    assert plot_runs.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), "--formats", "gif"]) == 2
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), "--formats", "gif"]) == 2
     (tmp_path / "empty").mkdir()
-    assert plot_runs.main([str(tmp_path / "empty"), "--out", str(tmp_path / "figs")]) == 2
+    assert fedrun_plot.main([str(tmp_path / "empty"), "--out", str(tmp_path / "figs")]) == 2
 
 
 def test_a_group_without_values_is_a_warning_not_a_silent_gap(tmp_path, capsys):
     fake_run(tmp_path / "a", "fedavg", 0, [0.5, 0.6])
     run = fake_run(tmp_path / "b", "momentum", 0, [0.5, 0.6], gamma=0.9)
     (run / "rounds.csv").write_text("round,test_acc,test_loss,N_over_E,server_step\n1,0.5,0.5,,0.1\n2,0.6,0.4,,0.1\n")
-    assert plot_runs.main([str(tmp_path), "--out", str(tmp_path / "figs")]) == 0
+    assert fedrun_plot.main([str(tmp_path), "--out", str(tmp_path / "figs")]) == 0
     printed = capsys.readouterr().out
     assert "Momentum: 1 run, rounds 1-2, 3 of 4 panels" in printed
     assert "warning: Momentum: no values of N_over_E; left out of its panel" in printed
@@ -140,7 +141,7 @@ def test_the_readme_sweep_at_tiny_scale_draws_five_different_methods(tmp_path, s
     sweep = tmp_path / "sweep"
     proc = fedrun_ok(["-m", *README_SWEEP, *data, f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
     assert "K=25 clients (3 a round), 3 rounds" in proc.stderr + proc.stdout  # C = 0.1 kept, 3 clients a round
-    assert plot_runs.main([str(sweep), "--out", str(tmp_path / "figs")]) == 0
+    assert fedrun_plot.main([str(sweep), "--out", str(tmp_path / "figs")]) == 0
     printed = capsys.readouterr().out.splitlines()
     for method in README_METHODS:
         assert f"{method}: 2 runs (seeds 0, 1), rounds 1-3, 4 of 4 panels" in printed
@@ -158,3 +159,25 @@ def test_the_readme_sweep_at_tiny_scale_draws_five_different_methods(tmp_path, s
     assert (last["N_over_E"] < 1).all()  # several clients a round disagree
     local_steps = results.load_clients(sweep)["steps"]
     assert local_steps.min() >= 2  # FedProx's proximal term acts from the second step
+
+
+def test_the_fedrun_plot_command_from_any_directory(tmp_path):
+    """The console script ``pip install`` makes: its help from a folder that is not the checkout,
+    and without loading matplotlib (only drawing does); ``python -m fedrun.plot`` too."""
+    exe = Path(sys.executable).parent / "fedrun-plot"
+    if not exe.is_file():
+        pytest.skip("fedrun is not installed in this environment (no fedrun-plot beside python)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([str(exe), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: fedrun-plot") and "--band {std,minmax,none}" in done.stdout
+    assert "fedrun-plot outputs/multirun" in done.stdout  # the docstring is the help
+    bad = subprocess.run([str(exe), str(tmp_path), "--out", str(tmp_path / "f")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("fedrun-plot: no run directories")
+    light = subprocess.run([sys.executable, "-c", "import sys, fedrun.plot; print('matplotlib' in sys.modules)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert light.stdout.strip() == "False", light.stderr
+    module = subprocess.run([sys.executable, "-m", "fedrun.plot", "--help"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert module.returncode == 0 and "usage: fedrun-plot" in module.stdout

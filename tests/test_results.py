@@ -1,5 +1,6 @@
 """fedrun.results' finding and reading of single run directories: find_runs(require=...),
-read_config, read_summary, read_csv.  Tiny hand-made folders; fast, CPU, offline."""
+read_config, read_summary, read_csv, Run and load_runs.  Tiny hand-made folders; fast, CPU,
+offline."""
 from __future__ import annotations
 
 import json
@@ -78,3 +79,36 @@ def test_load_and_summaries_unchanged_by_the_readers(tree):
     assert sorted(set(df["run_dir"])) == sorted(str(p) for p in (tree["done"], tree["started"]))
     s = results.summaries(tree["top"])
     assert list(s["final_test_acc"].isna()) == [False, True]  # done, started (no summary.json)
+
+
+def test_run_reads_config_summary_and_csvs_once(tree):
+    run = results.Run.load(tree["done"])
+    assert run.path == tree["done"] and run.config == {"seed": 0} and run.finished and run.seed == 0
+    assert run.accuracy("final") == 0.5 and run.accuracy("best") is None
+    assert run.tags == {} and run.dataset is None and run.method is None
+    first = run.rounds()
+    assert list(first["test_acc"]) == [0.4, 0.5] and run.rounds() is first  # read once, then kept
+    (tree["done"] / "rounds.csv").write_text("round,test_acc\n1,0.9\n")
+    assert run.csv("rounds.csv") is first and run.csv("layers.csv") is None
+    started = results.Run.load(tree["started"])
+    assert not started.finished and started.summary == {}
+
+
+def test_run_method_from_summary_else_config(tmp_path):
+    config = "aggregator:\n  _target_: fedrun.aggregators.fednnnn\ntags:\n  paper: fednnnn\n  dataset: mnist\n"
+    run = results.Run.load(_folder(tmp_path / "r", "config.yaml", config=config))
+    assert run.method == "fednnnn" and run.tags["paper"] == "fednnnn" and run.dataset == "mnist"
+    run.summary = {"aggregator": "fedavg"}
+    assert run.method == "fedavg"
+
+
+def test_load_runs_finished_rejected_and_unreadable(tree):
+    (tree["no_rounds"] / "config.yaml").write_text("seed: [unclosed\n")  # not YAML
+    runs, skipped = results.load_runs([tree["top"]])
+    assert [r.path for r in runs] == [tree["done"]]
+    assert [(p, why.split(":")[0]) for p, why in skipped] == [(tree["no_rounds"], "unreadable")]
+    runs, skipped = results.load_runs([tree["top"]], lambda run: "seed 0" if run.seed == 0 else "")
+    assert runs == [] and [(p, why.split(":")[0]) for p, why in skipped] == [(tree["done"], "seed 0"),
+                                                                              (tree["no_rounds"], "unreadable")]
+    started, _ = results.load_runs([tree["top"]], require=["config.yaml"])
+    assert [r.path for r in started] == sorted([tree["done"], tree["started"], tree["config_only"]])

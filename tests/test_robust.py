@@ -284,8 +284,17 @@ def test_whole_run_writes_the_norm_columns(name, tmp_path):
 
 @pytest.mark.slow
 def test_krum_with_too_few_clients_a_round_is_a_one_line_error(tmp_path):
-    small = [*ROBUST_RUN, "hyperparams.client_fraction=0.3"]  # 3 of the 10 clients a round
+    # Too few sampled a round (3 of 10): refused before anything runs.
+    small = [*ROBUST_RUN, "hyperparams.client_fraction=0.3"]
     proc = run_fedrun([*small, "aggregator=krum", f"hydra.run.dir={tmp_path / 'k'}"], tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "k").exists()
+    assert proc.stderr.strip().splitlines() == [
+        "fedrun: error: hyperparams.client_fraction=0.3: aggregator=krum needs at least 5 clients a round, "
+        "and 0.3 of 10 clients is 3: raise hyperparams.client_fraction or hyperparams.num_clients "
+        "(or lower the aggregator's f)"]
+    # Enough sampled (5), but drop-outs leave a round with fewer: the run stops there in one line.
+    dropping = [*ROBUST_RUN, "hyperparams.dropouts=0.4", "hyperparams.rounds=3"]
+    proc = run_fedrun([*dropping, "aggregator=krum", f"hydra.run.dir={tmp_path / 'd'}"], tmp_path)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "aggregator.f=1: Krum needs more than 2f + 2 = 4" in errors[0]

@@ -1,28 +1,26 @@
 """The FedLayerWise and FedLap reproduction scripts (scripts/fedlayerwise_table1.py,
-scripts/plot_fedlayerwise.py, scripts/plot_fedlap.py and their helpers in scripts/runs.py) on tiny
+scripts/plot_fedlayerwise.py, scripts/plot_fedlap.py and their helpers in scripts/papers.py) on tiny
 fake run directories, and the conf/experiment/fedlayerwise, fedlap presets against the scripts'
 paper settings through Hydra's compose API.  Fast, CPU, offline."""
 from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
+import fedlayerwise_table1 as t1  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+import papers
+import plot_fedlap
+import plot_fedlayerwise
 import pytest
 import yaml
 from conftest import compose
 
+from fedrun.results import Run
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
 CONF = ROOT / "conf"
 TARGETS = ROOT.parent / "shared" / "papers" / "targets"
-
-sys.path.insert(0, str(SCRIPTS))
-import fedlayerwise_table1 as t1  # noqa: E402
-import plot_fedlap  # noqa: E402
-import plot_fedlayerwise  # noqa: E402
-import runs  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
@@ -103,12 +101,12 @@ FIVE, TWO = 0, 1  # column of each scenario in Table I
 # ----------------------------------------------------------------------------- Table I
 
 def test_rounds_to_target_golden(tmp_path):
-    run = runs.Run.load(make_run(tmp_path / "r", "fedlayerwise", [0.90, 0.94, 0.951, 0.93, 0.97]))
+    run = Run.load(make_run(tmp_path / "r", "fedlayerwise", [0.90, 0.94, 0.951, 0.93, 0.97]))
     assert t1.rounds_to(run) == {"round": 3, "T": 5, "final": 0.97}
     assert t1.rounds_to(run, 0.96)["round"] == 5
     assert t1.rounds_to(run, 0.99) == {"round": None, "T": 5, "final": 0.97}
     # Exactly the target counts as reached.
-    run = runs.Run.load(make_run(tmp_path / "e", "fedavg", [0.5, 0.95]))
+    run = Run.load(make_run(tmp_path / "e", "fedavg", [0.5, 0.95]))
     assert t1.rounds_to(run)["round"] == 2
 
 
@@ -174,7 +172,7 @@ def test_collect_other_target_has_no_paper_numbers(grid, capsys):
     assert "rounds to reach 90% test acc" in text and "none shown for 90%" in text
     assert _cells(text, "FedLayerWise")[FIVE] == "1 (-, -)"
     assert _cells(text, "FedAdp")[TWO] == "30 (-, -)"  # 0.931 in the last round only
-    loaded, _ = runs.load_tagged([grid], "fedlayerwise", ("scenario",))
+    loaded, _ = papers.load_tagged([grid], "fedlayerwise", ("scenario",))
     rows = {(r["method"], r["scenario"]): r for r in t1.table1_rows(loaded, t1.paper_table(), 0.94)}
     assert rows[("fedadp", "2iid_8noniid")]["ours_rounds"] is None
     assert rows[("fedlayerwise", "2iid_8noniid")]["per_run_rounds"] == "12;-"
@@ -235,14 +233,14 @@ def test_plot_fedlayerwise_writes_pngs(grid, tmp_path, capsys):
 
 
 def test_plot_fedlayerwise_loss_column_and_labels(tmp_path):
-    with_val = runs.Run.load(make_run(tmp_path / "v", "fedavg", [0.5, 0.6], val=[0.5, 0.6]))
-    without = runs.Run.load(make_run(tmp_path / "n", "fedavg", [0.5, 0.6]))
+    with_val = Run.load(make_run(tmp_path / "v", "fedavg", [0.5, 0.6], val=[0.5, 0.6]))
+    without = Run.load(make_run(tmp_path / "n", "fedavg", [0.5, 0.6]))
     assert plot_fedlayerwise.loss_column([with_val.rounds()]) == "val_loss"
     assert plot_fedlayerwise.loss_column([without.rounds()]) == "test_loss"
     assert plot_fedlayerwise.loss_column([with_val.rounds(), without.rounds()]) == "test_loss"
     labels = plot_fedlayerwise.client_labels(without)  # 5iid_5noniid: clients 0-4 IID
     assert labels[0] == "client 0 (IID)" and labels[3] == "client 3 (IID)"
-    two = runs.Run.load(make_run(tmp_path / "t", "fedlayerwise", [0.5], tags={
+    two = Run.load(make_run(tmp_path / "t", "fedlayerwise", [0.5], tags={
         "paper": "fedlayerwise", "dataset": "mnist", "scenario": "2iid_8noniid"}))
     labels = plot_fedlayerwise.client_labels(two)
     assert labels[1] == "client 1 (IID)" and labels[2] == "client 2 (non-IID: 2,3)"
@@ -330,13 +328,13 @@ def test_plot_fedlap_writes_pngs(fedlap_grid, tmp_path, capsys):
 
 
 def test_fedlap_client_means_skip_dropped(fedlap_grid):
-    run = runs.Run.load(fedlap_grid / "s0.0" / "fedlap")
+    run = Run.load(fedlap_grid / "s0.0" / "fedlap")
     means = plot_fedlap.client_means(run)
     # Clients 0-3 with reg * (1 + k): mean factor 2.5; the dropped client (empty) is left out.
     assert means["reg_loss"].tolist() == pytest.approx([0.75, 0.5, 0.25])
     assert means["lambda_mean"].tolist() == pytest.approx([0.05, 0.025, 0.0125])
     assert plot_fedlap.stragglers(run) == 0.0
-    assert plot_fedlap.stragglers(runs.Run.load(fedlap_grid / "c" / "fedlap")) == 0.9
+    assert plot_fedlap.stragglers(Run.load(fedlap_grid / "c" / "fedlap")) == 0.9
 
 
 def test_plot_fedlap_needs_out_or_summary(fedlap_grid, capsys):
@@ -354,10 +352,10 @@ def test_fedlayerwise_presets_are_the_papers_setting(tmp_path):
             cfg = compose([f"experiment=fedlayerwise/{preset}", f"aggregator={method}"], resolve=True)
             assert cfg["tags"] == {"paper": "fedlayerwise", "dataset": "mnist", "scenario": scenario}
             assert cfg["aggregator"]["_target_"] == f"fedrun.aggregators.{method}"
-            assert t1.deviations(runs.Run(tmp_path, cfg, {})) == []
+            assert t1.deviations(Run(tmp_path, cfg, {})) == []
     cfg = compose(["experiment=fedlayerwise/mnist_2iid_8noniid", "dataset=mnist_train10k", *t1.SMOKE_OVERRIDES],
                   resolve=True)
-    dev = t1.deviations(runs.Run(tmp_path, cfg, {}))
+    dev = t1.deviations(Run(tmp_path, cfg, {}))
     assert "data substituted: mnist_train10k instead of mnist" in dev
     assert "rounds=3 (paper 30)" in dev and "partition.samples_per_client=60 (paper 600)" in dev
 
@@ -370,6 +368,6 @@ def test_fedlap_presets_are_the_papers_setting(tmp_path):
             for s in (0, 0.5, 0.9):
                 cfg = compose([f"experiment=fedlap/{dataset}", f"aggregator={method}",
                                f"hyperparams.stragglers={s}"], resolve=True)
-                run = runs.Run(tmp_path, cfg, {})
+                run = Run(tmp_path, cfg, {})
                 assert cfg["tags"] == {"paper": "fedlap", "dataset": dataset}
                 assert plot_fedlap.deviations(run) == [] and plot_fedlap.stragglers(run) == s

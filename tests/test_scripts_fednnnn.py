@@ -1,29 +1,26 @@
 """The FedNNNN reproduction scripts (scripts/fednnnn_table2.py, scripts/plot_fednnnn.py and the
-run-directory reading of scripts/runs.py) on tiny fake run directories, and the
+run-directory reading of fedrun.results they file runs with) on tiny fake run directories, and the
 conf/experiment/fednnnn presets (Table 5 values) through Hydra's compose API.  Fast, CPU, offline."""
 from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
+import fednnnn_table2  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+import papers
+import plot_fednnnn
 import pytest
 import yaml
 from conftest import compose
+from grid import product_blocks
 
 from fedrun import results
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
 CONF = ROOT / "conf"
 PRESETS = sorted((CONF / "experiment" / "fednnnn").glob("*.yaml"))
 TARGETS = ROOT.parent / "shared" / "papers" / "targets"
-
-sys.path.insert(0, str(SCRIPTS))
-import fednnnn_table2  # noqa: E402
-import plot_fednnnn  # noqa: E402
-import runs  # noqa: E402
 
 PAPER_SCALE = {"mnist": dict(rounds=100, num_clients=100, client_fraction=1.0, local_epochs=5,
                              batch_size=50, lr=0.05, weight_decay=0.0),
@@ -106,12 +103,12 @@ def _column(condition: str, dataset: str) -> int:
 # ----------------------------------------------------------------------------- discovery
 
 def test_find_runs_needs_summary_and_config(grid):
-    found = results.find_runs(grid, require=runs.FINISHED)
+    found = results.find_runs(grid, require=results.FINISHED_FILES)
     assert len(found) == 6
     assert all((p / "config.yaml").is_file() and (p / "summary.json").is_file() for p in found)
     loaded, skipped = fednnnn_table2.load_runs([grid])
     assert len(loaded) == 5 and len(skipped) == 1 and "untagged" in str(skipped[0][0])
-    cells = runs.group(loaded, fednnnn_table2.cell)
+    cells = papers.group(loaded, fednnnn_table2.cell)
     assert len(cells[("fednnnn", "cifar10", "noniid-b")]) == 2
 
 
@@ -258,6 +255,24 @@ def test_run_mode_dry_run_substitutes_and_smokes(tmp_path, capsys):
         assert piece in cifar
     mnist = next(c for c in calls if "experiment=fednnnn/mnist_iid_b" in c)
     assert "dataset=mnist_train10k" in mnist and "dataset.channels" not in mnist
+
+
+def test_run_mode_sweeps_exactly_the_missing_runs_and_trains_populations(tmp_path, capsys):
+    """What is left of a column that is not a product of methods x seeds is several sweeps, none
+    of which redoes a finished run; --population adds the population launcher to each."""
+    out = tmp_path / "o"
+    make_run(out / "mnist_iid_b" / "fedavg_seed0", "fedavg", "mnist", "iid-b", final=0.5, seed=0)
+    make_run(out / "mnist_iid_b" / "fedprox_seed1", "fedprox", "mnist", "iid-b", final=0.5, seed=1)
+    assert fednnnn_table2.main(["run", "--out", str(out), "--cells", "mnist_iid_b", "mnist_noniid_b",
+                                "--methods", "fedavg", "fedprox", "--seeds", "0,1", "--population", "--dry-run"]) == 0
+    calls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert len(calls) == 3
+    first, second, other = calls
+    assert first.startswith("[1/2] mnist_iid_b, sweep 1 of 2 (2 run(s) already there): ")
+    assert " aggregator=fedavg seed=1 " in first and " aggregator=fedprox seed=0 " in second
+    assert other.startswith("[2/2] mnist_noniid_b: ") and " aggregator=fedavg,fedprox seed=0,1 " in other
+    assert all(" hydra/launcher=population " in c for c in calls)
+    assert product_blocks([("a", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]) == [(["a", "c"], [0, 1]), (["b"], [1])]
 
 
 def test_unknown_substitute_is_rejected(capsys):

@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
+import re
 from pathlib import Path
 
+import loss_surface  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+import pd_tables
+import plot_pd
 import pytest
 import yaml
 from conftest import TINY, run_fedrun
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
-TARGETS = ROOT.parent / "shared" / "papers" / "targets" / "parameter_divergence_tables4-10_accuracy.csv"
+from fedrun.results import FINISHED_FILES, Run, find_runs
 
-sys.path.insert(0, str(SCRIPTS))
-import loss_surface  # noqa: E402
-import pd_tables  # noqa: E402
-import plot_pd  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ROOT.parent / "shared" / "papers" / "targets" / "parameter_divergence_tables4-10_accuracy.csv"
 
 LAYERS = [("C11", "conv"), ("C21", "conv"), ("C31", "conv"), ("F1", "fc"), ("F2", "fc"), ("F3", "fc")]
 ROUNDS = {"iid": 200, "noniid2": 300, "noniid1": 300, "vanilla_bs50": 100, "vanilla_bs500": 100}
@@ -187,9 +186,27 @@ def test_collect_one_table_and_no_runs(runs_dir, tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- run --dry-run
 
-def _plan(tmp_path, capsys, *extra) -> list[str]:
+SWEEP = re.compile(r"^\[\d+/\d+\] (\S+), (\d+) run\(s\) \(([^)]*)\): (.*)$")
+
+
+def _sweeps(text: str) -> list[tuple[list[str], str]]:
+    """The ``fedrun -m`` lines of ``run``'s output: (the run folders it makes, below OUT; the command)."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("["):
+            where, n, names, cmd = SWEEP.match(line).groups()
+            found.append(([f"{where}/{name}" for name in names.split()], cmd))
+            assert len(found[-1][0]) == int(n)
+    return found
+
+
+def _plan(tmp_path, capsys, *extra) -> dict[str, str]:
+    """Every run a dry run plans, below OUT, with the command of its sweep (each run once)."""
     assert pd_tables.main(["run", "--out", str(tmp_path / "o"), "--dry-run", *extra]) == 0
-    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    sweeps = _sweeps(capsys.readouterr().out)
+    runs = [(run, cmd) for names, cmd in sweeps for run in names]
+    assert len({run for run, _ in runs}) == len(runs)
+    return dict(runs)
 
 
 def _independent_count(tables) -> int:
@@ -211,19 +228,45 @@ def test_run_dry_run_dedups_across_tables(tmp_path, capsys):
     assert len(calls) == 48 == _independent_count({"table4", "table8"})
     every = _plan(tmp_path, capsys)
     assert len(every) == _independent_count(set(pd_tables.TABLES)) < 308
-    dirs = [c.split("hydra.run.dir=")[1] for c in every]
-    assert len(set(dirs)) == len(dirs)
-    out = str(tmp_path / "o")
-    bn = next(c for c in calls if f"{out}/cifar10/noniid2/neta_baseline_adam-a_bn_seed0" in c)
-    for piece in ("experiment=pd/noniid2", "dataset=cifar10", "model=neta_baseline", "hyperparams=pd_adam_a",
-                  "model.norm=bn", "seed=0", "progress=false"):
-        assert f" {piece} " in f" {bn} "
-    wd = next(c for c in every if "/cifar10/iid/neta_baseline_pure-sgd_wd0.0005_seed0" in c)
+    out = tmp_path / "o"
+    bn = calls["cifar10/noniid2/neta_baseline_adam-a_bn_seed0"]
+    for piece in ("-m", "experiment=pd/noniid2", "dataset=cifar10", "model=neta_baseline", "hyperparams=pd_adam_a",
+                  "model.norm=bn", "seed=0", "progress=false", f"hydra.sweep.dir={out}/cifar10/noniid2",
+                  "'hydra.sweep.subdir=${hydra:runtime.choices.model}_adam-a_bn_seed${seed}'"):
+        assert f" {piece} " in f" {bn} ", piece
+    wd = every["cifar10/iid/neta_baseline_pure-sgd_wd0.0005_seed0"]
     assert " hyperparams.weight_decay=0.0005 " in wd and "experiment=pd/iid" in wd and "hyperparams=pd_sgd" in wd
-    assert not any("wd5e-05" in c or "weight_decay=5e-05" in c for c in every)  # the baseline: no override
-    vanilla = next(c for c in calls if "/cifar10/vanilla_bs500/neta_baseline_nmom-a_seed0" in c)
+    assert not any("wd5e-05" in c or "weight_decay=5e-05" in c for c in every.values())  # the baseline: no override
+    vanilla = calls["cifar10/vanilla_bs500/neta_baseline_nmom-a_seed0"]
     assert "experiment=pd/vanilla_bs500" in vanilla and "hyperparams=pd_nmom_a" in vanilla
-    assert not any("vanilla" in c and "-wb_" in c for c in every)
+    assert not any("vanilla" in run and "-wb_" in run for run in every)
+
+
+def test_run_sweeps_networks_and_seeds_of_one_optimizer_and_variant(tmp_path, capsys):
+    """Table 5 (depth) on CIFAR-10, IID: one sweep per optimizer over its networks x seeds, with
+    --population; the subdir names each run as run_name() does."""
+    assert pd_tables.main(["run", "--out", str(tmp_path), "--dry-run", "--tables", "5", "--settings", "iid",
+                           "--datasets", "cifar10", "--seeds", "0,1", "--population"]) == 0
+    sweeps = _sweeps(capsys.readouterr().out)
+    assert len(sweeps) == 2
+    (runs, cmd), _ = sweeps
+    assert runs == [f"cifar10/iid/{net}_nmom-a_seed{seed}" for net in ("neta_baseline", "neta_deeper", "neta_deepest")
+                    for seed in (0, 1)]
+    for piece in ("model=neta_baseline,neta_deeper,neta_deepest", "seed=0,1", "hydra/launcher=population"):
+        assert f" {piece} " in f" {cmd} ", piece
+    key = pd_tables.run_key("cifar10", "NetA-Deeper", "nmom-a", "", "iid")
+    subdir = pd_tables.sweep_subdir(key).replace("${hydra:runtime.choices.model}", "neta_deeper")
+    assert subdir.replace("${seed}", "1") == pd_tables.run_name(key, 1) == "neta_deeper_nmom-a_seed1"
+
+
+def test_sweeps_are_products_of_what_is_left_to_run():
+    key = pd_tables.run_key("cifar10", "NetA-Baseline", "nmom-a", "bn", "iid")
+    deeper = (*key[:1], "NetA-Deeper", *key[2:])
+    # Baseline lacks seeds 0 and 1, Deeper only seed 1: two sweeps, no run twice, none left out.
+    jobs = [(key, "0", False), (key, "1", False), (deeper, "1", False), (deeper, "2", True)]
+    plan = pd_tables.sweeps(jobs)
+    assert [(networks, seeds, resume) for _k, networks, seeds, resume in plan] == [
+        (["NetA-Baseline"], ["0", "1"], False), (["NetA-Deeper"], ["1"], False), (["NetA-Deeper"], ["2"], True)]
 
 
 def test_run_dry_run_options_and_skips_finished(tmp_path, capsys):
@@ -231,9 +274,10 @@ def test_run_dry_run_options_and_skips_finished(tmp_path, capsys):
                   "--seeds", "0,1", "--smoke", "--substitute", "cifar10=synthetic", "--set", "device=cpu")
     assert len(calls) == 5 * 2 * 2
     for piece in ("dataset=synthetic", "dataset.channels=3", "dataset.image_size=32", "++tags.dataset=cifar10",
-                  "scale=smoke", "device=cpu"):
-        assert all(f" {piece} " in f" {c} " for c in calls), piece
-    assert sum("_seed1" in c for c in calls) == 10
+                  "scale=smoke", "device=cpu", "seed=0,1"):
+        assert all(f" {piece} " in f" {c} " for c in calls.values()), piece
+    assert sum(run.endswith("_seed1") for run in calls) == 10
+    assert not any("hydra/launcher=population" in c for c in calls.values())
     # A finished run is not redone; an unfinished one is skipped unless --resume.
     out = tmp_path / "o"
     key = pd_tables.run_key("cifar10", "NetA-Baseline", "pure-sgd", "", "iid")
@@ -242,11 +286,15 @@ def test_run_dry_run_options_and_skips_finished(tmp_path, capsys):
     started.mkdir(parents=True)
     (started / "config.yaml").write_text("{}")
     args = ["--tables", "4", "--settings", "iid", "--datasets", "cifar10"]
-    calls = _plan(tmp_path, capsys, *args)
-    assert sum("hydra.run.dir" in c for c in calls) == 3
-    assert any(c.endswith(": done") for c in calls) and any("started but unfinished" in c for c in calls)
+    assert pd_tables.main(["run", "--out", str(out), "--dry-run", *args]) == 0
+    text = capsys.readouterr().out
+    assert "1 done, 1 started but unfinished, 3 to run; 3 fedrun -m sweep(s)" in text
+    assert "cifar10/iid/neta_baseline_pure-sgd_seed0: done" in text
+    assert "cifar10/iid/neta_baseline_adam-a_seed0: started but unfinished: skipped" in text
+    assert len(_sweeps(text)) == 3 and not any("resume=true" in c for _r, c in _sweeps(text))
     calls = _plan(tmp_path, capsys, *args, "--resume")
-    assert sum("resume=true" in c for c in calls) == 1
+    assert len(calls) == 4 and [run for run, c in calls.items() if " resume=true " in c] == [
+        "cifar10/iid/neta_baseline_adam-a_seed0"]
     # Narrower selections.
     assert len(_plan(tmp_path, capsys, "--tables", "8", "--variants", "bn", "--optimizers", "adam-a")) == 4
     assert len(_plan(tmp_path, capsys, "--tables", "6", "--networks", "NetC-Widest", "--datasets", "svhn")) == 2
@@ -278,11 +326,7 @@ def test_plot_pd_writes_pngs(tmp_path, capsys):
         data = (out / n).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     # Labels name what differs (the optimizer); seeds of one configuration are one curve.
-    from runs import FINISHED, Run
-
-    from fedrun.results import find_runs
-
-    curves = plot_pd.curves([Run.load(p) for p in find_runs(top, require=FINISHED)])
+    curves = plot_pd.curves([Run.load(p) for p in find_runs(top, require=FINISHED_FILES)])
     assert {(c.label, c.setting, len(c.runs)) for c in curves} >= {("Adam-WB", "noniid2", 2), ("Adam-A", "iid", 1)}
     assert {c.style for c in curves if c.setting == "iid"} == {":"}
     assert {c.style for c in curves if c.setting == "noniid2"} == {"-"}
@@ -365,8 +409,6 @@ def test_run_collect_plot_surface_end_to_end(tmp_path, capsys):
     written = {Path(p).name for p in capsys.readouterr().out.split()}
     assert {"pd_ls_layers.png", "pd_vl_layers.png", "train_loss.png",
             "neurons_cifar10_noniid2_neta_baseline_adam-a_seed0.png"} <= written
-    from runs import Run
-
     assert plot_pd.default_layers(plot_pd.curves([Run.load(run)])) == ["C11", "C21", "C31", "F1", "F2", "F3"]
 
     assert loss_surface.main([str(run), "--snapshot", "1", "--grid", "3", "--samples", "40",

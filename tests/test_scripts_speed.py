@@ -1,5 +1,5 @@
-"""The speed scripts: scripts/bench.py (partial rounds projected to K clients, the profile) and
-scripts/precision_check.py (a whole run per engine mode, compared with FP32).  CPU, offline."""
+"""The speed scripts: scripts/bench/bench.py (partial rounds projected to K clients, the profile) and
+scripts/bench/precision_check.py (a whole run per engine mode, compared with FP32).  CPU, offline."""
 from __future__ import annotations
 
 import json
@@ -8,20 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench  # scripts/bench/ is on the tests' path (pyproject.toml: pythonpath)
 import pandas as pd
+import precision_check
 import pytest
 import torch
 from conftest import TINY, _cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import bench  # noqa: E402
-import precision_check  # noqa: E402
+BENCH = ROOT / "scripts" / "bench"
 
 
 def script(name: str, *args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPTS / name), *args], cwd=cwd, env=_cli_env(),
+    return subprocess.run([sys.executable, str(BENCH / name), *args], cwd=cwd, env=_cli_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 

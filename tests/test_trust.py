@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +31,6 @@ from fedrun.simulation import simulate
 
 pytestmark = pytest.mark.slow
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # Slower rounds (batch size 2, all 4 clients) so that a second process can meet a running one.
 SLOW = [*TINY, "hyperparams.client_fraction=1.0", "hyperparams.batch_size=2", "hyperparams.rounds=5"]
 
@@ -89,11 +87,7 @@ def test_own_checkpoints_load_with_weights_only(finished):
 
 
 def test_loss_surface_builds_only_fedrun_objects_and_reads_no_code(finished, tmp_path):
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import loss_surface
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    import loss_surface  # scripts/ is on the path (pyproject's pytest pythonpath)
     marker = tmp_path / "pwned"
     for i, target in enumerate(["os.system", "fedrun.rundir.os.system", "builtins.exec"]):
         run = copy_of(finished, tmp_path, f"target{i}")

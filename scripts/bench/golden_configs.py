@@ -71,8 +71,8 @@ def base(extra: list[str]) -> list[str]:
 def run(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    jobs = [(name, [*base(extra), *([] if "dataset.channels=3" in extra else MLP), *extra, f"hydra.run.dir={out / name}"])
-            for name, extra in CONFIGS.items()]
+    jobs = [(name, [*base(extra), *([] if "dataset.channels=3" in extra else MLP), *extra,
+                    f"hydra.run.dir={out / name}"]) for name, extra in CONFIGS.items()]
     jobs.append(("population", [*POPULATION, *BASE, *MLP, f"hydra.sweep.dir={out / 'population'}"]))
     for name, args in jobs:
         proc = subprocess.run([sys.executable, "-m", "fedrun", *args], capture_output=True, text=True, env=env)

@@ -1,16 +1,16 @@
 """Benchmark a population against the same runs one by one, side by side in one process.
 
-``python scripts/bench.py population [--workload grid|small] [--runs R] [--rounds N]``
+``python scripts/bench/bench.py population [--workload grid|small] [--runs R] [--rounds N]``
 
 R runs of a workload are trained twice: one by one (each run alone on the batched engine, the way
 ``fedrun -m ...`` runs them under Hydra's basic launcher) and as one population
-(``hydra/launcher=population``).  For each it prints the seconds per round of all R runs
-(steady state: rounds 2..N of the runs' own ``wall_s`` column, so data loading and the first
-round's warm-up are left out of both; the fastest of ``--repeat`` alternating tries), the runs per hour that makes for the workload's full
-length, the population's speedup, the clients trained at once (the engines' chunk) and the peak
-memory; then the whole measured time including set-up.  With ``--sequential`` the runs are also
-timed one by one on the sequential engine (what ``engine=auto`` picks on a CPU).  It checks that
-both modes wrote the same ``test_acc`` column.
+(``hydra/launcher=population``).  For each it prints the seconds per round of all R runs (steady
+state: rounds 2..N of the runs' own ``wall_s`` column, so data loading and the first round's
+warm-up are left out of both; the fastest of ``--repeat`` alternating tries), the runs per hour
+that makes for the workload's full length, the population's speedup, the clients trained at once
+(the engines' chunk) and the peak memory; then the whole measured time including set-up.  With
+``--sequential`` the runs are also timed one by one on the sequential engine (what ``engine=auto``
+picks on a CPU).  It checks that both modes wrote the same ``test_acc`` column.
 
 Workloads (synthetic data of the real shape: speed does not depend on pixels):
 
@@ -22,8 +22,8 @@ Workloads (synthetic data of the real shape: speed does not depend on pixels):
 
 Usage::
 
-    python scripts/bench.py population --workload small --rounds 3
-    python scripts/bench.py population --workload grid --rounds 3 --device cuda
+    python scripts/bench/bench.py population --workload small --rounds 3
+    python scripts/bench/bench.py population --workload grid --rounds 3 --device cuda
 """
 from __future__ import annotations
 
@@ -68,15 +68,15 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from fedrun.cli import CONF_DIR
+    from fedrun.paths import conf_dir
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="bench"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="bench"):
         return hydra_compose("config", overrides=overrides)
 
 
 def build(workload: Workload, n: int, rounds: int, device: str, root: Path, datasets: dict | None, engine: str,
           batched: bool):
-    from fedrun.cli import federated_run
+    from fedrun.build import federated_run
 
     own = list(workload.runs[n])
     cfg = compose([*workload.overrides, *own, f"hyperparams.rounds={rounds}", f"device={device}",
@@ -99,8 +99,7 @@ def peak_memory(device: torch.device) -> str:
 
 def measure(name: str, workload: Workload, runs: int, rounds: int, device: torch.device, sequential: bool,
             repeat: int = 2) -> None:
-    from fedrun.population import simulate_population
-    from fedrun.simulation import run_alone
+    from fedrun.simulation import run_alone, simulate_runs
 
     runs = min(runs or len(workload.runs), len(workload.runs))
     print(f"\n== population benchmark '{name}': {runs} runs, {rounds} rounds timed (of {workload.full_rounds}), "
@@ -119,7 +118,7 @@ def measure(name: str, workload: Workload, runs: int, rounds: int, device: torch
             if together:
                 datasets: dict = {}
                 members = [build(workload, n, rounds, str(device), root, datasets, engine, True) for n in range(runs)]
-                outcomes = simulate_population(members, progress=True)
+                outcomes = simulate_runs(members, progress=True)
                 failed = [o for o in outcomes if not isinstance(o, dict)]
                 if failed:
                     raise SystemExit(f"population: {failed[0]}")
@@ -142,7 +141,8 @@ def measure(name: str, workload: Workload, runs: int, rounds: int, device: torch
     print(f"\n   {'mode':<31} {'s/round (all runs)':>18} {'runs/hour':>10} {'speedup':>8} {'chunk':>6}  peak memory")
     for label, (per_round, total, chunk, memory, _) in results.items():
         per_hour = runs * 3600 / (per_round * workload.full_rounds)
-        print(f"   {label:<31} {per_round:18.4f} {per_hour:10.2f} {base / per_round:7.2f}x {str(chunk or '-'):>6}  {memory}")
+        print(f"   {label:<31} {per_round:18.4f} {per_hour:10.2f} {base / per_round:7.2f}x {str(chunk or '-'):>6}"
+              f"  {memory}")
     full = results["population"][0] * workload.full_rounds
     print(f"   the {runs} runs' {workload.full_rounds} rounds: {full / 60:.1f} min as a population, "
           f"{base * workload.full_rounds / 60:.1f} min one by one (projected from the timed rounds)")
@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=2,
                         help="time each mode this many times, alternating, and keep the fastest (timings on a "
                              "shared CPU vary by 10-20%% from one run to the next)")
-    parser.add_argument("--sequential", action="store_true", help="also time the runs one by one on the sequential engine")
+    parser.add_argument("--sequential", action="store_true",
+                        help="also time the runs one by one on the sequential engine")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (the first round is warm-up)")

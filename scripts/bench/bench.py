@@ -34,15 +34,15 @@ Workloads:
 ``fednnnn_mnist``    FedNNNN's MNIST run: K = 100, C = 1, B = 50, E = 5, 600 samples per client, 100 rounds
 ``fednnnn_cifar10``  FedNNNN's CIFAR-10 run: K = 100, C = 1, B = 50, E = 5, 500 per client, 250 rounds
 
-``population`` (``python scripts/bench.py population --help``): R runs trained as one population
+``population`` (``python scripts/bench/bench.py population --help``): R runs trained as one population
 against the same runs one by one (:mod:`bench_population`).
 
 Usage::
 
-    python scripts/bench.py small
-    python scripts/bench.py small --precision bf16
-    python scripts/bench.py fednnnn_mnist --device cuda --rounds 2 --precision tf32 --compile
-    python scripts/bench.py fednnnn_cifar10 --clients 10 --profile
+    python scripts/bench/bench.py small
+    python scripts/bench/bench.py small --precision bf16
+    python scripts/bench/bench.py fednnnn_mnist --device cuda --rounds 2 --precision tf32 --compile
+    python scripts/bench/bench.py fednnnn_cifar10 --clients 10 --profile
 """
 from __future__ import annotations
 
@@ -199,7 +199,8 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
         label = _label(precision, compile)
         for engine_name, _ in variants:
             diff = _relative_difference(first_deltas[engine_name, "fp32"], first_deltas[engine_name, label])
-            print(f"   {engine_name} {label}/fp32 speed: {results[engine_name, 'fp32'] / results[engine_name, label]:.2f}x"
+            speed = results[engine_name, "fp32"] / results[engine_name, label]
+            print(f"   {engine_name} {label}/fp32 speed: {speed:.2f}x"
                   f" | first round's updates differ from fp32 by {100 * diff:.2f}% (relative norm)")
 
 
@@ -270,11 +271,13 @@ def _sync(device):
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def main():
-    if sys.argv[1:2] == ["population"]:  # runs trained together vs one by one: scripts/bench_population.py
+    if sys.argv[1:2] == ["population"]:  # runs trained together vs one by one: bench_population.py
         from bench_population import main as population
 
         return population(sys.argv[2:])

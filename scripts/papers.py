@@ -1,108 +1,25 @@
-"""Find and read fedrun run directories (read-only), for the papers' table and plot scripts.
+"""What the papers' table and plot scripts share about a paper's runs: which runs are a paper's,
+how they are filed into a table's cells, and how they depart from the paper's setting.
 
-Runs are found and read with :mod:`fedrun.results`.  A run directory here is a *finished* one: a
-folder holding both ``summary.json`` and ``config.yaml`` (``results.find_runs(...,
-require=FINISHED)``), with or without ``rounds.csv``; a run that has not finished is not listed.
-The papers' presets label their runs with ``tags`` (``paper``, ``dataset`` and a column such as
-``condition`` or ``scenario``), and ``summary.json`` names the aggregator, so every run can be
-filed under a cell of a paper's table without parsing directory names.
-
-The scripts are run as ``python scripts/<name>.py`` from the repository root, which puts this
-folder on ``sys.path``.
+Runs are found and read by :mod:`fedrun.results` (:class:`~fedrun.results.Run`,
+:func:`~fedrun.results.load_runs`: the finished runs, folders holding both ``summary.json`` and
+``config.yaml``); this module only filters and files them.  The papers' presets label their runs
+with ``tags`` (``paper``, ``dataset`` and a column such as ``condition`` or ``scenario``), and
+``summary.json`` names the aggregator, so every run can be filed under a cell of a paper's table
+without parsing directory names.
 """
 from __future__ import annotations
 
 import os
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
-import yaml
-
-from fedrun import results
+from fedrun.results import Run, load_runs
 
 # Dataset settings that shrink the data (a subset): named in every departure note.
 DATA_SIZE_KEYS = ("max_train", "max_test")
-# What makes a folder a run directory of the tables and plots: a finished run.
-FINISHED = results.FINISHED_FILES
-
-
-@dataclass
-class Run:
-    """One run directory: its resolved config, its summary and (lazily) its CSVs."""
-
-    path: Path
-    config: dict
-    summary: dict
-    _frames: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "Run":
-        """Read ``config.yaml`` and ``summary.json`` (an empty summary while the run is unfinished)."""
-        path = Path(path)
-        return cls(path, results.read_config(path), results.read_summary(path))
-
-    @property
-    def finished(self) -> bool:
-        return bool(self.summary)
-
-    @property
-    def tags(self) -> dict:
-        return self.config.get("tags") or {}
-
-    @property
-    def method(self) -> str | None:
-        """The aggregator: ``summary.json``'s name, else the config's ``_target_`` function."""
-        name = self.summary.get("aggregator")
-        if not name:
-            target = (self.config.get("aggregator") or {}).get("_target_", "")
-            name = target.rsplit(".", 1)[-1] or None
-        return name
-
-    @property
-    def dataset(self) -> str | None:
-        """The dataset the run *stands for* (the preset's tag), not necessarily the one it read."""
-        return self.tags.get("dataset")
-
-    @property
-    def seed(self):
-        return self.config.get("seed")
-
-    def accuracy(self, which: str = "final") -> float | None:
-        """``final_test_acc`` or ``best_test_acc`` from the summary (a fraction), or None."""
-        value = self.summary.get(f"{which}_test_acc")
-        return None if value is None else float(value)
-
-    def csv(self, name: str):
-        """A CSV of the run directory (``rounds.csv``, ``clients.csv`` ...) as a pandas DataFrame,
-        cached on the run; None when the file is missing, empty or not CSV (:func:`fedrun.results.read_csv`)."""
-        if name not in self._frames:
-            self._frames[name] = results.read_csv(self.path, name)
-        return self._frames[name]
-
-    def rounds(self):
-        """``rounds.csv`` (one row per round), or None."""
-        return self.csv("rounds.csv")
-
-
-def load_runs(paths: Iterable[str | os.PathLike], reject: Callable[[Run], str]):
-    """The runs under ``paths`` that ``reject`` passes (returns ``""``): ``(runs, skipped)``, with
-    ``[(path, reason)]`` for the unreadable and rejected ones."""
-    runs, skipped = [], []
-    for path in results.find_runs(*paths, require=FINISHED):
-        try:
-            run = Run.load(path)
-        except (OSError, ValueError, yaml.YAMLError) as e:
-            skipped.append((path, f"unreadable: {e}"))
-            continue
-        why = reject(run)
-        if why:
-            skipped.append((path, why))
-        else:
-            runs.append(run)
-    return runs, skipped
 
 
 def load_tagged(paths: Iterable[str | os.PathLike], paper: str, keys: Iterable[str] = ("dataset",)):
@@ -208,11 +125,3 @@ def mean_by_round(frames: list, column: str = "round"):
     if len(frames) == 1:
         return frames[0]
     return pd.concat(frames).groupby(column, as_index=False).mean(numeric_only=True)
-
-
-def save_figure(*args, **kwargs):
-    """:func:`plots.save_figure`, importable from here for ``loss_surface.py`` (which imports it
-    from this module) without loading matplotlib into the table scripts."""
-    from plots import save_figure as save
-
-    return save(*args, **kwargs)

@@ -14,8 +14,8 @@ Data is synthetic of MNIST's shape (speed does not depend on pixels); every clie
 
 Usage::
 
-    python scripts/bench_bookkeeping.py                        # FedLap's MLP 784-200-10, K = 100, m = 10 and 100
-    python scripts/bench_bookkeeping.py --model mnist_cnn --device cuda --clients 100
+    python scripts/bench/bench_bookkeeping.py                        # FedLap's MLP 784-200-10, K = 100, m = 10 and 100
+    python scripts/bench/bench_bookkeeping.py --model mnist_cnn --device cuda --clients 100
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from fedrun import aggregators as A
-from fedrun import simulation
+from fedrun import federated_run, simulation
 from fedrun.batched import BatchedEngine
 from fedrun.data import prepare, synthetic
 from fedrun.engines import auto_engine
@@ -97,7 +97,7 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         inner.train = paused_train
         return inner
 
-    evaluate, sample, checkpoint = simulation.evaluate_round, simulation.sample_clients, Recorder.checkpoint
+    evaluate, sample, checkpoint = federated_run.evaluate_round, federated_run.sample_clients, Recorder.checkpoint
     saving = []
 
     def timed_checkpoint(*a, **kw):
@@ -114,18 +114,18 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         return sample(*a, **kw)
 
     run = Path(tempfile.mkdtemp()) / "run"
-    simulation.evaluate_round, simulation.sample_clients = paused_evaluate, start_counting
+    federated_run.evaluate_round, federated_run.sample_clients = paused_evaluate, start_counting
     Recorder.checkpoint = timed_checkpoint
     try:
         with counter:
             simulation.simulate(run, data, MODELS[args.model], iid, AGGREGATORS[aggregator](),
-                                LocalTraining(batch_size=10), simulation.Federation(
+                                LocalTraining(batch_size=10), federated_run.Federation(
                                     rounds=args.rounds, num_clients=k, client_fraction=clients / k,
                                     vanilla_every=1 if args.vanilla else 0),
                                 make_engine=engine, device=device, progress=False)
             counter.active = False
     finally:
-        simulation.evaluate_round, simulation.sample_clients = evaluate, sample
+        federated_run.evaluate_round, federated_run.sample_clients = evaluate, sample
         Recorder.checkpoint = checkpoint
     rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
     rest = (rounds.wall_s - rounds.train_s - rounds.eval_s) * 1e3

@@ -1,7 +1,7 @@
 """Accuracy check of the engines' speed modes against FP32, on a real run.
 
-``scripts/bench.py --precision/--compile`` compares the *speed* of a mode with FP32 and the first
-round's updates.  Whether a mode may be recommended depends on what it does to a whole run, so
+``bench.py --precision/--compile`` (beside this script) compares the *speed* of a mode with FP32
+and the first round's updates.  Whether a mode may be recommended depends on what it does to a whole run, so
 this script runs the same fedrun configuration once per mode (``engine.precision`` = fp32 | tf32 |
 bf16, and fp32 with ``engine.compile=true``), one after the other, and prints side by side: the
 seconds per round, the final and best test accuracy, the largest per-round test-accuracy
@@ -14,9 +14,9 @@ so adding a mode later costs one run.
 
 Usage::
 
-    python scripts/precision_check.py                                   # CPU, main job
-    python scripts/precision_check.py --modes fp32,bf16 hyperparams.rounds=5
-    python scripts/precision_check.py --out outputs/precision_gpu device=cuda engine=batched \\
+    python scripts/bench/precision_check.py                                   # CPU, main job
+    python scripts/bench/precision_check.py --modes fp32,bf16 hyperparams.rounds=5
+    python scripts/bench/precision_check.py --out outputs/precision_gpu device=cuda engine=batched \\
         experiment=fednnnn/mnist_iid_b hyperparams.rounds=20
 
 On a CPU, tf32 is FP32 (TF32 is a CUDA tensor-core format), so it is skipped there unless named.
@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-
-from grid import fedrun_command
 
 # mode -> the engine overrides that select it
 MODES = {
@@ -49,8 +47,9 @@ def run_mode(mode: str, overrides: list[str], out: Path) -> Path:
     if (folder / "summary.json").exists():
         print(f"  {mode}: reusing the finished run in {folder}")
         return folder
-    cmd = fedrun_command() + overrides + MODES[mode] + [f"hydra.run.dir={folder}", "progress=false"]
-    print(f"  {mode}: {' '.join(cmd[len(fedrun_command()):])}", flush=True)
+    fedrun = [sys.executable, "-m", "fedrun"]  # the fedrun this interpreter imports
+    cmd = fedrun + overrides + MODES[mode] + [f"hydra.run.dir={folder}", "progress=false"]
+    print(f"  {mode}: {' '.join(cmd[len(fedrun):])}", flush=True)
     t0 = time.perf_counter()
     done = subprocess.run(cmd)
     if done.returncode != 0:

@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
 # The GPU measurements and checks of the batched engine, one stage per call on a GPU machine
-# (each stage is sized to end within its 10-minute limit on one H100).
+# (each stage is sized to end within its 10-minute limit on one H100), from the repository root:
+# bash scripts/bench/gpu_check.sh STAGE, with STAGE one of
 #
-#   bash scripts/gpu_check.sh tests      CUDA tests: engines on the GPU == on the CPU, auto chunk from
-#                                        real free memory, TF32/bf16 bounds, a CLI run (~2 min)
-#   bash scripts/gpu_check.sh bench      bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both
-#                                        engines side by side, with a profile of a round (~6 min)
-#   bash scripts/gpu_check.sh chunks     the batched engine with 10, 25, 50 clients a step and auto (all
-#                                        that fit), both FedNNNN workloads: is all-at-once fastest? (~4 min)
-#   bash scripts/gpu_check.sh modes      TF32, bf16 and torch.compile vs FP32 (speed and first-round
-#                                        updates), batched engine, both FedNNNN workloads (~6 min)
-#   bash scripts/gpu_check.sh accuracy   precision_check.py: FedNNNN's MNIST preset on FashionMNIST,
-#                                        30 rounds per mode, test accuracy of each mode vs FP32 (~5 min)
-#   bash scripts/gpu_check.sh fullrun    the full FedNNNN MNIST run (100 rounds, K = 100, E = 5) from
-#                                        the CLI on FashionMNIST (same shapes): its wall time and the
-#                                        share of each round outside training and evaluation (~1-5 min)
-#   bash scripts/gpu_check.sh bookkeeping  bench_bookkeeping.py: aggregation, diagnostics, rows and
-#                                        checkpoint per round (and host transfers), MLP and MNIST CNN,
-#                                        10 and 100 clients a round, batched engine (~3 min)
-#   bash scripts/gpu_check.sh population  bench.py population: FedNNNN's 25-run MNIST grid (beta x gamma),
-#                                        3 rounds one by one vs as one population (~5-8 min)
-#   bash scripts/gpu_check.sh populationrun [overrides]  the whole 25-run grid, 100 rounds, from the
-#                                        CLI with hydra/launcher=population on FashionMNIST, timed (target
-#                                        < 5 min); overrides such as checkpoint_every=10 are added to it
+#   tests      CUDA tests: engines on the GPU == on the CPU, auto chunk from
+#              real free memory, TF32/bf16 bounds, a CLI run (~2 min)
+#   bench      bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both
+#              engines side by side, with a profile of a round (~6 min)
+#   chunks     the batched engine with 10, 25, 50 clients a step and auto (all
+#              that fit), both FedNNNN workloads: is all-at-once fastest? (~4 min)
+#   modes      TF32, bf16 and torch.compile vs FP32 (speed and first-round
+#              updates), batched engine, both FedNNNN workloads (~6 min)
+#   accuracy   precision_check.py: FedNNNN's MNIST preset on FashionMNIST,
+#              30 rounds per mode, test accuracy of each mode vs FP32 (~5 min)
+#   fullrun    the full FedNNNN MNIST run (100 rounds, K = 100, E = 5) from
+#              the CLI on FashionMNIST (same shapes): its wall time and the
+#              share of each round outside training and evaluation (~1-5 min)
+#   bookkeeping  bench_bookkeeping.py: aggregation, diagnostics, rows and
+#              checkpoint per round (and host transfers), MLP and MNIST CNN,
+#              10 and 100 clients a round, batched engine (~3 min)
+#   population  bench.py population: FedNNNN's 25-run MNIST grid (beta x gamma),
+#              3 rounds one by one vs as one population (~5-8 min)
+#   populationrun [overrides]  the whole 25-run grid, 100 rounds, from the
+#              CLI with hydra/launcher=population on FashionMNIST, timed (target
+#              < 5 min); overrides such as checkpoint_every=10 are added to it
 #
 # Logs and CSVs go to $OUT if set, else outputs/gpu_check.
 # A GPU machine without network access, with torch but not hydra-core/omegaconf: carry them as
@@ -33,7 +34,7 @@
 #   mkdir -p .gpudata && cp ../shared/data/fashion-mnist/*.gz .gpudata/
 # and name both in the call's carry: ["./.whl", "./.gpudata"].
 set -uo pipefail
-stage=${1:?usage: bash scripts/gpu_check.sh tests|bench|chunks|modes|accuracy|fullrun|bookkeeping|population|populationrun}
+stage=${1:?usage: bash $0 tests|bench|chunks|modes|accuracy|fullrun|bookkeeping|population|populationrun}
 out=${OUT:-outputs/gpu_check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -56,21 +57,21 @@ tests)
     $py -m pytest -q -p no:cacheprovider tests/test_batched.py 2>&1 | tail -3 | tee -a "$out/tests.log"
     ;;
 bench)
-    $py scripts/bench.py small fednnnn_mnist fednnnn_cifar10 --device cuda --profile 2>&1 \
+    $py scripts/bench/bench.py small fednnnn_mnist fednnnn_cifar10 --device cuda --profile 2>&1 \
         | grep -v -e '^USDT' -e 'profiler_st' | tee "$out/bench.log"
     ;;
 chunks)
-    $py scripts/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched \
+    $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched \
         --clients-per-step auto,10,25,50 2>&1 | tee "$out/chunks.log"
     ;;
 modes)
     for mode in "--precision tf32" "--precision bf16" "--compile"; do
-        $py scripts/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched $mode 2>&1 \
+        $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched $mode 2>&1 \
             | tee -a "$out/modes.log"
     done
     ;;
 accuracy)
-    $py scripts/precision_check.py --out "$out/precision" device=cuda engine=batched \
+    $py scripts/bench/precision_check.py --out "$out/precision" device=cuda engine=batched \
         experiment=fednnnn/mnist_noniid_b dataset=fmnist aggregator=fedavg hyperparams.rounds=30 2>&1 \
         | grep -v INFO | tee "$out/accuracy.log"
     cp "$out/precision/precision_check.csv" "$out/" 2>/dev/null
@@ -86,7 +87,7 @@ fullrun)
     ;;
 population)
     # 25 runs of FedNNNN's MNIST grid (beta x gamma): 3 rounds each one by one, then as a population.
-    $py scripts/bench.py population --workload grid --rounds 3 --repeat 1 --device cuda 2>&1 \
+    $py scripts/bench/bench.py population --workload grid --rounds 3 --repeat 1 --device cuda 2>&1 \
         | grep -v 'round/s' | tee "$out/population.log"
     ;;
 populationrun)
@@ -102,7 +103,7 @@ populationrun)
     ;;
 bookkeeping)
     for model in mlp mnist_cnn; do
-        $py scripts/bench_bookkeeping.py --model $model --device cuda --engine batched --clients 10,100 \
+        $py scripts/bench/bench_bookkeeping.py --model $model --device cuda --engine batched --clients 10,100 \
             --aggregators fedavg,fednnnn,fedlayerwise --vanilla 2>&1 | tee -a "$out/bookkeeping.log"
     done
     ;;
