@@ -37,13 +37,6 @@ CONF_DIR = conf_dir()
 OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine", "logger")
 
 
-def options(group: str) -> list[str]:
-    """The options of a config group: its YAML files, relative to the group folder (nested ones
-    such as ``experiment``'s ``fednnnn/mnist_iid_b`` included)."""
-    folder = CONF_DIR / group
-    return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,6 +82,9 @@ def build(cfg: DictConfig) -> dict:
                   f"data (hyperparams.{key}={one}); use mode=federated for {key}={hp[key]}")
     check(all(0 <= t <= 1 for t in values["targets"]), "targets", values["targets"], "accuracies, each in [0, 1]")
     results.check_objective(values["objective"])
+    check(not values["objective"].endswith("_val_acc") or hp["validation_fraction"] > 0, "objective",
+          values["objective"], "a validation accuracy needs hyperparams.validation_fraction > 0; choose another "
+          "objective (best_test_acc, ...) or hold out a validation split")
     check(values["threads"] is None or values["threads"] >= 1, "threads", values["threads"], "must be >= 1 or null")
     augment = make_augmentation(hp["augment"], dataset=ds["name"])  # validates it; built with the data's std in run()
     check(augment is None or augment.pipeline == "code" or augment.brightness == 0
@@ -198,9 +194,7 @@ def run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> 
     ``choices`` (which option of each config group made the run) and ``overrides`` (the command
     line's settings) are written into ``config.yaml`` beside the settings, so scripts file runs by
     them whatever the run directory is called."""
-    summary = run_alone(federated_run(cfg, run_dir, choices, overrides), progress=bool(cfg.progress))
-    log.info("summary: %s", summary)
-    return summary
+    return run_alone(federated_run(cfg, run_dir, choices, overrides), progress=bool(cfg.progress))
 
 
 def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
@@ -230,7 +224,8 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
     return FederatedRun(run_dir, data, functools.partial(instantiate, cfg.model), objects["partition"],
                         objects["aggregator"], objects["local"], objects["federation"], objects["participation"],
                         make_engine, seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
-                        targets=tuple(cfg.targets), config=config, dashboard=objects["logger"])
+                        targets=tuple(cfg.targets), config=config, dashboard=objects["logger"],
+                        objective=str(cfg.objective))
 
 
 def data_key(cfg: DictConfig) -> str:

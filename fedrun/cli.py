@@ -17,22 +17,22 @@ import sys
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun import results, settings
-from fedrun.build import CONF_DIR, build, options, run
 from fedrun.errors import ConfigError, FedrunError, Interrupted, NoSpaceError, exit_with, first_line
-from fedrun.rundir import refuse_existing_run
-from fedrun.sweeps import job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures
+from fedrun.paths import conf_dir, conf_options
+from fedrun.sweeps import job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures, sweep_table
 
 # hydra/launcher=population: its config registers on import; main() registers its class.
 from hydra_plugins.fedrun_population_launcher.population_launcher import PopulationLauncher
 
 log = logging.getLogger("fedrun")
+CONF_DIR = conf_dir()
+# PyTorch and the simulation load when a run is checked or started (fedrun.build), not for
+# `fedrun --help` or `--cfg job`, which then take half a second instead of two.
 
 
 # ----------------------------------------------------------------------------- one job
@@ -45,6 +45,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     A failed job of a sweep raises :class:`fedrun.sweeps.JobFailed` inside the job, so every
     launcher (basic, joblib, submitit, ray) reports it, and records it in the sweep folder, where
     :func:`main` lists every failed job once the sweep is over."""
+    from fedrun import results
+    from fedrun.build import run
+
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     _thread_budget(cfg, hydra_cfg)
@@ -73,6 +76,8 @@ def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
         cores = os.cpu_count() or 1
         threads = max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
     if threads is not None:
+        import torch
+
         torch.set_num_threads(threads)
         log.info("%d CPU thread(s) for this job", threads)
 
@@ -95,6 +100,9 @@ def precheck(overrides: list[str]) -> None:
     """Compose and validate a single run's config; raise ConfigError with a one-line message."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
+
+    from fedrun.build import build
+    from fedrun.rundir import refuse_existing_run
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
@@ -124,7 +132,7 @@ def _unknown_option(path: str, value: str, message: str) -> ConfigError:
     group = path if path.startswith("hydra/") else path.split("/")[0]  # hydra/launcher: a plugin's group
     listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
     choices = [line.strip() for line in listed.group(1).splitlines() if line.strip()] if listed else \
-        options(group) if (CONF_DIR / group).is_dir() else []
+        conf_options(group) if (CONF_DIR / group).is_dir() else []
     value = path[len(group) + 1:] + "/" + value if path != group and "/" in path else value
     plugin = " (Hydra's sweepers and launchers: pip install 'fedrun[sweeps]')" if group.startswith("hydra/") else ""
     return ConfigError(group, value, f"unknown option; choose one of: {', '.join(choices)}{plugin}" if choices
@@ -167,6 +175,8 @@ def precheck_sweep(overrides: list[str]) -> None:
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     """``group.key=value`` for a key the config does not have: the error lists the keys it has."""
     from hydra import compose, initialize_config_dir
+
+    from fedrun import settings
 
     value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "...")
     parent, _, _ = key.rpartition(".")
@@ -212,6 +222,8 @@ def main() -> None:
     except SystemExit as e:  # Hydra exits 1 after printing a job's JobFailed line
         code = e.code if isinstance(e.code, int) else 1
     failed = sweep_failures(last_sweep()) if last_sweep() is not None else []
+    if last_sweep() is not None:
+        print("\n".join(sweep_table(last_sweep())))
     if failed:
         for note in failed:
             print(f"fedrun: error: job {note['job']}: {note['error']}", file=sys.stderr)
@@ -240,16 +252,25 @@ def _split_config_dirs(args: list[str]) -> tuple[list[str], list[str]]:
 
 # ----------------------------------------------------------------------------- from Python
 
-def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | Path | None = None) -> dict:
+def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | os.PathLike | None = None) -> dict:
     """Run one fedrun job from Python (a script, a notebook): the same validation, run directory,
     outputs and one-line errors (raised as :class:`fedrun.errors.FedrunError`) as the command
-    ``fedrun <overrides>``.  ``run_dir``: where to write (default: the config's
-    ``hydra.run.dir``, under ``outputs/``).  Returns the summary (``summary.json``)."""
+    ``fedrun <overrides>``.  ``overrides``: a list of ``key=value`` strings; ``run_dir``: where
+    to write, any path (default: the config's ``hydra.run.dir``, under ``outputs/``).  Returns
+    the summary (``summary.json``) with ``run_dir``, where the results are.  Log lines go to the
+    console (and the run's ``fedrun.log``) as from the command; a notebook shows tqdm's widget."""
     from hydra import compose, initialize_config_dir
 
-    overrides = [o for o in overrides if not (run_dir is not None and o.startswith("hydra.run.dir="))]
+    from fedrun.build import run
+    from fedrun.logs import ensure_console
+
+    if isinstance(overrides, (str, bytes)):
+        raise ConfigError("overrides", repr(overrides), "must be a list of key=value strings, "
+                          "e.g. fedrun.run(['aggregator=fedavg', 'hyperparams.rounds=5'])")
+    overrides = [str(o) for o in overrides]
     if run_dir is not None:
-        overrides.append(f"hydra.run.dir={Path(run_dir).resolve()}")
+        overrides = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+        overrides.append(f"hydra.run.dir={_quoted(Path(run_dir).expanduser().resolve())}")
     precheck(overrides)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
@@ -260,12 +281,26 @@ def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | Pa
         del cfg["hydra"]
     if logging.getLogger("fedrun").level == logging.NOTSET:  # fedrun.log gets INFO records
         logging.getLogger("fedrun").setLevel(logging.INFO)
+    console = ensure_console()
     try:
-        return _guarded(target, lambda: run(cfg, target, choices, list(overrides)))
+        summary = _guarded(target, lambda: run(cfg, target, choices, list(overrides)))
     except FedrunError:
         if target.is_dir() and not any(target.iterdir()):
             target.rmdir()
         raise
+    finally:
+        if console is not None:
+            logging.getLogger("fedrun").removeHandler(console)
+    return {**summary, "run_dir": str(target)}
+
+
+def _quoted(path: Path) -> str:
+    """A path as a Hydra override value: single-quoted, so commas, ``=``, brackets, ``~``, spaces
+    and any other character stay part of it.  In Hydra's quoted strings a backslash escapes only
+    a quote or the backslashes before one: a quote becomes ``\\'`` and backslashes before a quote
+    (or the closing one) are doubled."""
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(path))
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + "'"
 
 
 if __name__ == "__main__":

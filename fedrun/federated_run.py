@@ -27,6 +27,7 @@ from fedrun.errors import ConfigError, Interrupted, NoSpaceError, check, first_l
 from fedrun.evaluation import eval_batch, evaluate_round
 from fedrun.layers import layers as model_layers
 from fedrun.local_training import LocalTraining, OptimizerStates
+from fedrun.logs import FILE_ONLY, ROUND_LINE
 from fedrun.nwda import layer_grams
 from fedrun.params import split_state
 from fedrun.participation import Participation
@@ -100,10 +101,12 @@ class FederatedRun:
                  local: LocalTraining, federation: Federation, participation: Participation = Participation(),
                  make_engine: Callable = SequentialEngine, seed: int = 0, device="cpu", resume: bool = False,
                  targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), config: dict | None = None,
-                 dashboard=None):
+                 dashboard=None, objective: str | None = None):
         self.run_dir, self.data, self.aggregator, self.local = Path(run_dir), data, aggregator, local
         self.federation, self.participation, self.seed, self.device = federation, participation, seed, device
         self.resume, self.targets, self.config, self.dashboard = resume, targets, config, dashboard
+        self.objective = objective  # the summary's value a sweep optimizes (fedrun.results.objective)
+        self.population = False  # trained with other runs: its round lines go to its fedrun.log only
         if not resume:
             refuse_existing_run(self.run_dir)  # fail before the work below
         torch.manual_seed(seed)
@@ -127,7 +130,8 @@ class FederatedRun:
         writing a byte; open the CSVs (cut back to the checkpoint's sizes on resume)."""
         self.dir = RunDirectory.open(self.run_dir, self.resume)
         try:
-            self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard)
+            self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
+                                     self.device)
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
             self.dir.write_config(self.config, self.resume)  # on resume: refuses settings that differ from the run's
             self.finished = self.recorder.resume(ckpt, self.federation.rounds)
@@ -246,9 +250,35 @@ class FederatedRun:
             self.recorder.checkpoint(t, self.params, self.buffers, self.state, self.opt.state)
             self.saved = t
         self.done = t
+        row = self.recorder.last
+        log.info("round %d/%d: test accuracy %s, test loss %s, N/E %s, %.2f s", t, self.federation.rounds,
+                 _percent(row.get("test_acc")), _number(row.get("test_loss")), _number(row.get("N_over_E"), 3),
+                 row.get("wall_s", float("nan")), extra={ROUND_LINE: True, FILE_ONLY: self.population})
 
     def summary(self) -> dict:
-        return self.recorder.summary(self.aggregator.name, self.targets)
+        """Write ``summary.json`` and say, in one line, where the results are and how the run went."""
+        out = self.recorder.summary(self.aggregator.name, self.targets, self.objective)
+        objective = ("" if out.get("objective_value") is None else
+                     f"; {out['objective']} = {out['objective_value']:.4f}")
+        log.info("done: %d rounds in %s; final test accuracy %s, best %s (round %s)%s; results in %s",
+                 out.get("rounds", 0), _duration(out.get("round_seconds")), _percent(out.get("final_test_acc")),
+                 _percent(out.get("best_test_acc")), out.get("best_round", "-"), objective, self.run_dir.resolve())
+        return out
+
+
+def _percent(value) -> str:
+    return "-" if value is None or value != value else f"{100 * value:.2f}%"
+
+
+def _number(value, digits: int = 4) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    minutes, rest = divmod(float(seconds), 60)
+    return f"{int(minutes)} min {rest:.0f} s" if minutes >= 1 else f"{rest:.1f} s"
 
 
 def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device) -> nn.Module:

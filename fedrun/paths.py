@@ -23,5 +23,7 @@ def conf_dir() -> Path:
 
 
 def conf_options(group: str) -> list[str]:
-    """The options of a config group (``dataset``, ``scale``, ...): its YAML files' names, sorted."""
-    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+    """The options of a config group (``dataset``, ``scale``, ...): its YAML files' names, sorted,
+    relative to the group's folder (``experiment``'s ``fednnnn/mnist_iid_b``)."""
+    folder = conf_dir() / group
+    return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))

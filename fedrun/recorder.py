@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from fedrun import provenance
 from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.layers import Layer
 from fedrun.params import Params
@@ -126,7 +127,8 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
     """Final accuracy, best accuracy and its round, and the first round reaching each target."""
     import pandas as pd
 
-    df = pd.read_csv(rounds_csv).dropna(subset=["test_acc"])
+    every = pd.read_csv(rounds_csv)
+    df = every.dropna(subset=["test_acc"])
     if df.empty:
         return {"rounds": 0}
     best = df.loc[df["test_acc"].idxmax()]
@@ -141,6 +143,7 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         "best_test_acc": float(best["test_acc"]),
         "best_round": int(best["round"]),
         "rounds_to_accuracy": reached,
+        "round_seconds": round(float(every["wall_s"].sum()), 3) if "wall_s" in every else None,
     }
     for model in ("average", "sent"):
         col = f"{model}_test_acc"
@@ -186,17 +189,20 @@ class Recorder:
       params: the global model, for the layers' sizes.
       fingerprint: the partition's fingerprint, stored in the checkpoint and the summary.
       dashboard: mirrors every round's values to TensorBoard or MLflow (:mod:`fedrun.dashboards`), or None.
+      device: the run's device, named in ``run.json`` (:mod:`fedrun.provenance`).
     """
 
-    def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None):
+    def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
+                 device="cpu"):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
-        self.dashboard = dashboard
+        self.dashboard, self.device = dashboard, device
         self.types = np.array([layer.type for layer in layers])
         self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
         self.output_layer = output_layer(layers)
         self.step_sum = 0.0  # server_step_sum: the path length of the global model so far
         self.logs: dict[str, CsvLog] = {}
         self.progress = {"acc": "nan", "N_E": "nan"}  # the progress bar's last accuracy and N/E
+        self.last: dict = {}  # the last rounds.csv row written
 
     def resume(self, ckpt: dict | None, rounds: int) -> dict | None:
         """Check a checkpoint to continue from against this run's partition and CSVs, before a byte
@@ -223,6 +229,9 @@ class Recorder:
         (and the dashboard, from ``first_round``)."""
         if self.dashboard is not None:  # first: a store it cannot reach leaves no results behind
             self.dashboard.start(self.path, config, first_round)
+        sessions = self.sessions()
+        sessions.append({**provenance.describe(self.device), "started": provenance.now(), "first_round": first_round})
+        write_json(sessions, self.path / provenance.RUN_FILE)
         write_partition(self.path / "partition.csv", class_counts)
         self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))
                      for name, cols in COLUMNS.items()}
@@ -241,6 +250,7 @@ class Recorder:
             row.update(train_loss=float(outcome.stats_weights @ results.loss), server_step_sum=self.step_sum,
                        skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl)
         self.logs["rounds"].append([row])
+        self.last = row
         self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
                          "N_E": f"{row.get('N_over_E', float('nan')):.3f}"}
         clients = [{"round": t, "client": k, "examples": n, "dropped": 1} for k, n in r.dropped.items()]
@@ -267,10 +277,33 @@ class Recorder:
                      "optimizer_state": optimizer_state, "step_sum": self.step_sum, "partition": self.fingerprint,
                      "offsets": {name: lg.size() for name, lg in self.logs.items()}}, self.run.checkpoint_path)
 
-    def summary(self, aggregator: str, targets: list[float]) -> dict:
-        """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``)."""
+    def sessions(self) -> list[dict]:
+        """``run.json``: the processes that ran this run's rounds, oldest first (:mod:`fedrun.provenance`)."""
+        path = self.path / provenance.RUN_FILE
+        try:
+            sessions = json.loads(path.read_text()) if path.is_file() else []
+        except (OSError, ValueError):  # damaged by a crash mid-write of an older version: start it again
+            sessions = []
+        return sessions if isinstance(sessions, list) else []
+
+    def summary(self, aggregator: str, targets: list[float], objective: str | None = None) -> dict:
+        """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``, the run's
+        ``objective`` and its provenance), closing this process's session in ``run.json``."""
+        from fedrun.results import objective as objective_value
+
         out = {"aggregator": aggregator, "partition_fingerprint": self.fingerprint,
                **summarize(self.path / "rounds.csv", list(targets))}
+        if objective is not None and out.get("rounds"):
+            try:
+                value = objective_value(out, self.path, objective)
+            except ConfigError:  # a value this run does not have: the job reports it, the run is complete
+                value = None
+            out["objective"], out["objective_value"] = objective, value
+        sessions = self.sessions()
+        if sessions:
+            sessions[-1].update(finished=provenance.now(), last_round=out.get("rounds"))
+            write_json(sessions, self.path / provenance.RUN_FILE)
+        out.update(provenance.summary_fields(sessions))
         write_json(out, self.path / "summary.json")
         if self.dashboard is not None:
             self.dashboard.close(out)

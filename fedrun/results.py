@@ -155,7 +155,7 @@ METHOD_NAMES = {
     "fedavgm": "FedAvgM", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam", "fedyogi": "FedYogi",
 }
 # Identity columns that are not a run's settings (``seed`` is averaged over, not a group).
-NOT_GROUPING = ("run_dir", "method", "group", "seed")
+NOT_GROUPING = ("run_dir", "job", "method", "group", "seed")
 # The config groups people vary first, named first in a group's label.
 FIRST = ("dataset", "partition", "model", "hyperparams", "experiment", "mode", "engine", "scale")
 # fedrun's own config groups (a table's columns of these names are their options).
@@ -247,9 +247,29 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
         row.update({k: flat.get(k) for k in differ if k not in row})
         rows.append(row)
     identity = pd.DataFrame(rows, columns=["run_dir", *groups, *[k for k in differ if k not in groups]])
-    identity.insert(1, "method", [method_name(m) for m in identity.get("aggregator", [None] * len(identity))])
-    identity.insert(2, "group", group_labels(identity, groups) if len(identity) else [])
+    identity.insert(1, "job", [_job_number(run) for run in runs])
+    identity.insert(2, "method", [method_name(m) for m in identity.get("aggregator", [None] * len(identity))])
+    identity.insert(3, "group", group_labels(identity, groups) if len(identity) else [])
+    identity.attrs["varied"] = [k for k in differ if k not in groups]
+    identity.attrs["swept"] = _swept(configs)
     return identity
+
+
+def _swept(configs: list[dict]) -> list[str]:
+    """The command-line settings (``config.yaml``'s ``overrides``) whose values differ between
+    the runs: what a sweep varied (``aggregator``, ``seed``, ``aggregator.beta``)."""
+    values: dict[str, set] = {}
+    for config in configs:
+        given = dict(o.lstrip("+~").split("=", 1) for o in config.get("overrides") or [] if "=" in o)
+        for key in set(values) | set(given):
+            values.setdefault(key, set()).add(given.get(key))
+    return sorted(k for k, v in values.items() if len(v) > 1)
+
+
+def _job_number(run: Path) -> int | None:
+    """A sweep job's number: its folder's name under the sweep folder (``hydra.sweep.subdir``'s
+    default), or None for a run of its own or a sweep with other folder names."""
+    return int(run.name) if run.name.isdigit() else None
 
 
 def _load(paths, csv_name: str) -> pd.DataFrame:
@@ -270,7 +290,9 @@ def _load(paths, csv_name: str) -> pd.DataFrame:
         frames.append(df)
     columns = list(identity.columns)
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    return out[columns + [c for c in out.columns if c not in columns]]
+    out = out[columns + [c for c in out.columns if c not in columns]]
+    out.attrs.update(identity.attrs)  # varied: the settings that differ between the runs; swept: the overrides
+    return out
 
 
 def load(*paths: str | os.PathLike) -> pd.DataFrame:
@@ -289,8 +311,30 @@ def load_clients(*paths: str | os.PathLike) -> pd.DataFrame:
     return _load(paths, "clients.csv")
 
 
+def load_client_layers(*paths: str | os.PathLike) -> pd.DataFrame:
+    """As :func:`load`, for ``client_layers.csv`` (one row per run, round, client and layer)."""
+    return _load(paths, "client_layers.csv")
+
+
+def load_output_layer(*paths: str | os.PathLike) -> pd.DataFrame:
+    """As :func:`load`, for ``output_layer.csv`` (one row per run, round, learner and class)."""
+    return _load(paths, "output_layer.csv")
+
+
+def load_partition(*paths: str | os.PathLike) -> pd.DataFrame:
+    """As :func:`load`, for ``partition.csv`` (one row per run and client: its examples of each class)."""
+    return _load(paths, "partition.csv")
+
+
+# summary.json's words (not numbers) that summaries() keeps: the objective's name and when and
+# with what the run ran (``provenance.*``: fedrun, git_commit, git_dirty, python, torch, cuda,
+# device, host; fedrun.provenance).
+SUMMARY_TEXT = ("objective", "started", "finished")
+
+
 def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
-    """One row per run: identity columns and ``summary.json``'s numbers (runs without one: NaN)."""
+    """One row per run: identity columns, ``summary.json``'s numbers (runs without one: NaN), the
+    objective's name and the run's provenance (``started``, ``finished``, ``provenance.torch``, ...)."""
     import pandas as pd
 
     runs = find_runs(*paths)
@@ -298,9 +342,14 @@ def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
     rows = []
     for run in runs:
         summary = read_summary(run)
-        rows.append({k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                     and not (isinstance(v, float) and math.isnan(v))})
-    return pd.concat([identity, pd.DataFrame(rows)], axis=1)
+        row = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and not (isinstance(v, float) and math.isnan(v))}
+        row.update({k: summary[k] for k in SUMMARY_TEXT if summary.get(k) is not None})
+        row.update({f"provenance.{k}": v for k, v in (summary.get("provenance") or {}).items()})
+        rows.append(row)
+    out = pd.concat([identity, pd.DataFrame(rows, index=identity.index)], axis=1)
+    out.attrs.update(identity.attrs)
+    return out
 
 
 # ----------------------------------------------------------------------------- groups over seeds
@@ -311,8 +360,16 @@ def last_round(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # The bands seed_curves() can draw around a group's mean, and what each is.
-BANDS = {"std": "mean +- one standard deviation over seeds", "minmax": "mean and the range over seeds",
-         "none": "mean over seeds"}
+BANDS = {"std": "mean ± one standard deviation over seeds", "minmax": "mean and the range over seeds",
+         "ci": "mean and its 95% confidence interval over seeds", "none": "mean over seeds"}
+# t_{0.975, d}: the two-sided 95% quantiles of Student's t for d = 1..30 degrees of freedom (beyond: 1.96).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(dof: int) -> float:
+    """t_{0.975, dof}, for ``band="ci"``: mean ± t975(n - 1) s / sqrt(n) over n seeds."""
+    return T975[dof - 1] if 1 <= dof <= len(T975) else 1.96
 CURVE_COLUMNS = ("group", "method", "metric", "round", "mean", "low", "high", "n")
 
 
@@ -345,6 +402,10 @@ def seed_curves(df: pd.DataFrame, metrics: Iterable[str], band: str = "std") -> 
                 low, high = stats["mean"] - stats["std"].fillna(0.0), stats["mean"] + stats["std"].fillna(0.0)
             elif band == "minmax":
                 low, high = stats["min"], stats["max"]
+            elif band == "ci":  # a two-sided 95% t-interval; no spread where n is 1
+                t = stats["count"].map(lambda n: t975(int(n) - 1))
+                half = (t * stats["std"] / stats["count"] ** 0.5).fillna(0.0)
+                low, high = stats["mean"] - half, stats["mean"] + half
             else:
                 low = high = stats["mean"]
             frames.append(pd.DataFrame({"group": key, "method": rows["method"].iloc[0], "metric": metric,

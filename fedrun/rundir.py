@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from fedrun.logs import CONSOLE_ONLY
 from fedrun.errors import ConfigError, RunDirectoryError, first_line
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,8 @@ class RunDirectory:
         When several runs share the process (a population, :mod:`fedrun.population`), a run's
         log takes the records made while it :meth:`speaks`, and those made while none does."""
         self._handler = logging.FileHandler(self.path / LOG_FILE, mode="a")
-        self._handler.addFilter(lambda record: _SPEAKING.get() in (None, self.path))
+        self._handler.addFilter(lambda record: _SPEAKING.get() in (None, self.path)
+                                and not getattr(record, CONSOLE_ONLY, False))
         console = next((h for h in logging.getLogger().handlers if h.formatter is not None), None)
         self._handler.setFormatter(console.formatter if console else
                                    logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))

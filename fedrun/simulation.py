@@ -27,13 +27,14 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from fedrun.aggregators import Aggregator
 from fedrun.data import FederatedData
 from fedrun.errors import FedrunError, Interrupted
 from fedrun.federated_run import Federation, FederatedRun, sync
 from fedrun.local_training import LocalTraining
+from fedrun.logs import CONSOLE_ONLY, ROUND_LINE, bar_shown, bar_wanted
 from fedrun.participation import Participation
 from fedrun.population import check_population, evaluate_runs, train_together
 from fedrun.recorder import RoundRecord
@@ -127,8 +128,11 @@ def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress:
     if population:
         log.info("population of %d runs: %d rounds at most, all runs' clients trained together", len(live), steps)
     desc = f"population ({len(live)} runs)" if population else runs[live[0]].aggregator.name
-    with tqdm(total=start + steps, initial=start, desc=desc, unit="round", disable=not progress,
-              dynamic_ncols=True) as bar:
+    for run in runs:
+        run.population = population
+    shown = bar_wanted(progress)  # else a line a round (fedrun.logs)
+    with bar_shown(shown), tqdm(total=start + steps, initial=start, desc=desc, unit="round", disable=not shown,
+                                dynamic_ncols=True) as bar:
         while live:
             t0 = time.perf_counter()
             # 1. Sample each run's next round.
@@ -172,7 +176,11 @@ def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress:
             bar.update(1)
             if population:
                 accuracies = [float(run.recorder.progress["acc"]) for run in runs if run.recorder is not None]
-                bar.set_postfix(runs=len(live), best_acc=f"{max(accuracies, default=float('nan')):.4f}")
+                best = max(accuracies, default=float("nan"))
+                bar.set_postfix(runs=len(live), best_acc=f"{best:.4f}")
+                log.info("population round %d: %d of %d runs, best test accuracy %.2f%%, %.2f s",
+                         max(records[i].round for i in records), len(records), len(runs), 100 * best, wall,
+                         extra={ROUND_LINE: True, CONSOLE_ONLY: True})
             else:
                 bar.set_postfix(runs[0].recorder.progress)
 

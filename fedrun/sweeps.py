@@ -93,3 +93,46 @@ def remove_if_empty(run_dir: Path) -> None:
         except OSError:
             return
         path = path.parent
+
+
+def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
+    """The lines a sweep ends with: one per job (its number, the settings the sweep varied, its
+    objective, done or failed), then where the results are.  Jobs are the numbered folders that
+    hold a ``config.yaml`` and the failure notes; at most ``limit`` rows, the rest counted."""
+    from fedrun import results
+
+    sweep_dir = Path(sweep_dir)
+    failed = {note["job"]: note for note in sweep_failures(sweep_dir)}
+    folders = {int(p.name): p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()} \
+        if sweep_dir.is_dir() else {}
+    jobs = sorted(set(folders) | set(failed))
+    overrides = {n: _given(folders[n]) if n in folders else {} for n in jobs}
+    swept = sorted({k for n in jobs for k in overrides[n]
+                    if len({overrides[m].get(k) for m in jobs}) > 1})
+    objective = next((results.read_summary(folders[n]).get("objective") for n in folders
+                      if results.read_summary(folders[n]).get("objective")), None) or "objective"
+    rows = [("job", *swept, objective, "status")]
+    for n in jobs:
+        summary = results.read_summary(folders[n]) if n in folders else {}
+        value = summary.get("objective_value")
+        status = "failed" if n in failed else "done" if summary else "not finished"
+        rows.append((str(n), *(overrides[n].get(k, "-") for k in swept), "-" if value is None else f"{value:.4f}",
+                     status))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows[: limit + 1]]
+    if len(rows) > limit + 1:
+        lines.append(f"... and {len(rows) - limit - 1} more jobs")
+    done = sum(row[-1] == "done" for row in rows[1:])
+    lines.append(f"{done} of {len(jobs)} jobs done, {len(failed)} failed; results in {sweep_dir.resolve()}")
+    return lines
+
+
+def _given(run_dir: Path) -> dict[str, str]:
+    """A job's command-line settings, from its ``config.yaml`` (``overrides``)."""
+    from fedrun import results
+
+    try:
+        given = results.read_config(run_dir).get("overrides") or []
+    except (OSError, ValueError):
+        return {}
+    return dict(o.lstrip("+~").split("=", 1) for o in given if "=" in o)

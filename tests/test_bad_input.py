@@ -85,6 +85,7 @@ SETTINGS = [
     (["~local.batch_size"], ["local.batch_size=missing", "built from hyperparams.batch_size"]),
     (["mode=centralized"], ["hyperparams.num_clients=4", "mode=centralized trains one learner"]),
     (["centralized=true"], ["centralized=true", "mode=centralized"]),
+    (["objective=best_val_acc"], ["objective=best_val_acc", "needs hyperparams.validation_fraction > 0"]),
     (["aggregator=krum"], ["hyperparams.client_fraction=0.5", "aggregator=krum needs at least 5 clients a round"]),
     (["aggregator=trimmed_mean", "aggregator.beta=0.5"], ["aggregator.beta=0.5", "[0, 0.5)"]),
 ]

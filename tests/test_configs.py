@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fedrun import build
+from fedrun.paths import conf_options
 from fedrun.aggregators import Aggregator
 from fedrun.layers import count_parameters
 from fedrun.local_training import LocalTraining
@@ -36,7 +37,7 @@ def test_groups_are_not_empty():
         assert options(group), group
     assert {"fedavg", "fedprox", "normnorm", "momentum", "fednnnn"} <= set(options("aggregator"))
     assert {"iid", "classes", "shards", "dirichlet", "mixed"} <= set(options("partition"))
-    assert build.options("aggregator") == options("aggregator")  # what the CLI offers
+    assert conf_options("aggregator") == options("aggregator")  # what the CLI offers
 
 
 @pytest.mark.parametrize("group,option", CASES, ids=[f"{g}={o}" for g, o in CASES])

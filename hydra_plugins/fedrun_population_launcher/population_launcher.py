@@ -159,7 +159,6 @@ class PopulationLauncher(Launcher):
                 if isinstance(outcome, FedrunError):
                     returns[job.num] = self._failed(job, cfg, outcome)
                     continue
-                log.info("job %d summary: %s", job.num, outcome)
                 returns[job.num] = self._return(job, cfg, JobStatus.COMPLETED,
                                                 results.objective(outcome, job.run_dir, cfg.objective))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)

@@ -59,6 +59,9 @@ CONFIGS = {
 # A sweep trained as one population (the same runs as alone, on the batched engine).
 POPULATION = ["-m", "aggregator=fedavg,fednnnn", "seed=0,1", "hydra/launcher=population", "engine=batched"]
 TIMING = ("train_s", "eval_s", "wall_s")
+# What differs from one process to the next: when and where a run ran (fedrun.provenance).
+VOLATILE_FILES = ("checkpoint.pt", "mlflow.json", "run.json", "fedrun.log")
+VOLATILE_SUMMARY = ("started", "finished", "round_seconds", "provenance", "sessions")
 
 
 def base(extra: list[str]) -> list[str]:
@@ -97,7 +100,7 @@ def compare(a: Path, b: Path) -> int:
                    | {p.relative_to(b) for p in b.rglob("*") if p.is_file()})
     differ, same = [], 0
     for rel in files:
-        if rel.suffix not in (".csv", ".json", ".pt") or rel.name in ("checkpoint.pt", "mlflow.json") \
+        if rel.suffix not in (".csv", ".json", ".pt") or rel.name in VOLATILE_FILES \
                 or rel.parts[0] == ".failed_jobs":
             continue
         pa, pb = a / rel, b / rel
@@ -107,7 +110,13 @@ def compare(a: Path, b: Path) -> int:
         if rel.suffix == ".csv":
             equal = _csv(pa) == _csv(pb)
         elif rel.suffix == ".json":
-            equal = json.loads(pa.read_text()) == json.loads(pb.read_text())
+            ja, jb = (json.loads(p.read_text()) for p in (pa, pb))
+            if rel.name == "summary.json":  # keys new since the older version compared are reported, not failed
+                new = sorted(set(ja) ^ set(jb))
+                if new:
+                    print(f"{rel}: keys in one only: {', '.join(new)}")
+                ja, jb = ({k: v for k, v in j.items() if k not in VOLATILE_SUMMARY and k not in new} for j in (ja, jb))
+            equal = ja == jb
         else:
             ta, tb = (torch.load(p, map_location="cpu", weights_only=True) for p in (pa, pb))
             equal = ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta if torch.is_tensor(ta[k]))

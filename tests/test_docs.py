@@ -1,0 +1,146 @@
+"""Every command block of README.md and docs/*.md runs as written, in smoke form.
+
+Each ```bash block is split into commands, and each command is checked by what it is:
+
+* ``fedrun ...``: its config is composed and checked as the command would before running
+  (:func:`fedrun.cli.precheck`, every value of a sweep with :func:`fedrun.cli.precheck_sweep`),
+  in a fresh working folder, with ``-cd`` and the ``cd`` of its block applied;
+* ``fedrun-plot ...``: run on hand-made runs placed where the command looks;
+* ``python scripts/<table>.py run ...``: run with ``--dry-run`` (its commands printed, none run);
+  the scripts' ``collect`` and plot commands: run on empty folders, which must not be an error of
+  their command line;
+* ``bash scripts/bench/gpu_check.sh <stage>``: the stage exists (the stages need a GPU);
+* installing and environment commands (pip, apt-get, venv, pytest): listed, not run.
+
+A command of any other kind fails the test, so a new example is covered when it is written.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, _cli_env
+
+from fedrun import plot
+from fedrun.cli import precheck, precheck_sweep
+
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "optuna-dashboard")
+TABLE_SCRIPTS = ("fednnnn_table2.py", "fedlayerwise_table1.py", "pd_tables.py")
+
+
+def commands() -> list[tuple[str, str, str]]:
+    """(where, the command, the folder its block ``cd``-ed to) for every command of every
+    ```bash block, continuation lines joined, comments dropped."""
+    found = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for block in re.finditer(r"^```(?:bash|sh)\n(.*?)^```", text, re.S | re.M):
+            first = text[: block.start()].count("\n") + 2
+            cwd = ""
+            for n, line in enumerate(block.group(1).replace("\\\n", " ").splitlines()):
+                words = shlex.split(line, comments=True)
+                for command in " ".join(shlex.quote(w) for w in words).split(" '&&' ") if words else []:
+                    if command.startswith("cd "):
+                        cwd = command[3:].strip()
+                        continue
+                    found.append((f"{doc.relative_to(REPO_ROOT)}:{first + n}", command, cwd))
+    return found
+
+
+COMMANDS = commands()
+
+
+def test_the_docs_have_commands():
+    assert len(COMMANDS) >= 40
+    assert sum(c.startswith("fedrun ") for _, c, _ in COMMANDS) >= 10
+
+
+def fake_run(path: Path, aggregator: str, seed: int) -> None:
+    path.mkdir(parents=True)
+    config = {"seed": seed, "aggregator": {"_target_": f"fedrun.aggregators.{aggregator}"},
+              "choices": {"aggregator": aggregator, "dataset": "fmnist"}}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    (path / "rounds.csv").write_text("round,test_acc,test_loss,N_over_E,server_step\n1,0.5,1.0,0.5,0.1\n"
+                                     "2,0.6,0.9,0.5,0.1\n")
+
+
+@pytest.mark.parametrize("where,command,cwd", COMMANDS, ids=[w for w, _, _ in COMMANDS])
+def test_the_command_runs_as_written(where, command, cwd, tmp_path, monkeypatch):
+    words = shlex.split(command)
+    env = {}
+    while words and re.match(r"^[A-Z_]+=", words[0]):  # PYTHONPATH=. fedrun ...
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    program, args = words[0], words[1:]
+    folder = (REPO_ROOT / cwd) if cwd else tmp_path
+    if program in ENVIRONMENT or (program == "python" and args[:2] == ["-m", "pytest"]):
+        pytest.skip(f"installs or sets up the environment: {command}")
+    if program == "fedrun":
+        check_fedrun(args, folder, env, monkeypatch)
+    elif program == "fedrun-plot":
+        check_plot(args, tmp_path, monkeypatch)
+    elif program == "python" and args and args[0].startswith("scripts/"):
+        check_script(args, tmp_path)
+    elif program == "python" and args[:1] == ["-c"]:
+        assert "<date>" in args[1], "a Python one-liner of the docs reads a placeholder path only"
+        pytest.skip("reads a run directory named by placeholders")
+    elif program == "bash" and args and args[0] == "scripts/bench/gpu_check.sh":
+        stages = re.search(r"usage: bash \$0 ([a-z|]+)", (REPO_ROOT / args[0]).read_text()).group(1).split("|")
+        assert args[1] in stages, f"{args[1]} is not a stage of gpu_check.sh ({stages})"
+    else:
+        pytest.fail(f"{where}: a command of a kind this test does not know: {command}")
+
+
+def check_fedrun(args: list[str], folder: Path, env: dict, monkeypatch) -> None:
+    """Compose and check the run (or every run of the sweep) as ``fedrun`` does before it starts."""
+    if "hydra/launcher=ray" in args and importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
+        pytest.skip("the Ray launcher is installed apart (pip install 'fedrun[ray]')")
+    monkeypatch.chdir(folder)
+    if env.get("PYTHONPATH") == ".":
+        monkeypatch.syspath_prepend(str(folder))
+    sweep = "-m" in args
+    overrides, dirs, i = [], [], 0
+    while i < len(args):
+        if args[i] in ("-cd", "--config-dir"):
+            dirs.append(str((folder / args[i + 1]).resolve()))
+            i += 2
+            continue
+        if args[i] != "-m":
+            overrides.append(args[i])
+        i += 1
+    if dirs:
+        overrides.append(f"hydra.searchpath=[{','.join('file://' + d for d in dirs)}]")
+    (precheck_sweep if sweep else precheck)(overrides)
+
+
+def check_plot(args: list[str], folder: Path, monkeypatch) -> None:
+    """fedrun-plot on two methods x two seeds placed in the folders it is given."""
+    monkeypatch.chdir(folder)
+    dirs = [a for a in args if not a.startswith("-")][: 1]
+    for n, (aggregator, seed) in enumerate([("fedavg", 0), ("fedavg", 1), ("fednnnn", 0), ("fednnnn", 1)]):
+        fake_run(folder / dirs[0] / str(n), aggregator, seed)
+    assert plot.main(args) == 0
+
+
+def check_script(args: list[str], folder: Path) -> None:
+    """A paper script: ``run`` with ``--dry-run``; other modes on empty folders, where the
+    command line must be accepted (argparse's errors print its usage)."""
+    script = Path(args[0]).name
+    if script in TABLE_SCRIPTS and len(args) > 1 and args[1] == "run":
+        args = [*args, "--dry-run"]
+    else:
+        for a in args[1:]:
+            if not a.startswith("-") and "=" not in a and not a[0].isdigit() and a not in ("collect", "run"):
+                (folder / a).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / args[0]), *args[1:]], cwd=folder, env=_cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert "usage:" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    if script in TABLE_SCRIPTS and "--dry-run" in args:
+        assert proc.returncode == 0, proc.stderr[-2000:]
