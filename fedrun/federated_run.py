@@ -277,8 +277,10 @@ def _number(value, digits: int = 4) -> str:
 def _duration(seconds) -> str:
     if seconds is None:
         return "-"
-    minutes, rest = divmod(float(seconds), 60)
-    return f"{int(minutes)} min {rest:.0f} s" if minutes >= 1 else f"{rest:.1f} s"
+    if seconds < 59.95:  # what rounds to 60.0 s is a minute
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(float(seconds)), 60)
+    return f"{minutes} min {rest} s"
 
 
 def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device) -> nn.Module:

@@ -3,22 +3,32 @@
 For runs of no paper in particular (the zero-argument ``fedrun``, a sweep of your own).  Every run
 directory found below the DIRs is read with :func:`fedrun.results.load`; runs that differ only in
 their seed form one group (the table's ``group`` column), drawn as the mean over its seeds with
-a band (``--band std``: mean +- one standard deviation; ``minmax``: the seeds' range; ``none``).
-A group is labelled by its method's name and the settings that tell it apart: those that differ
-among all runs (``partition=iid``) and the method's own that differ among its runs
-(``beta=0.5``); a setting a method does not have is never shown.  Four panels: test accuracy
-(%), test loss, N/E (eq. 4 over eq. 5 of FedNNNN: 1 when all clients agree) and the server step
-``||w_{t+1} - w_t||``, against integer rounds.  Writes ``runs.png`` and ``runs.pdf``
+a band: ``--band std`` (mean ± one standard deviation), ``ci`` (the mean's two-sided 95%
+t-interval, mean ± t(0.975, n-1) s / sqrt(n) over n seeds), ``minmax`` (the seeds' range) or
+``none``.  A group is labelled by its method's name and the settings that tell it apart: those
+that differ among all runs (``partition=iid``) and the method's own that differ among its runs
+(``beta=0.5``).  Each group has its own colour, line style and marker (legible in greyscale).
+
+The panels are rounds.csv columns against integer rounds, ``--metrics`` (default: test_acc,
+test_loss, N_over_E, server_step; the list is below), ``--cols`` to a row.  The figure fits one
+column of a two-column paper by default (3.5 in wide, rows of 2.6 in; ``--figsize 7.16,2.6`` a
+page's width, ``--figsize 20,4.2`` one wide row for a screen), in 8-pt text with TrueType fonts
+(no Type 3 fonts in the PDF), the legend above the panels and a caption line below with the
+runs' setting (dataset, partition, K clients, C and clients a round, E, B, rounds; "varies" where
+the runs differ; ``--no-caption`` leaves it out).  Writes ``runs.png`` (300 dpi) and ``runs.pdf``
 (``--formats png,pdf,svg``) to ``--out``, with ``runs.csv`` beside them: the numbers drawn (group,
-metric, round, mean, band bounds low/high, runs n).  It prints one line per group drawn and a
-warning for every group or panel left without values.
+method, metric, round, mean, band bounds low/high, runs n, in rounds.csv's units).  It prints one
+line per group drawn, a warning for every group or panel left without values, and the setting.
 
     fedrun-plot outputs/multirun/2026-11-23 --out outputs/figs
+    fedrun-plot outputs/multirun/2026-11-23 --out figs --band ci --metrics test_acc,N_over_E --figsize 7.16,2.2
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import textwrap
 from pathlib import Path
 
 from fedrun import results
@@ -26,16 +36,49 @@ from fedrun.errors import FedrunError
 
 PROG = "fedrun-plot"
 ROUNDS = "Communication rounds"
-# column, y label (with units), scale
-PANELS = (("test_acc", "test accuracy (%)", 100.0), ("test_loss", "test loss (cross-entropy, nats)", 1.0),
-          ("N_over_E", "N / E (client agreement, 1 = all agree)", 1.0),
-          ("server_step", "server step ||w_{t+1} - w_t||", 1.0))
+ROUND = "Communication round"
+# The rounds.csv columns fedrun-plot draws: column -> (axis label with units, in mathtext; scale; what it is).
+METRICS = {
+    "test_acc": ("Test accuracy (%)", 100.0, "accuracy of the evaluated model on the test set"),
+    "test_loss": ("Test loss (nats)", 1.0, "its mean cross-entropy"),
+    "average_test_acc": ("Test accuracy, average (%)", 100.0, "of the average-aggregated model"),
+    "sent_test_acc": ("Test accuracy, sent (%)", 100.0, "of the model sent to clients"),
+    "val_acc": ("Validation accuracy (%)", 100.0, "on the validation split"),
+    "val_loss": ("Validation loss (nats)", 1.0, "on the validation split"),
+    "train_loss": ("Training loss (nats)", 1.0, "the clients' mean local training loss"),
+    "N": ("$N$", 1.0, "norm of the weighted mean client update (FedNNNN eq. 4)"),
+    "E": ("$E$", 1.0, "weighted mean of the client update norms (eq. 5)"),
+    "N_over_E": ("$N/E$", 1.0, "client agreement, 1 when all clients agree"),
+    "server_step": (r"Server step $\|w_{t+1} - w_t\|$", 1.0, "norm of the server's step"),
+    "server_step_sum": (r"Cumulative $\|w_{t+1} - w_t\|$", 1.0, "the server steps' running sum"),
+    "pd_ls": ("PD-Ls (cosine distance)", 1.0, "parameter divergence among the learners"),
+    "pd_vl": ("PD-VL (cosine distance)", 1.0, "divergence from the vanilla reference"),
+    "lr": ("Learning rate $\\eta$", 1.0, "the round's client learning rate"),
+    "wall_s": ("Round time (s)", 1.0, "wall-clock seconds of the round"),
+}
+DEFAULT_METRICS = ("test_acc", "test_loss", "N_over_E", "server_step")
+# For the paper scripts that still name them: the default panels as (column, label, scale).
+PANELS = tuple((m, METRICS[m][0], METRICS[m][1]) for m in DEFAULT_METRICS)
 BANDS = tuple(results.BANDS)
 FORMATS = ("png", "pdf", "svg")
+COLUMN_WIDTH, ROW_HEIGHT, MIN_PANEL_WIDTH = 3.5, 2.6, 1.7  # inches
+DPI = 300
+FONT_SIZE = 8
 # Each group's line style and marker as well as its colour, so overlapping and greyscale curves
 # stay apart.
 STYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+# Legible at the figure's printed size, and TrueType (Type 42) fonts: PDF checkers (IEEE PDF
+# eXpress, ACM) reject the Type 3 fonts matplotlib embeds by default.
+RC = {"font.size": FONT_SIZE, "axes.labelsize": FONT_SIZE, "axes.titlesize": FONT_SIZE,
+      "xtick.labelsize": FONT_SIZE - 1, "ytick.labelsize": FONT_SIZE - 1, "legend.fontsize": FONT_SIZE - 1,
+      "legend.title_fontsize": FONT_SIZE - 1, "figure.labelsize": FONT_SIZE - 1, "pdf.fonttype": 42,
+      "ps.fonttype": 42, "svg.fonttype": "path", "text.usetex": False, "mathtext.fontset": "dejavusans",
+      "lines.linewidth": 1.2, "lines.markersize": 3.5, "axes.linewidth": 0.6, "grid.linewidth": 0.4,
+      "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.major.size": 2.5, "ytick.major.size": 2.5,
+      "legend.handlelength": 2.6, "legend.columnspacing": 1.2}
+DATASET_NAMES = {"mnist": "MNIST", "fmnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "svhn": "SVHN",
+                 "mnist_train10k": "MNIST (10k training images)", "synthetic": "synthetic data"}
 
 
 # ----------------------------------------------------------------------------- helpers the plot scripts share
@@ -83,71 +126,239 @@ def parser(prog: str | None, doc: str, out_required: bool = True) -> argparse.Ar
     return p
 
 
+# ----------------------------------------------------------------------------- the runs' setting
+
+def _clients_per_round(k, c):
+    """m = max(round(C K), 1), as fedrun.seeding.clients_per_round (without importing torch)."""
+    return max(math.floor(c * k + 0.5), 1)
+
+
+def _partition(config: dict) -> str | None:
+    choice = (config.get("choices") or {}).get("partition")
+    node = config.get("partition") or {}
+    if choice is None:
+        return None
+    text = {"iid": "IID", "shards": f"shards, {node.get('shards_per_client')} per client",
+            "classes": f"{node.get('classes_per_client')} classes per client",
+            "dirichlet": f"Dirichlet α={node.get('alpha')}",
+            "dirichlet_labels": f"Dirichlet labels α={node.get('alpha')}",
+            "mixed": f"mixed, {node.get('iid_clients')} IID clients"}.get(choice, str(choice))
+    return text + (", power-law sizes" if node.get("sizes") == "powerlaw" else "")
+
+
+def _facts(config: dict) -> dict:
+    choices, hp = config.get("choices") or {}, config.get("hyperparams") or {}
+    dataset = choices.get("dataset") or (config.get("dataset") or {}).get("name")
+    centralized = choices.get("mode") == "centralized" or config.get("centralized") is True
+    k, c = hp.get("num_clients"), hp.get("client_fraction")
+    federated = not centralized and k is not None
+    return {"dataset": DATASET_NAMES.get(dataset, dataset), "mode": "centralized" if centralized else None,
+            "partition": _partition(config) if not centralized else None,
+            "K": k if federated else None, "C": c if federated else None,
+            "m": _clients_per_round(k, c) if federated and c is not None else None,
+            "E": hp.get("local_epochs"), "B": hp.get("batch_size"), "rounds": hp.get("rounds")}
+
+
+def setting(run_dirs) -> str:
+    """One line with the runs' setting, from their ``config.yaml``: dataset, partition, K clients,
+    C (and m clients a round), E local epochs, B batch size, rounds; a fact the runs differ in is
+    said to vary, one none of them records is left out.  ``""`` when nothing is known."""
+    facts = [_facts(results.read_config(run)) for run in dict.fromkeys(run_dirs)]
+    if not facts:
+        return ""
+
+    def one(key):
+        values = {repr(f[key]) for f in facts}
+        if len(values) > 1:
+            return "varies"
+        return facts[0][key]
+
+    def fmt(value):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    parts = []
+    for key in ("dataset", "mode", "partition"):
+        value = one(key)
+        if value == "varies":
+            parts.append(f"{key} varies")
+        elif value is not None:
+            parts.append(str(value))
+    k, c, m = one("K"), one("C"), one("m")
+    if k is not None:
+        clients = "K varies" if k == "varies" else f"K={fmt(k)} clients"
+        if c == "varies":
+            clients += ", C varies"
+        elif c is not None:
+            clients += f", C={fmt(c)}" + (f" ({m} a round)" if m not in (None, "varies") else "")
+        parts.append(clients)
+    for key in ("E", "B"):
+        value = one(key)
+        if value is not None:
+            parts.append(f"{key} varies" if value == "varies" else f"{key}={fmt(value)}")
+    rounds = one("rounds")
+    if rounds is not None:
+        parts.append("rounds vary" if rounds == "varies" else f"{fmt(rounds)} rounds")
+    return ", ".join(parts)
+
+
 # ----------------------------------------------------------------------------- fedrun-plot
 
-def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf"),
-         log=print) -> list[Path]:
-    """Draw the four panels for every group of ``df`` (:func:`fedrun.results.load`'s table), the
-    mean over each group's seeds with its band (:func:`fedrun.results.seed_curves`); write the
-    figure as ``runs.<format>`` into ``out`` and, beside it, ``runs.csv``: the numbers drawn
-    (group, method, metric, round, mean, band, n).  ``log`` gets one line per group drawn and a
-    warning for each panel a group is missing from.  Returns the paths written.
+def layout(panels: int, cols: int | None = None, figsize: tuple[float, float] | None = None
+           ) -> tuple[int, int, tuple[float, float]]:
+    """(rows, cols, (width, height) in inches) for ``panels`` panels: by default one column of a
+    paper (3.5 in) with panels at least 1.7 in wide (two a row), rows of 2.6 in."""
+    width = figsize[0] if figsize else COLUMN_WIDTH
+    if cols is None:
+        cols = max(1, min(panels, int(width // MIN_PANEL_WIDTH)))
+    cols = max(1, min(cols, panels))
+    rows = math.ceil(panels / cols)
+    return rows, cols, tuple(figsize) if figsize else (COLUMN_WIDTH, ROW_HEIGHT * rows)
 
-    The figure is a :class:`matplotlib.figure.Figure` of its own, not pyplot's: drawing it
-    changes neither the backend nor the current figure of a notebook that calls this."""
+
+def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf"),
+         log=print, metrics: tuple[str, ...] = DEFAULT_METRICS, cols: int | None = None,
+         figsize: tuple[float, float] | None = None, caption: bool = True) -> list[Path]:
+    """Draw one panel per ``metrics`` column (:data:`METRICS`) for every group of ``df``
+    (:func:`fedrun.results.load`'s table), the mean over each group's seeds with its band
+    (:func:`fedrun.results.seed_curves`), ``cols`` panels a row in a ``figsize`` figure
+    (:func:`layout`); write the figure as ``runs.<format>`` into ``out`` and, beside it,
+    ``runs.csv``: the numbers drawn (group, method, metric, round, mean, band, n).  ``log`` gets
+    one line per group drawn, a warning for each panel a group is missing from, and the setting
+    (:func:`setting`), which ``caption`` also writes below the panels.  Returns the paths written.
+
+    The figure is a :class:`matplotlib.figure.Figure` of its own, not pyplot's, drawn in an
+    ``rc_context``: drawing it changes neither the backend, the current figure nor the rcParams
+    of a notebook that calls this."""
+    import matplotlib
     from matplotlib.figure import Figure
 
+    metrics = tuple(metrics)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        raise results.ConfigError("metrics", ",".join(metrics), f"choose from: {', '.join(METRICS)}")
     out = Path(out)
-    curves = results.seed_curves(df, [column for column, _, _ in PANELS], band)
+    curves = results.seed_curves(df, list(metrics), band)
     groups = list(dict.fromkeys(curves["group"]))
     runs = df.groupby("group")["run_dir"].nunique()
-    fig = Figure(figsize=(5 * len(PANELS), 4.2))
-    axes = fig.subplots(1, len(PANELS))
-    for ax, (column, ylabel, scale) in zip(axes, PANELS):
-        for key in groups:
-            c = curves[(curves["group"] == key) & (curves["metric"] == column)]
-            i = groups.index(key)
-            color, style = f"C{i % 10}", {**markers(len(c)), "linestyle": STYLES[i % len(STYLES)]}
-            if "marker" in style:
-                style["marker"] = MARKERS[i % len(MARKERS)]
-            ax.plot(c["round"], scale * c["mean"], color=color, label=mean_label(key, runs[key]), **style)
-            if band != "none" and (c["n"] > 1).any():
-                ax.fill_between(c["round"], scale * c["low"], scale * c["high"], color=color, alpha=0.2, linewidth=0)
-        ax.set_xlabel(ROUNDS)
-        ax.set_ylabel(ylabel)
-        integer_rounds(ax)
-        ax.grid(alpha=0.3)
-    several = df["run_dir"].nunique() > len(groups)
-    axes[0].legend(fontsize=8, title=results.BANDS[band] if several else None, title_fontsize=8)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    paths = [out / f"runs.{fmt}" for fmt in formats]
-    for path in paths:
-        fig.savefig(path, dpi=120)
+    seeds = {int(runs[g]) for g in groups}
+    text = setting(df["run_dir"].unique()) if "run_dir" in df else ""
+    rows, cols, size = layout(len(metrics), cols, figsize)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=size, layout="constrained")
+        axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
+        handles = {}
+        for ax, column in zip(axes, metrics):
+            ylabel, scale, _ = METRICS[column]
+            for i, key in enumerate(groups):
+                c = curves[(curves["group"] == key) & (curves["metric"] == column)]
+                if c.empty:
+                    continue
+                color = f"C{i % 10}"
+                every = max(1, len(c) // 8)  # about 8 markers a curve, staggered between groups
+                line, = ax.plot(c["round"], scale * c["mean"], color=color, linestyle=STYLES[i % len(STYLES)],
+                                marker=MARKERS[i % len(MARKERS)], markevery=(i % every, every),
+                                markeredgewidth=0.6, label=key)
+                handles.setdefault(key, line)
+                if band != "none" and (c["n"] > 1).any():
+                    ax.fill_between(c["round"], scale * c["low"], scale * c["high"], color=color, alpha=0.2,
+                                    linewidth=0)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        for ax in axes[len(metrics):]:
+            ax.set_visible(False)
+        for i, ax in enumerate(axes[:len(metrics)]):
+            if i + cols >= len(metrics):  # the lowest panel of its column: the round axis
+                ax.xaxis.set_tick_params(labelbottom=True)
+                ax.set_xlabel(ROUND)
+        if groups:
+            integer_rounds(axes[0])
+        if len(seeds) == 1:
+            labels = groups
+            n = seeds.pop()
+            title = f"{results.BANDS[band].capitalize()} (n = {n})" if n > 1 else None
+        else:
+            labels = [mean_label(key, int(runs[key])) for key in groups]
+            title = results.BANDS[band].capitalize()
+        if handles:
+            longest = max(len(label) for label in labels)
+            per_entry = (longest * 0.55 + 4) * (FONT_SIZE - 1)  # points: text and handle
+            ncols = max(1, min(len(labels), int(size[0] * 72 * 0.95 // per_entry)))
+            ncols = math.ceil(len(labels) / math.ceil(len(labels) / ncols))  # rows as full as each other
+            shown = [(handles[k], label) for k, label in zip(groups, labels) if k in handles]
+            fig.legend(*zip(*shown), loc="outside upper center", ncols=ncols, frameon=False, title=title)
+        if caption and text:
+            fig.supxlabel(textwrap.fill(text, width=int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))),
+                          fontsize=FONT_SIZE - 1)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / f"runs.{fmt}" for fmt in formats]
+        for path in paths:
+            fig.savefig(path, dpi=DPI)
     data = out / "runs.csv"
     curves.to_csv(data, index=False)
     for key in groups + sorted(set(df["group"]) - set(groups)):
-        seeds = sorted(df.loc[df["group"] == key, "seed"].unique()) if "seed" in df else []
+        seeds_of = sorted(df.loc[df["group"] == key, "seed"].unique()) if "seed" in df else []
         mine = curves[curves["group"] == key]
-        drawn = [column for column, _, _ in PANELS if column in set(mine["metric"])]
-        what = f"{runs[key]} run{'s' if runs[key] != 1 else ''}" + (f" (seeds {', '.join(map(str, seeds))})"
-                                                                     if len(seeds) > 1 else "")
+        drawn = [column for column in metrics if column in set(mine["metric"])]
+        what = f"{runs[key]} run{'s' if runs[key] != 1 else ''}" + (f" (seeds {', '.join(map(str, seeds_of))})"
+                                                                     if len(seeds_of) > 1 else "")
         if not drawn:
-            log(f"warning: {key}: {what}, no values of {', '.join(c for c, _, _ in PANELS)}; not drawn")
+            log(f"warning: {key}: {what}, no values of {', '.join(metrics)}; not drawn")
             continue
         log(f"{key}: {what}, rounds {mine['round'].min()}-{mine['round'].max()}, "
-            f"{len(drawn)} of {len(PANELS)} panels")
-        for column, _, _ in PANELS:
+            f"{len(drawn)} of {len(metrics)} panels")
+        for column in metrics:
             if column not in drawn:
                 log(f"warning: {key}: no values of {column}; left out of its panel")
+    if text:
+        log(f"setting: {text}")
     return [*paths, data]
 
 
+def _figsize(text: str) -> tuple[float, float]:
+    try:
+        w, h = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give W,H in inches, such as 3.5,2.6") from None
+    if not (0 < w <= 100 and 0 < h <= 100):
+        raise argparse.ArgumentTypeError(f"{text!r}: W and H must be in (0, 100] inches")
+    return w, h
+
+
+def _cols(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of panels >= 1")
+    return value
+
+
+def _metrics_help() -> str:
+    width = max(map(len, METRICS))
+    plain = {"$": "", "\\|": "||", "\\eta": "eta"}
+    lines = []
+    for m, (label, _, what) in METRICS.items():
+        for tex, text in plain.items():
+            label = label.replace(tex, text)
+        lines.append(f"  {m:<{width}}  {label}: {what}")
+    return "panels (--metrics), rounds.csv columns:\n" + "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``fedrun-plot DIR... --out OUT [--band std|minmax|none] [--formats png,pdf]``: the exit
-    code (2 for bad options or no runs under the DIRs)."""
-    p = parser(PROG, __doc__)
-    p.add_argument("--band", choices=BANDS, default="std", help="the band around each group's mean over seeds")
+    """``fedrun-plot DIR... --out OUT [--band std|minmax|ci|none] [--metrics a,b] [--cols n]
+    [--figsize W,H] [--formats png,pdf] [--no-caption]``: the exit code (2 for bad options or
+    no runs under the DIRs)."""
+    p = parser(PROG, __doc__ + "\n" + _metrics_help())
+    p.add_argument("--band", choices=BANDS, default="std",
+                   help="the band around each group's mean over seeds (ci: its 95%% t-interval)")
+    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+                   help="comma-separated rounds.csv columns, one panel each (default: %(default)s; list below)")
+    p.add_argument("--cols", type=_cols, help="panels a row (default: as many as fit, 1.7 in or wider)")
+    p.add_argument("--figsize", type=_figsize, metavar="W,H",
+                   help=f"the figure's size in inches (default: {COLUMN_WIDTH} wide, {ROW_HEIGHT} a row)")
+    p.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
+                   help="a line below the panels with the runs' setting (default: on)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated: " + ", ".join(FORMATS))
     args = p.parse_args(argv)
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
@@ -155,12 +366,18 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not formats:
         print(f"{PROG}: --formats={args.formats}: choose from {', '.join(FORMATS)}", file=sys.stderr)
         return 2
+    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        print(f"{PROG}: --metrics={args.metrics}: choose from {', '.join(METRICS)}", file=sys.stderr)
+        return 2
     try:
         df = results.load(*args.dirs)
     except FedrunError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    for path in plot(df, Path(args.out), args.band, formats):
+    for path in plot(df, Path(args.out), args.band, formats, metrics=metrics, cols=args.cols,
+                     figsize=args.figsize, caption=args.caption):
         print(path)
     return 0
 

@@ -1,4 +1,5 @@
-"""logger=tensorboard / logger=mlflow: the dashboards hold the CSVs' values, round by round."""
+"""logger=tensorboard / logger=mlflow: the dashboards hold the CSVs' values, round by round, and
+each run's identity (hparams, name, tags, params) and summary, read back from the stores."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,12 +7,71 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 from conftest import TINY, fedrun_ok, run_fedrun
 
+from fedrun import dashboards
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="pip install 'fedrun[dashboards]'")
-def test_tensorboard_mirrors_rounds_and_layers(tmp_path):
+needs_tensorboard = pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                                       reason="pip install 'fedrun[dashboards]'")
+needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="pip install 'fedrun[dashboards]'")
+INTERNAL = ("_target_", "_partial_", "_convert_")
+
+
+def config_of(overrides: list[str], **settings) -> dict:
+    """A config.yaml as fedrun writes it, small: choices, overrides and the settings given."""
+    return {"seed": 0, "hyperparams": {"rounds": 2, "lr": 0.05}, "aggregator": {"_target_": "x", "beta": 0.7},
+            "choices": {"aggregator": "fednnnn", "dataset": "synthetic", "logger": "mlflow", "scale": None},
+            "overrides": overrides, **settings}
+
+
+def write_sweep(top, task: list[str], params: dict | None = None) -> None:
+    """The multirun.yaml Hydra writes at the top of a sweep."""
+    top.mkdir(parents=True, exist_ok=True)
+    hydra = {"overrides": {"task": task}, "sweeper": {"params": params}}
+    (top / "multirun.yaml").write_text(yaml.safe_dump({"hydra": hydra}))
+
+
+def test_a_run_is_named_by_its_method_and_what_its_sweep_varies(tmp_path):
+    job = config_of(["dataset=synthetic", "progress=False", "aggregator.beta=0.5", "seed=1"])
+    write_sweep(tmp_path / "sweep", ["dataset=synthetic", "progress=false", "aggregator.beta=0.5,0.9", "seed=range(2)"])
+    job["aggregator"]["beta"], job["seed"] = 0.5, 1
+    assert dashboards.swept_keys(tmp_path / "sweep" / "3") == ["aggregator.beta", "seed"]
+    assert dashboards.run_name(job, tmp_path / "sweep" / "3") == "fednnnn beta=0.5 seed=1"
+    # A swept aggregator is the name's first word, not a key=value; Optuna's params are swept too.
+    write_sweep(tmp_path / "opt", ["aggregator=fedavg,fednnnn"], {"hyperparams.lr": "interval(0.01, 0.1)"})
+    assert dashboards.run_name(config_of(["aggregator=fednnnn", "hyperparams.lr=0.05"]), tmp_path / "opt" / "0") == \
+        "fednnnn lr=0.05"
+    # No sweep: what the command line set, but not how the run was launched.
+    alone = config_of(["dataset=synthetic", "hyperparams.rounds=2", "progress=false", "device=cpu",
+                       "logger=mlflow", "+tags.note=x"])
+    assert dashboards.swept_keys(tmp_path / "alone") is None
+    assert dashboards.run_name(alone, tmp_path / "alone") == "fednnnn dataset=synthetic rounds=2"
+    assert dashboards.run_name(None, tmp_path / "alone") == "alone"
+
+
+def test_hparams_params_and_tags_leave_out_hydra_and_mirror_keys():
+    config = config_of(["hyperparams.lr=0.05", "aggregator.beta=0.7"], centralized=False,
+                       local={"_target_": "x", "_convert_": "all", "lr": 0.05},
+                       federation={"_target_": "y", "rounds": 2}, participation={"_target_": "z", "dropouts": 0.0},
+                       partition={"_target_": "p", "_partial_": True, "alpha": 0.1}, tags={"paper": "fednnnn"})
+    hparams = dashboards.run_hparams(config, "r")
+    assert hparams == {"aggregator": "fednnnn", "dataset": "synthetic", "seed": 0, "hyperparams.rounds": 2,
+                       "hyperparams.lr": 0.05, "aggregator.beta": 0.7, "partition.alpha": 0.1}
+    params = dashboards.run_params(config)
+    assert not [k for k in params if k.endswith(INTERNAL) or k.startswith(("federation.", "local.", "participation."))]
+    assert params["partition.alpha"] == "0.1" and params["choices.scale"] == "null"
+    assert params["overrides"] == "hyperparams.lr=0.05 aggregator.beta=0.7"
+    tags = dashboards.run_tags(config, "r")
+    assert {k: tags[k] for k in ("aggregator", "dataset", "seed", "paper")} == \
+        {"aggregator": "fednnnn", "dataset": "synthetic", "seed": "0", "paper": "fednnnn"}
+    assert "scale" not in tags and tags["fedrun_version"] and tags["run_dir"].endswith("r")
+
+
+@needs_tensorboard
+def test_tensorboard_mirrors_rounds_and_layers_with_hparams_and_summary(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import api_pb2, metadata
 
     run = tmp_path / "tb"
     fedrun_ok(TINY + ["logger=tensorboard", f"hydra.run.dir={run}"], tmp_path)
@@ -24,9 +84,28 @@ def test_tensorboard_mirrors_rounds_and_layers(tmp_path):
     first = layers.layer.iloc[0]
     n = events.Scalars(f"layer/{first}/N")
     assert [e.value for e in n] == pytest.approx(layers[layers.layer == first].N.tolist(), rel=1e-6)
+    # HParams: the run's identity, the summary values as its metrics, a session that ended well.
+    plugin = events.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = metadata.parse_session_start_info_plugin_data(plugin[metadata.SESSION_START_INFO_TAG])
+    hparams = {k: v.string_value or v.number_value for k, v in start.hparams.items()}
+    assert {k: hparams[k] for k in ("aggregator", "dataset", "model", "partition", "seed", "hyperparams.rounds",
+                                    "hyperparams.num_clients", "aggregator.beta")} == \
+        {"aggregator": "fednnnn", "dataset": "synthetic", "model": "mlp", "partition": "shards", "seed": 0,
+         "hyperparams.rounds": 2, "hyperparams.num_clients": 4, "aggregator.beta": 0.7}
+    assert not [k for k in hparams if k.endswith(INTERNAL) or k.split(".")[0] in ("logger", "progress", "local")]
+    experiment = metadata.parse_experiment_plugin_data(plugin[metadata.EXPERIMENT_TAG])
+    metrics = [m.name.tag for m in experiment.metric_infos]
+    assert metrics == [f"summary/{m}" for m in ("final_test_acc", "best_test_acc", "best_round", "final_test_loss")]
+    assert sorted(h.name for h in experiment.hparam_infos) == sorted(hparams)
+    summary = json.loads((run / "summary.json").read_text())
+    for tag in metrics:
+        (point,) = events.Scalars(tag)
+        assert point.value == pytest.approx(summary[tag.split("/")[1]], rel=1e-6) and point.step == 2
+    end = metadata.parse_session_end_info_plugin_data(plugin[metadata.SESSION_END_INFO_TAG])
+    assert end.status == api_pb2.STATUS_SUCCESS
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="pip install 'fedrun[dashboards]'")
+@needs_tensorboard
 def test_tensorboard_resume_drops_the_interrupted_rounds(tmp_path):
     """A process killed after checkpointing round 1 but logging round 2: the resumed process
     starts at round 2 and the dashboard keeps its values, not the lost ones."""
@@ -43,32 +122,71 @@ def test_tensorboard_resume_drops_the_interrupted_rounds(tmp_path):
     resumed.start(tmp_path, None, 2)
     for t, acc in ((2, 0.2), (3, 0.3)):
         resumed.log(t, {"test_acc": acc}, [{"layer": "fc1", "N": 1.0, "E": 2.0, "pd_vl": None}])
-    resumed.close(None)
+    resumed.close({"rounds": 3, "final_test_acc": 0.3})
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("round/test_acc")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
     assert "layer/fc1/pd_vl" not in events.Tags()["scalars"]  # no value that round: no point
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("summary/final_test_acc")] == [(3, 0.3)]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="pip install 'fedrun[dashboards]'")
-def test_mlflow_run_holds_the_rounds_and_settings(tmp_path):
+@needs_mlflow
+def test_mlflow_sweep_runs_are_named_tagged_and_hold_rounds_summary_and_files(tmp_path):
     import mlflow
 
     from fedrun.dashboards import MLflow
 
-    run = tmp_path / "ml"
-    fedrun_ok(TINY + ["logger=mlflow", f"logger.tracking_uri={tmp_path / 'mlflow.db'}", f"hydra.run.dir={run}"],
-              tmp_path, timeout=300)
-    marker = json.loads((run / "mlflow.json").read_text())
-    client = mlflow.tracking.MlflowClient(tracking_uri=marker["tracking_uri"])
-    history = sorted(client.get_metric_history(marker["run_id"], "round.test_acc"), key=lambda m: m.step)
-    assert [m.step for m in history] == [1, 2]
-    assert [m.value for m in history] == pytest.approx(pd.read_csv(run / "rounds.csv").test_acc.tolist(), rel=1e-6)
-    params = client.get_run(marker["run_id"]).data.params
-    assert params["hyperparams.rounds"] == "2" and params["choices.aggregator"] == "fednnnn"
-    resumed = MLflow(tracking_uri=str(tmp_path / "mlflow.db"))
-    resumed.start(run, None, 3)
-    assert resumed.run_id == marker["run_id"]  # a resumed run logs into the same MLflow run
+    sweep, db = tmp_path / "sweep", tmp_path / "mlflow.db"
+    fedrun_ok(["-m", *TINY, "logger=mlflow", f"logger.tracking_uri={db}", "aggregator.beta=0.5,0.9",
+               f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{db}")
+    for job, beta in (("0", "0.5"), ("1", "0.9")):
+        run = sweep / job
+        marker = json.loads((run / "mlflow.json").read_text())
+        got = client.get_run(marker["run_id"])
+        assert got.info.run_name == f"fednnnn beta={beta}"  # not "0", "1"
+        tags = got.data.tags
+        assert {k: tags[k] for k in ("aggregator", "dataset", "model", "partition", "seed")} == \
+            {"aggregator": "fednnnn", "dataset": "synthetic", "model": "mlp", "partition": "shards", "seed": "0"}
+        assert tags["run_dir"] == str(run.resolve()) and tags["fedrun_version"]
+        params = got.data.params
+        assert params["hyperparams.rounds"] == "2" and params["choices.aggregator"] == "fednnnn"
+        assert params["aggregator.beta"] == beta
+        assert not [k for k in params if k.endswith(INTERNAL) or k.startswith(("federation.", "local.",
+                                                                              "participation."))]
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert len(params) == len(dashboards.run_params(config)) < 90  # was 109 with Hydra's keys and the mirrors
+        history = sorted(client.get_metric_history(marker["run_id"], "round.test_acc"), key=lambda m: m.step)
+        assert [m.step for m in history] == [1, 2]
+        assert [m.value for m in history] == pytest.approx(pd.read_csv(run / "rounds.csv").test_acc.tolist(), rel=1e-6)
+        summary = json.loads((run / "summary.json").read_text())
+        metrics = got.data.metrics
+        for name in ("final_test_acc", "best_test_acc", "best_round", "final_test_loss"):
+            assert metrics[name] == pytest.approx(summary[name], rel=1e-6)
+        files = {f.path for f in client.list_artifacts(marker["run_id"])}
+        assert {"rounds.csv", "layers.csv", "clients.csv", "config.yaml", "summary.json"} <= files
+        assert got.info.status == "FINISHED"
+    assert (tmp_path / "mlartifacts").is_dir()  # beside the SQLite file, not in the working directory
+    resumed = MLflow(tracking_uri=str(db))
+    resumed.start(sweep / "0", None, 3)
+    assert resumed.run_id == json.loads((sweep / "0" / "mlflow.json").read_text())["run_id"]  # the same MLflow run
+
+
+@needs_mlflow
+def test_mlflow_logs_the_params_in_batches(tmp_path, monkeypatch):
+    import mlflow
+
+    calls = []
+    monkeypatch.setattr(mlflow.tracking.MlflowClient, "log_param", lambda *a, **k: pytest.fail("one param a call"))
+    batch = mlflow.tracking.MlflowClient.log_batch
+    monkeypatch.setattr(mlflow.tracking.MlflowClient, "log_batch",
+                        lambda self, run_id, metrics=(), params=(), tags=(), **k:
+                        calls.append(len(params)) or batch(self, run_id, metrics=metrics, params=params, tags=tags))
+    config = config_of([], extra={f"k{i}": i for i in range(150)})
+    dash = dashboards.MLflow(tracking_uri=str(tmp_path / "m.db"))
+    dash.start(tmp_path, config, 1)
+    assert calls == [100, len(dashboards.run_params(config)) - 100]  # MLflow takes 100 params a batch
+    assert len(dash.client.get_run(dash.run_id).data.params) == len(dashboards.run_params(config))
 
 
 def test_a_missing_tracking_store_is_one_line(tmp_path):

@@ -99,8 +99,25 @@ def test_seed_curves_mean_and_bands_by_hand(tmp_path):
     assert avg.loc[1, "low"] == avg.loc[1, "high"] == pytest.approx(0.5)  # both seeds 0.5: no spread
     mm = results.seed_curves(df, ["test_acc"], "minmax").set_index(["group", "round"])
     assert (mm.loc[("FedAvg", 2), "low"], mm.loc[("FedAvg", 2), "high"]) == pytest.approx((0.6, 0.7))
-    with pytest.raises(results.ConfigError, match="band=ci: choose one of: std, minmax, none"):
-        results.seed_curves(df, ["test_acc"], "ci")
+    ci = results.seed_curves(df, ["test_acc"], "ci").set_index(["group", "round"])
+    # n = 2: mean +- t_{0.975,1} s / sqrt(2), s = 0.1 / sqrt(2); no spread where the seeds agree.
+    assert ci.loc[("FedAvg", 2), "high"] - 0.65 == pytest.approx(12.706 * 0.1 / math.sqrt(2) / math.sqrt(2))
+    assert ci.loc[("FedAvg", 2), "low"] == pytest.approx(0.65 - 12.706 * 0.05)
+    assert ci.loc[("FedAvg", 1), "low"] == ci.loc[("FedAvg", 1), "high"] == pytest.approx(0.5)
+    with pytest.raises(results.ConfigError, match="band=sem: choose one of: std, minmax, ci, none"):
+        results.seed_curves(df, ["test_acc"], "sem")
+
+
+def test_the_confidence_interval_uses_t_quantiles():
+    # t_{0.975, n-1} for n = 2, 3, 5, 10 seeds, as the tables give them; the normal 1.96 beyond 30.
+    assert [results.t975(d) for d in (1, 2, 4, 9)] == [12.706, 4.303, 2.776, 2.262]
+    assert results.t975(30) == 2.042 and results.t975(31) == results.t975(1000) == 1.96
+    assert all(a > b for a, b in zip(results.T975, results.T975[1:]))  # falls with the degrees of freedom
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[16:24]
+    return int.from_bytes(head[:4], "big"), int.from_bytes(head[4:], "big")
 
 
 def test_writes_png_pdf_and_the_data_drawn(tmp_path, capsys):
@@ -109,13 +126,16 @@ def test_writes_png_pdf_and_the_data_drawn(tmp_path, capsys):
     assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "figs"), "--band", "minmax"]) == 0
     png, pdf = tmp_path / "figs" / "runs.png", tmp_path / "figs" / "runs.pdf"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert png_size(png) == (1050, 1560)  # one column, 3.5 x 5.2 in (two rows of two panels) at 300 dpi
     assert pdf.read_bytes()[:5] == b"%PDF-"
+    assert b"/Type3" not in pdf.read_bytes() and b"/FontFile2" in pdf.read_bytes()  # TrueType fonts only
     drawn = pd.read_csv(tmp_path / "figs" / "runs.csv")
     assert len(drawn) == 2 * 4 * 3  # 2 groups x 4 panels x 3 rounds
     row = drawn[(drawn.group == "FedAvg") & (drawn.metric == "test_acc") & (drawn["round"] == 2)].iloc[0]
     assert (row["mean"], row["low"], row["high"], row["n"]) == pytest.approx((0.6, 0.5, 0.7, 2))
     printed = capsys.readouterr().out
     assert "FedAvg: 2 runs (seeds 0, 1), rounds 1-3, 4 of 4 panels" in printed
+    assert "setting: fmnist" not in printed and "setting: Fashion-MNIST" in printed
     assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "svg"), "--formats", "svg"]) == 0
     assert (tmp_path / "svg" / "runs.svg").read_text().lstrip().startswith("<?xml")
     assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), "--formats", "gif"]) == 2
@@ -131,6 +151,61 @@ def test_a_group_without_values_is_a_warning_not_a_silent_gap(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Momentum: 1 run, rounds 1-2, 3 of 4 panels" in printed
     assert "warning: Momentum: no values of N_over_E; left out of its panel" in printed
+
+
+def with_hyperparams(run: Path, **hyperparams) -> Path:
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["hyperparams"] = {"num_clients": 100, "client_fraction": 0.1, "local_epochs": 5, "batch_size": 50,
+                             "rounds": 3, **hyperparams}
+    config["choices"]["partition"], config["partition"] = "dirichlet", {"alpha": 0.1, "sizes": "balanced"}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+def test_panels_columns_and_size_are_options(tmp_path, capsys):
+    import matplotlib
+
+    for i, seed in enumerate((0, 1, 2)):
+        with_hyperparams(fake_run(tmp_path / "runs" / str(i), "fedavg", seed, [0.4, 0.5 + 0.1 * seed, 0.7]))
+    fonttype = matplotlib.rcParams["pdf.fonttype"]
+    args = [str(tmp_path / "runs"), "--out", str(tmp_path / "figs"), "--band", "ci", "--metrics", "test_acc,N_over_E",
+            "--cols", "1", "--figsize", "3.5,4"]
+    assert fedrun_plot.main(args) == 0
+    assert matplotlib.rcParams["pdf.fonttype"] == fonttype  # the TrueType setting stays inside the figure
+    assert png_size(tmp_path / "figs" / "runs.png") == (1050, 1200)
+    drawn = pd.read_csv(tmp_path / "figs" / "runs.csv")
+    assert sorted(set(drawn.metric)) == ["N_over_E", "test_acc"]
+    row = drawn[(drawn.metric == "test_acc") & (drawn["round"] == 2)].iloc[0]
+    # Seeds 0.5, 0.6, 0.7: mean 0.6, s = 0.1, t_{0.975,2} = 4.303.
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert (row["low"], row["high"]) == pytest.approx((0.6 - half, 0.6 + half))
+    printed = capsys.readouterr().out
+    assert "FedAvg: 3 runs (seeds 0, 1, 2), rounds 1-3, 2 of 2 panels" in printed
+    assert "setting: Fashion-MNIST, Dirichlet α=0.1, K=100 clients, C=0.1 (10 a round), E=5, B=50, 3 rounds" in printed
+    # A wide row for a screen, and without the caption line.
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "wide"), "--figsize", "20,4.2",
+                             "--no-caption", "--formats", "png"]) == 0
+    assert png_size(tmp_path / "wide" / "runs.png") == (6000, 1260)
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), "--metrics", "test_acc,acc"]) == 2
+    assert "--metrics=test_acc,acc: choose from test_acc, test_loss" in capsys.readouterr().err
+    for bad in (["--figsize", "3.5"], ["--cols", "0"], ["--band", "sem"]):
+        with pytest.raises(SystemExit) as exit_:
+            fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), *bad])
+        assert exit_.value.code == 2
+
+
+def test_the_caption_says_which_settings_vary(tmp_path):
+    with_hyperparams(fake_run(tmp_path / "a", "fedavg", 0, [0.5]))
+    with_hyperparams(fake_run(tmp_path / "b", "fedavg", 0, [0.5]), local_epochs=1, client_fraction=0.2)
+    assert fedrun_plot.setting([tmp_path / "a", tmp_path / "b"]) == \
+        "Fashion-MNIST, Dirichlet α=0.1, K=100 clients, C varies, E varies, B=50, 3 rounds"
+    fake_run(tmp_path / "c", "fedavg", 0, [0.5])  # no hyperparams recorded: K, E ... said to vary
+    assert fedrun_plot.setting([tmp_path / "a", tmp_path / "c"]) == \
+        "Fashion-MNIST, partition varies, K varies, C varies, E varies, B varies, rounds vary"
+    assert fedrun_plot.setting([tmp_path / "c"]) == "Fashion-MNIST"
+    labels = {m: label for m, (label, _, _) in fedrun_plot.METRICS.items()}
+    assert labels["server_step"].endswith(r"$\|w_{t+1} - w_t\|$") and labels["N_over_E"] == "$N/E$"
+    assert fedrun_plot.layout(4) == (2, 2, (3.5, 5.2)) and fedrun_plot.layout(4, figsize=(7.16, 2.6))[:2] == (1, 4)
 
 
 @pytest.mark.slow
@@ -170,7 +245,8 @@ def test_the_fedrun_plot_command_from_any_directory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(exe), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: fedrun-plot") and "--band {std,minmax,none}" in done.stdout
+    assert done.stdout.startswith("usage: fedrun-plot") and "--band {std,minmax,ci,none}" in done.stdout
+    assert "--figsize W,H" in done.stdout and "server_step_sum" in done.stdout  # the panels one can choose
     assert "fedrun-plot outputs/multirun" in done.stdout  # the docstring is the help
     bad = subprocess.run([str(exe), str(tmp_path), "--out", str(tmp_path / "f")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=60)
