@@ -9,10 +9,10 @@ builds and runs it (:mod:`fedrun.build`); a sweep's failed jobs are listed at it
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -22,7 +22,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun.errors import ConfigError, FedrunError, Interrupted, NoSpaceError, exit_with, first_line
+from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, disk_full, exit_with,
+                           first_line)
 from fedrun.paths import conf_dir, conf_options
 from fedrun.sweeps import job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures, sweep_table
 
@@ -83,15 +84,21 @@ def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
 
 
 def _guarded(run_dir: Path, job):
-    """``job()``, with Ctrl-C and a full disk turned into their one-line errors."""
+    """``job()``, with Ctrl-C, SIGTERM and a full disk turned into their one-line errors."""
     try:
         return job()
-    except KeyboardInterrupt:
-        raise Interrupted(None) from None
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    except KeyboardInterrupt as e:
+        raise Interrupted(None, terminated=isinstance(e, Terminated)) from None
+    except Exception as e:
+        if disk_full(e):
             raise NoSpaceError(f"no space left on the device writing to {run_dir}") from None
         raise
+
+
+def _on_sigterm(signum, frame):
+    """SIGTERM (``kill``, a SLURM time limit, preemption) stops a run as Ctrl-C does: after its last
+    complete round, in one line, resumable (exit 143)."""
+    raise Terminated()
 
 
 # ----------------------------------------------------------------------------- checking first
@@ -198,6 +205,7 @@ def main() -> None:
     (:func:`precheck_sweep`), with ``-cd DIR`` / ``--config-dir DIR`` (a folder of the user's own
     configs) on the search path; other flags (``--help``, ``--cfg`` ...) go to Hydra as they
     are.  After a sweep, every failed job is listed and the exit code is the first failure's."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     args = sys.argv[1:]
     overrides, config_dirs = _split_config_dirs(args)
     sweep = any(a in ("-m", "--multirun") for a in overrides)
@@ -209,8 +217,9 @@ def main() -> None:
             (precheck_sweep if sweep else precheck)(overrides)
         except FedrunError as e:
             exit_with(e, e.exit_code)
-        except KeyboardInterrupt:
-            exit_with(Interrupted(None), Interrupted.exit_code)
+        except KeyboardInterrupt as e:
+            stopped = Interrupted(None, terminated=isinstance(e, Terminated))
+            exit_with(stopped, stopped.exit_code)
     # Hydra's plugin scan finds the launcher in an installed wheel, but not behind an editable
     # install's import hook: registered by hand, it is found either way.
     from hydra.core.plugins import Plugins

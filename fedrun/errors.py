@@ -1,6 +1,7 @@
 """Errors a user can cause and fix.  The CLI prints them as one line and exits with ``exit_code``."""
 from __future__ import annotations
 
+import errno
 import sys
 from typing import NoReturn
 
@@ -45,24 +46,47 @@ class NoSpaceError(FedrunError, OSError):
     exit_code = 4
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a SLURM time limit, preemption), raised where the signal lands as Ctrl-C's
+    KeyboardInterrupt is, so the run stops the same way (:func:`fedrun.cli.main` installs it)."""
+
+
 class Interrupted(FedrunError):
-    """Ctrl-C (SIGINT): the run stops after its last complete round, resumable."""
+    """Ctrl-C (SIGINT, exit 130) or SIGTERM (exit 143): the run stops after its last complete
+    round, resumable."""
 
     exit_code = 130
 
-    def __init__(self, last_round: int | None, recorded: int = 0):
-        """``last_round``: the round of the checkpoint on disk; ``recorded``: the last round whose
-        rows were written (later than the checkpoint's when ``checkpoint_every`` > 1)."""
-        self.last_round = last_round
+    def __init__(self, last_round: int | None, recorded: int = 0, terminated: bool = False):
+        """``last_round``: the round of the checkpoint on disk (0: the run's start); ``recorded``:
+        the last round whose rows were written (later than the checkpoint's when
+        ``checkpoint_every`` > 1); ``terminated``: stopped by SIGTERM rather than Ctrl-C."""
+        self.last_round, self.recorded, self.terminated = last_round, recorded, terminated
+        self.exit_code = 143 if terminated else 130
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
         if last_round is None:  # before the run directory was opened
-            super().__init__("interrupted before the run started; nothing was written")
+            super().__init__(f"{what} before the run started; nothing was written")
             return
         if recorded > last_round:  # checkpoint_every > 1: the rounds since the checkpoint are run again
-            super().__init__(f"interrupted after round {recorded}; resume with resume=true continues from the "
-                             f"checkpoint of round {last_round} (checkpoint_every)")
+            again = (f"continues after round {last_round}, its last checkpoint" if last_round else
+                     "starts over from round 1 (no checkpoint since the start)")
+            super().__init__(f"{what} after round {recorded}; resume with resume=true, which {again} "
+                             f"(checkpoint_every)")
             return
         done = f"after round {last_round}" if last_round else "before the first round completed"
-        super().__init__(f"interrupted {done}; resume with resume=true")
+        super().__init__(f"{what} {done}; resume with resume=true")
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether an error comes from a full disk or quota (ENOSPC, EDQUOT): an OSError itself, or an
+    error raised while handling or from one, as torch.save's RuntimeError ("unexpected pos") is."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def first_line(error: BaseException, limit: int = 200) -> str:

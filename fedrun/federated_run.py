@@ -10,7 +10,6 @@ or a population of runs: :meth:`FederatedRun.sample`, the engine's training on
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from torch import nn
 from fedrun.aggregators import Aggregator, check_finite
 from fedrun.data import FederatedData
 from fedrun.divergence import LearnerParams, round_divergence, train_vanilla
-from fedrun.errors import ConfigError, Interrupted, NoSpaceError, check, first_line
+from fedrun.errors import ConfigError, Interrupted, NoSpaceError, Terminated, check, disk_full, first_line
 from fedrun.evaluation import eval_batch, evaluate_round
 from fedrun.layers import layers as model_layers
 from fedrun.local_training import LocalTraining, OptimizerStates
@@ -132,8 +131,8 @@ class FederatedRun:
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
                                      self.device)
+            self.dir.write_config(self.config, self.resume)  # first: on resume, refuses settings that differ
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
-            self.dir.write_config(self.config, self.resume)  # on resume: refuses settings that differ from the run's
             self.finished = self.recorder.resume(ckpt, self.federation.rounds)
             if self.finished is not None:
                 return self
@@ -146,6 +145,8 @@ class FederatedRun:
                 self._log_start()
             self.recorder.open(class_counts(self.parts, self.labels, self.data.num_classes),
                                ckpt and ckpt["offsets"], self.done + 1, self.config)
+            if ckpt is None:  # the run's start, saved before any round: a run stopped at any instant resumes
+                self.recorder.checkpoint(0, self.params, self.buffers, self.state, self.opt.state)
         except BaseException:
             self.dir.close()
             raise
@@ -169,13 +170,13 @@ class FederatedRun:
 
     @contextlib.contextmanager
     def guard(self):
-        """Ctrl-C and a full disk as their one-line errors, naming the last complete round."""
+        """Ctrl-C, SIGTERM and a full disk as their one-line errors, naming the last complete round."""
         try:
             yield
-        except KeyboardInterrupt:
-            raise Interrupted(self.saved_round(), self.done) from None
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        except KeyboardInterrupt as e:  # SIGINT, or SIGTERM as fedrun.errors.Terminated
+            raise Interrupted(self.saved_round(), self.done, terminated=isinstance(e, Terminated)) from None
+        except Exception as e:
+            if disk_full(e):  # an OSError, or torch's error raised while handling one
                 raise NoSpaceError(f"no space left on the device writing to {self.run_dir} (after round "
                                    f"{self.done}); free space, then resume with resume=true") from None
             raise

@@ -22,6 +22,9 @@ import torch
 import fedrun
 
 RUN_FILE = "run.json"
+# summary.json's values that say when and where a run ran, not what it computed: two runs of one
+# config and seed differ in these alone.
+VOLATILE = ("round_seconds", "provenance", "started", "finished", "sessions")
 
 
 def now() -> str:

@@ -143,8 +143,9 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         "best_test_acc": float(best["test_acc"]),
         "best_round": int(best["round"]),
         "rounds_to_accuracy": reached,
-        "round_seconds": round(float(every["wall_s"].sum()), 3) if "wall_s" in every else None,
     }
+    if "wall_s" in every:  # the time the rounds took, over every process that ran them
+        out["round_seconds"] = round(float(every["wall_s"].sum()), 3)
     for model in ("average", "sent"):
         col = f"{model}_test_acc"
         if col in df and df[col].notna().any():

@@ -156,11 +156,14 @@ class RunDirectory:
     def checkpoint(self, device="cpu") -> dict | None:
         """The checkpoint to resume from, or None (start from round 1, said in one line)."""
         if not self.checkpoint_path.exists():
-            present = [name for name in RESULTS if (self.path / name).exists()]
-            if present:
-                raise RunDirectoryError(f"{self.path}: holds {', '.join(present)} but no {CHECKPOINT}, so it "
-                                        "cannot be resumed; choose another directory (nothing was written)")
-            log.warning("resume=true: no %s in %s; starting from round 1", CHECKPOINT, self.path)
+            if (self.path / "summary.json").exists():  # finished, and its checkpoint removed since
+                raise RunDirectoryError(f"{self.path}: holds summary.json but no {CHECKPOINT}, so it cannot be "
+                                        "resumed; choose another directory (nothing was written)")
+            if (self.path / "rounds.csv").exists():  # stopped before its first checkpoint: no round complete
+                log.warning("resume=true: %s has no %s (it stopped before its first one); starting it over "
+                            "from round 1", self.path, CHECKPOINT)
+            else:
+                log.warning("resume=true: no %s in %s; starting from round 1", CHECKPOINT, self.path)
             return None
         return load_checkpoint(self.checkpoint_path, device)
 

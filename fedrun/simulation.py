@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from fedrun.aggregators import Aggregator
 from fedrun.data import FederatedData
-from fedrun.errors import FedrunError, Interrupted
+from fedrun.errors import FedrunError, Interrupted, Terminated
 from fedrun.federated_run import Federation, FederatedRun, sync
 from fedrun.local_training import LocalTraining
 from fedrun.logs import CONSOLE_ONLY, ROUND_LINE, bar_shown, bar_wanted
@@ -104,10 +104,11 @@ def simulate_runs(runs: list[FederatedRun], progress: bool = True) -> list[dict 
         try:
             if live:
                 _rounds(runs, live, outcomes, progress)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted) as e:  # Ctrl-C or SIGTERM: every run stops
             opened = [run for run in runs if run.dir is not None]
+            terminated = isinstance(e, Terminated) or getattr(e, "terminated", False)
             raise Interrupted(min((run.saved_round() for run in opened), default=None),
-                              min((run.done for run in opened), default=0)) from None
+                              min((run.done for run in opened), default=0), terminated) from None
     return outcomes
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from fedrun.provenance import VOLATILE
 from fedrun.recorder import TIMING_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -125,11 +127,20 @@ def run_fedrun(args: list[str], cwd: Path, timeout: float = 120, **popen) -> sub
                           capture_output=True, text=True, timeout=timeout, **popen)
 
 
+def _default_signals() -> None:
+    """In the child, before Python starts: SIGINT and SIGTERM at their defaults, whatever this
+    process inherited (a suite started from a background job of a non-interactive shell ignores
+    SIGINT, and a child would inherit that and never see Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def start_fedrun(args: list[str], cwd: Path, capture: bool = False) -> subprocess.Popen:
-    """Start ``python -m fedrun ARGS`` in the background (output discarded, or piped as text)."""
+    """Start ``python -m fedrun ARGS`` in the background (output discarded, or piped as text),
+    with the default dispositions of SIGINT and SIGTERM, so the tests can send them."""
     out = subprocess.PIPE if capture else subprocess.DEVNULL
     return subprocess.Popen([sys.executable, "-m", "fedrun", *args], cwd=cwd, env=_cli_env(),
-                            stdout=out, stderr=out, text=capture)
+                            stdout=out, stderr=out, text=capture, preexec_fn=_default_signals)
 
 
 def wait_for_rows(proc: subprocess.Popen, path: Path, rows: int, timeout: float = 150) -> None:
@@ -159,7 +170,12 @@ def same_run(a: Path, b: Path) -> None:
     assert csv_without_wall(a / "rounds.csv") == csv_without_wall(b / "rounds.csv")
     for name in ("layers.csv", "clients.csv", "partition.csv"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    assert json.loads((a / "summary.json").read_text()) == json.loads((b / "summary.json").read_text())
+    assert results_of(a / "summary.json") == results_of(b / "summary.json")
+
+
+def results_of(summary_json: Path) -> dict:
+    """summary.json without when and where the run ran (fedrun.provenance.VOLATILE)."""
+    return {k: v for k, v in json.loads(summary_json.read_text()).items() if k not in VOLATILE}
 
 
 def snapshot(run_dir: Path) -> dict:

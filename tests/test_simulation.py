@@ -149,7 +149,8 @@ def test_simulate_refuses_changed_partition_on_resume(tmp_path, small_data):
 
 
 def test_checkpoint_every_resumes_from_its_last_checkpoint(tmp_path, small_data, monkeypatch):
-    """checkpoint_every=2 over 5 rounds: checkpoints after rounds 2, 4 and 5 only.  Ctrl-C while
+    """checkpoint_every=2 over 5 rounds: checkpoints of the start (round 0) and after rounds 2, 4
+    and 5 only.  Ctrl-C while
     round 4 is recorded leaves the checkpoint of round 2 and the rows of rounds 1-3; the resume
     (here with checkpoint_every=1: it may differ) cuts round 3 off, runs rounds 3-5 again and
     ends with the CSVs of an uninterrupted run."""
@@ -159,7 +160,7 @@ def test_checkpoint_every_resumes_from_its_last_checkpoint(tmp_path, small_data,
     checkpoint = Recorder.checkpoint
     monkeypatch.setattr(Recorder, "checkpoint", lambda self, t, *a: (saved.append(t), checkpoint(self, t, *a)))
     run_sim(tmp_path / "whole", data, make, rounds=5, checkpoint_every=2)
-    assert saved == [2, 4, 5]
+    assert saved == [0, 2, 4, 5]
 
     write = Recorder.write
 
@@ -171,17 +172,26 @@ def test_checkpoint_every_resumes_from_its_last_checkpoint(tmp_path, small_data,
     monkeypatch.setattr(Recorder, "write", interrupt)
     with pytest.raises(Interrupted) as info:
         run_sim(tmp_path / "cut", data, make, rounds=5, checkpoint_every=2)
-    assert str(info.value) == ("interrupted after round 3; resume with resume=true continues from the "
-                               "checkpoint of round 2 (checkpoint_every)")
+    assert str(info.value) == ("interrupted after round 3; resume with resume=true, which continues after "
+                               "round 2, its last checkpoint (checkpoint_every)")
     assert pd.read_csv(tmp_path / "cut" / "rounds.csv")["round"].tolist() == [1, 2, 3]
     monkeypatch.setattr(Recorder, "write", write)
     saved.clear()
     run_sim(tmp_path / "cut", data, make, rounds=5, resume=True, checkpoint_every=1)
     assert saved == [3, 4, 5]
-    for name in ("rounds", "layers", "clients", "client_layers"):
-        whole, cut = (pd.read_csv(tmp_path / d / f"{name}.csv") for d in ("whole", "cut"))
-        pd.testing.assert_frame_equal(whole.drop(columns=list(TIMING_COLUMNS), errors="ignore"),
-                                      cut.drop(columns=list(TIMING_COLUMNS), errors="ignore"))
+    # Ctrl-C before the first checkpoint after the start: the resume starts over, to the same results.
+    monkeypatch.setattr(Recorder, "write", interrupt)
+    with pytest.raises(Interrupted) as info:
+        run_sim(tmp_path / "early", data, make, rounds=5, checkpoint_every=5)
+    assert str(info.value) == ("interrupted after round 3; resume with resume=true, which starts over from "
+                               "round 1 (no checkpoint since the start) (checkpoint_every)")
+    monkeypatch.setattr(Recorder, "write", write)
+    run_sim(tmp_path / "early", data, make, rounds=5, resume=True, checkpoint_every=5)
+    for cut in ("cut", "early"):
+        for name in ("rounds", "layers", "clients", "client_layers"):
+            whole, other = (pd.read_csv(tmp_path / d / f"{name}.csv") for d in ("whole", cut))
+            pd.testing.assert_frame_equal(whole.drop(columns=list(TIMING_COLUMNS), errors="ignore"),
+                                          other.drop(columns=list(TIMING_COLUMNS), errors="ignore"))
 
 
 def test_simulate_skipped_round_keeps_model(tmp_path, small_data):

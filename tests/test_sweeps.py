@@ -121,7 +121,7 @@ def test_run_from_python_equals_the_cli(tmp_path):
     summary = fedrun.run(TINY + ["aggregator=fedavg"], run_dir=tmp_path / "py")
     fedrun_ok(TINY + ["aggregator=fedavg", f"hydra.run.dir={tmp_path / 'cli'}"], tmp_path)
     same_run(tmp_path / "py", tmp_path / "cli")
-    assert summary == json.loads((tmp_path / "py" / "summary.json").read_text())
+    assert summary == {**json.loads((tmp_path / "py" / "summary.json").read_text()), "run_dir": str(tmp_path / "py")}
     assert "fedavg: K=4 clients (2 a round), 2 rounds" in (tmp_path / "py" / "fedrun.log").read_text()
     config = yaml.safe_load((tmp_path / "py" / "config.yaml").read_text())
     assert config["choices"]["aggregator"] == "fedavg" and "aggregator=fedavg" in config["overrides"]
@@ -161,7 +161,7 @@ def test_results_load_joins_runs_with_what_differs(tmp_path):
               timeout=300)
     df = results.load(sweep)
     assert len(df) == 4 * 2  # 4 runs x 2 rounds
-    assert list(df.columns[:5]) == ["run_dir", "method", "group", "aggregator", "dataset"]
+    assert list(df.columns[:6]) == ["run_dir", "job", "method", "group", "aggregator", "dataset"]
     assert set(df.group) == {"FedAvg", "FedNNNN"}  # fedavg has no beta: still a group of its own
     assert set(df.aggregator) == {"fedavg", "fednnnn"} and set(df.seed) == {0, 1}
     assert "hyperparams.lr" not in df  # the same in every run: not a column

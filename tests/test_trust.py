@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -22,11 +23,11 @@ from conftest import TINY, data_rows, fedrun_ok, run_fedrun, same_run, snapshot,
 from fedrun import aggregators as A
 from fedrun.data import prepare, synthetic
 from fedrun.errors import NoSpaceError, RunDirectoryError
+from fedrun.federated_run import Federation
 from fedrun.local_training import LocalTraining
 from fedrun.models import MLP
 from fedrun.partition import iid
 from fedrun.rundir import check_own_targets, load_checkpoint
-from fedrun.federated_run import Federation
 from fedrun.simulation import simulate
 
 pytestmark = pytest.mark.slow
@@ -168,12 +169,49 @@ def test_resume_without_checkpoint_starts_from_round_one(finished, tmp_path):
     proc = fedrun_ok([*TINY, f"hydra.run.dir={run}", "resume=true"], tmp_path)
     assert f"resume=true: no checkpoint.pt in {run}; starting from round 1" in proc.stderr
     same_run(finished, run)
-    # Results without a checkpoint cannot be resumed: starting over would overwrite them.
+    # A finished run whose checkpoint is gone cannot be resumed: starting over would overwrite it.
     (run / "checkpoint.pt").unlink()
     before = snapshot(run)
     proc = run_fedrun([*TINY, f"hydra.run.dir={run}", "resume=true"], tmp_path)
-    assert proc.returncode == 2 and "but no checkpoint.pt, so it cannot be resumed" in one_line(proc)
+    assert proc.returncode == 2 and "holds summary.json but no checkpoint.pt" in one_line(proc)
     assert snapshot(run) == before
+
+
+def test_killed_before_its_first_checkpoint_resumes(finished, tmp_path):
+    """A run stopped before any checkpoint (an earlier version's, killed in round 1): CSV headers
+    and rows but no checkpoint.pt and no summary.json.  The resume starts it over, to the same bytes."""
+    run = copy_of(finished, tmp_path)
+    for name in ("checkpoint.pt", "summary.json"):
+        (run / name).unlink()
+    with open(run / "rounds.csv", "a") as f:
+        f.write("1,half a row")  # cut mid-write
+    proc = fedrun_ok([*TINY, f"hydra.run.dir={run}", "resume=true"], tmp_path)
+    assert "stopped before its first one); starting it over from round 1" in proc.stderr
+    same_run(finished, run)
+
+
+def test_a_new_run_checkpoints_its_start_before_any_round(tmp_path):
+    """The initial state is saved before round 1 (round 0): a kill at any instant resumes."""
+    # A SIGKILL while round 1 trains: the CSVs hold their headers, checkpoint.pt round 0, and a
+    # half-written checkpoint.pt.tmp of a later save may be left behind.
+    fresh = tmp_path / "fresh"
+    proc = start_fedrun([*SLOW, f"hydra.run.dir={fresh}"], tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not (fresh / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert load_checkpoint(fresh / "checkpoint.pt")["round"] in (0, 1)  # the start, or round 1 if it was fast
+    (fresh / "checkpoint.pt.tmp").write_bytes(b"half a checkpoint")
+    fedrun_ok([*SLOW, f"hydra.run.dir={fresh}", "resume=true"], tmp_path)
+    straight = tmp_path / "straight"
+    fedrun_ok([*SLOW, f"hydra.run.dir={straight}"], tmp_path)
+    same_run(straight, fresh)
+    assert not (fresh / "checkpoint.pt.tmp").exists()
 
 
 def test_rerun_of_a_finished_sweep_refuses_every_job_and_keeps_their_logs(tmp_path):
@@ -206,7 +244,7 @@ def test_disk_full_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
 
     def save(obj, f, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # round 2's checkpoint: the disk is full half-way through the file
+        if len(calls) == 3:  # round 2's checkpoint (after rounds 0 and 1): full half-way through the file
             f.write(b"partial")
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, f, *args, **kwargs)
@@ -224,7 +262,9 @@ def test_disk_full_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
     same_run(tmp_path / "straight", run)
 
 
-def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path):
+@pytest.mark.parametrize("sig,code,what", [(signal.SIGINT, 130, "interrupted"),
+                                            (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_and_sigterm_are_one_line_and_the_run_resumes(sig, code, what, tmp_path):
     # 30 rounds of ~0.1 s: on a loaded machine 5 could end between two polls of rounds.csv.
     long = [*SLOW, "hyperparams.rounds=30"]
     straight = tmp_path / "straight"
@@ -233,20 +273,20 @@ def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path):
     proc = start_fedrun([*long, f"hydra.run.dir={run}"], tmp_path, capture=True)
     try:
         wait_for_rows(proc, run / "rounds.csv", 2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-    assert proc.returncode == 130
+    assert proc.returncode == code
     # Round 2's rows are written before its checkpoint: a signal between the two leaves round 1
     # as the last complete round (and the resume cuts round 2's rows).
     done = load_checkpoint(run / "checkpoint.pt")["round"]
     assert 1 <= done < 30
     assert "Traceback" not in stderr
     errors = [line for line in stderr.splitlines() if not line.startswith("[")]  # not the log's INFO lines
-    assert errors == [f"fedrun: interrupted after round {done}; resume with resume=true"]
+    assert errors == [f"fedrun: {what} after round {done}; resume with resume=true"]
     assert not list(run.glob("*.tmp"))
     fedrun_ok([*long, f"hydra.run.dir={run}", "resume=true"], tmp_path)
     same_run(straight, run)
@@ -262,4 +302,4 @@ def test_inf_in_the_sent_model_alone_is_caught(tmp_path):
     assert proc.returncode == 3
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("fedrun: error: round 1: parameter ") and "of the sent model is NaN or Inf" in line
-    assert data_rows(run / "rounds.csv") == 0 and not (run / "checkpoint.pt").exists()
+    assert data_rows(run / "rounds.csv") == 0 and load_checkpoint(run / "checkpoint.pt")["round"] == 0
