@@ -89,6 +89,12 @@ class Aggregator:
         if self.evaluate not in EVALUATE:
             raise ConfigError("aggregator.evaluate", self.evaluate, f"choose one of: {', '.join(EVALUATE)}")
 
+    @property
+    def two_models(self) -> bool:
+        """Whether the model sent to clients can differ from the average-aggregated one (a server
+        transform other than the identity), so both have a test accuracy."""
+        return self.server is not T.IDENTITY
+
     def init(self, params: Params, num_clients: int, layers: list[Layer]) -> dict:
         """The server's state before round 1: the transforms' (``d_0 = 0``, FedOpt's moments), the
         weighting rule's (per client, so ``num_clients``) and the layer grouping the rules use."""

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 from pathlib import Path
 
 import torch
@@ -60,6 +61,10 @@ def resolved(cfg: DictConfig) -> dict:
         return OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "config"
+        missing = re.search(r"Interpolation key '([^']+)' not found", str(e))
+        if missing:  # a setting removed (~hyperparams.lr) that another one is built from
+            raise ConfigError(missing.group(1), "missing", f"{key} is built from it (removed with "
+                              f"~{missing.group(1)}?)") from None
         raise ConfigError(key, "...", f"cannot be resolved: {first_line(e)}") from None
 
 
@@ -99,6 +104,13 @@ def build(cfg: DictConfig) -> dict:
               f"must be between 1 and {ds['num_classes']} (the dataset's classes)")
     objects = {name: _instantiate(cfg[name], name) for name in OBJECTS}
     engines.check(objects["engine"])
+    _instantiate(cfg.model, "model")  # its constructor's own checks (model.init=xavier), before any data or job
+    if hasattr(objects["logger"], "check"):  # a dashboard's folder or store
+        objects["logger"].check()
+    if values["objective"] in ("final_average_test_acc", "final_sent_test_acc"):
+        check(objects["aggregator"].two_models, "objective", values["objective"],
+              f"aggregator={objects['aggregator'].name} sends its average model, so the run has one model: "
+              "choose final_test_acc (or an aggregator with a server step, e.g. fednnnn)")
     least, per_round = objects["aggregator"].weighting.min_clients, objects["federation"].per_round
     check(per_round >= least, "hyperparams.client_fraction", hp["client_fraction"],
           f"aggregator={objects['aggregator'].name} needs at least {least} clients a round, and "
@@ -226,6 +238,19 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
                         make_engine, seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
                         targets=tuple(cfg.targets), config=config, dashboard=objects["logger"],
                         objective=str(cfg.objective))
+
+
+def check_partition(cfg: DictConfig, data: dict) -> None:
+    """Build the run's partition on its data (prepared once per :func:`data_key` into ``data``):
+    a partition this data cannot give (more shards or classes than it holds) raises the
+    partition's one-line ConfigError, as the run would."""
+    objects = build(cfg)
+    key = data_key(cfg)
+    if key not in data:
+        data[key] = _prepare_data(cfg, objects)
+    prepared = data[key]
+    objects["partition"](labels=prepared.train_y.cpu().numpy(), num_clients=objects["federation"].num_clients,
+                         num_classes=prepared.num_classes, seed=objects["seed"])
 
 
 def data_key(cfg: DictConfig) -> str:

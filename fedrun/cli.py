@@ -24,8 +24,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, disk_full, exit_with,
                            first_line)
-from fedrun.paths import conf_dir, conf_options
-from fedrun.sweeps import job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures, sweep_table
+from fedrun.paths import conf_dir, conf_options, writable_folder
+from fedrun.sweeps import (forget_failures, job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures,
+                           sweep_table)
 
 # hydra/launcher=population: its config registers on import; main() registers its class.
 from hydra_plugins.fedrun_population_launcher.population_launcher import PopulationLauncher
@@ -103,8 +104,9 @@ def _on_sigterm(signum, frame):
 
 # ----------------------------------------------------------------------------- checking first
 
-def precheck(overrides: list[str]) -> None:
-    """Compose and validate a single run's config; raise ConfigError with a one-line message."""
+def precheck(overrides: list[str], sweep: bool = False) -> None:
+    """Compose and validate a single run's config (a sweep's job's with ``sweep``), and the folder
+    it will write to; raise ConfigError with a one-line message."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
@@ -113,7 +115,7 @@ def precheck(overrides: list[str]) -> None:
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-            cfg = compose("config", overrides=overrides)
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         missing = re.search(r"Could not find '([^']+)/([^']+)'", str(e))
         if missing:  # an option no folder of the search path has (conf/, hydra.searchpath, -cd)
@@ -127,10 +129,41 @@ def precheck(overrides: list[str]) -> None:
     if chosen is not None:
         raise ConfigError("centralized", chosen.split("=", 1)[-1], "set by the mode group: choose mode=centralized "
                           "or mode=federated")
+    folder = _output_folder(cfg, sweep)
+    if sweep:
+        _check_launcher(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
     build(cfg)
-    run_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
-    if run_dir and not cfg.resume:
-        refuse_existing_run(Path(run_dir))
+    if not sweep and not cfg.resume:
+        refuse_existing_run(folder)
+
+
+def _check_launcher(cfg: DictConfig) -> None:
+    """The population launcher's own settings, before Hydra writes the sweep's multirun.yaml."""
+    if OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/launcher") == "population":
+        runs = OmegaConf.select(cfg, "hydra.launcher.max_runs")
+        if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+            raise ConfigError("hydra.launcher.max_runs", runs, "must be an integer >= 1 (runs a population holds "
+                              "at most) or null (no limit)")
+
+
+def _output_folder(cfg: DictConfig, sweep: bool) -> Path:
+    """The run's directory (``hydra.run.dir``), or the sweep's folder (``hydra.sweep.dir``),
+    resolved as Hydra will; refused in one line when it cannot be resolved, is a file, or lies
+    in a folder this process may not write to."""
+    setting = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} and ${now:...} as in the job
+    try:
+        folder = Path(str(OmegaConf.select(cfg, setting)))
+    except OmegaConfBaseException as e:
+        raise ConfigError(setting, OmegaConf.to_container(cfg.hydra, resolve=False)[setting.split(".")[1]]["dir"],
+                          f"cannot be resolved: {first_line(e)}") from None
+    finally:
+        HydraConfig.instance().cfg = saved
+    writable_folder(setting, folder)
+    return folder
 
 
 def _unknown_option(path: str, value: str, message: str) -> ConfigError:
@@ -173,10 +206,46 @@ def precheck_sweep(overrides: list[str]) -> None:
         key = prefix.get(o.type, "") + o.key_or_group + (f"@{o.package}" if o.package else "")
         swept.append((key, values))
     firsts = [f"{key}={values[0]}" for key, values in swept]
-    precheck(fixed + firsts)
+    precheck(fixed + firsts, sweep=True)
     for i, (key, values) in enumerate(swept):
         for value in values[1:]:
-            precheck(fixed + firsts[:i] + [f"{key}={value}"] + firsts[i + 1:])
+            precheck(fixed + firsts[:i] + [f"{key}={value}"] + firsts[i + 1:], sweep=True)
+    _check_partitions(fixed, swept)
+
+
+# Settings a run's partition depends on: a sweep over any of them has its partitions built first.
+PARTITION_KEYS = ("partition", "dataset", "hyperparams.num_clients", "seed", "hyperparams.validation_fraction",
+                  "hyperparams", "experiment", "scale", "mode")
+PARTITION_CHECKS = 200  # at most this many combinations of them are built before a sweep starts
+
+
+def _check_partitions(fixed: list[str], swept: list[tuple[str, list[str]]]) -> None:
+    """Every combination of the swept settings a partition depends on (:data:`PARTITION_KEYS`),
+    with the others at their first value: its partition built on its data (loaded once per
+    dataset setting), so a partition that is impossible for some jobs only (more shards than the
+    data has, ...) is one line before any job runs, as every other setting is."""
+    import itertools
+
+    from hydra import compose, initialize_config_dir
+
+    from fedrun.build import check_partition
+
+    depends = [(k, v) for k, v in swept if k.lstrip("+~").split(".")[0] in PARTITION_KEYS
+               and (k.lstrip("+~") in PARTITION_KEYS or k.lstrip("+~").startswith(("partition.", "dataset.")))]
+    if not depends:
+        return
+    others = [f"{k}={v[0]}" for k, v in swept if (k, v) not in depends]
+    combos = list(itertools.islice(itertools.product(*[[f"{k}={x}" for x in v] for k, v in depends]),
+                                   PARTITION_CHECKS))
+    data: dict = {}
+    for combo in combos:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
+            cfg = compose("config", overrides=[*fixed, *others, *combo])
+        try:
+            check_partition(cfg, data)
+        except ConfigError as e:
+            raise ConfigError(e.setting, e.value, f"{e.allowed} (the sweep's job with {' '.join(combo)}; "
+                              "nothing was run)") from None
 
 
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
@@ -233,6 +302,7 @@ def main() -> None:
     failed = sweep_failures(last_sweep()) if last_sweep() is not None else []
     if last_sweep() is not None:
         print("\n".join(sweep_table(last_sweep())))
+        forget_failures(last_sweep())
     if failed:
         for note in failed:
             print(f"fedrun: error: job {note['job']}: {note['error']}", file=sys.stderr)

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from fedrun.errors import ConfigError, first_line
+from fedrun.paths import writable_folder
 
 LAYER_VALUES = ("N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl")
 # The summary values TensorBoard's HParams tab shows beside the hparams (summary.json's keys).
@@ -281,6 +282,12 @@ class TensorBoard:
             raise ConfigError("logger", "tensorboard", "needs the tensorboard package: pip install tensorboard "
                               "(or pip install 'fedrun[dashboards]')") from None
         self._writer_class, self.log_dir, self.writer = SummaryWriter, log_dir, None
+
+    def check(self) -> None:
+        """Before the run starts: a ``log_dir`` that can be written (the default lies in the run
+        directory, checked with it)."""
+        if self.log_dir is not None:
+            writable_folder("logger.log_dir", Path(self.log_dir))
         self.last_round = 0
 
     def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
@@ -338,6 +345,16 @@ class MLflow:
                               "(or pip install 'fedrun[dashboards]')") from None
         self.mlflow, self.tracking_uri, self.experiment, self.run_name = mlflow, tracking_uri, experiment, run_name
         self.client, self.run_id, self.run_dir, self.last_round = None, None, None, 0
+
+    def check(self) -> None:
+        """Before the run starts: a store fedrun can reach without the network (a SQLite file in a
+        folder it can write to; a server's address is taken as given)."""
+        uri = self.tracking_uri
+        if ":" not in uri or uri.startswith("sqlite:///"):
+            writable_folder("logger.tracking_uri", Path(uri[len("sqlite:///"):] if ":" in uri else uri).parent, uri)
+        elif uri.split(":", 1)[0] not in ("http", "https", "databricks", "postgresql", "mysql", "mssql", "file"):
+            raise ConfigError("logger.tracking_uri", uri, "choose a SQLite file (mlflow.db, sqlite:///path.db) or "
+                              "a tracking server (http://host:5000)")
 
     def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
         try:

@@ -290,9 +290,12 @@ def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device
     shape = "x".join(map(str, data.train_x.shape[1:]))
     try:
         model = make_model().to(device)
-    except ConfigError:
-        raise
     except Exception as e:  # noqa: BLE001 - a constructor's arithmetic on a too-small image, ...
+        cause = e
+        while cause is not None and not isinstance(cause, ConfigError):  # Hydra wraps the constructor's own
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
         raise ConfigError("model", type(e).__name__, f"cannot be built for the dataset's {shape} images: "
                           f"{first_line(e)}") from None
     training = model.training

@@ -1,4 +1,4 @@
-"""Where fedrun's own files are: the Hydra configs.
+"""Where fedrun's own files are (the Hydra configs), and whether a folder it will write can be.
 
 :func:`conf_dir` is the folder of ``config.yaml`` and the config groups (``dataset/``,
 ``model/``, ``scale/``, ...): the ``fedrun.conf`` package that ``pip install`` ships, or, in a
@@ -8,7 +8,10 @@ source checkout run without installing (``PYTHONPATH=<checkout>``), the checkout
 from __future__ import annotations
 
 import importlib.resources
+import tempfile
 from pathlib import Path
+
+from fedrun.errors import ConfigError
 
 
 def conf_dir() -> Path:
@@ -27,3 +30,18 @@ def conf_options(group: str) -> list[str]:
     relative to the group's folder (``experiment``'s ``fednnnn/mnist_iid_b``)."""
     folder = conf_dir() / group
     return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+
+
+def writable_folder(setting: str, folder: Path, shown: str | None = None) -> None:
+    """One line naming ``setting`` (its value ``shown``, default the folder) unless ``folder`` is,
+    or can be made, a folder this process writes to: a folder made and removed at once in its
+    nearest existing parent, which is what permissions, read-only mounts and /proc allow; nothing
+    is left behind."""
+    shown = str(folder) if shown is None else shown
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(setting, shown, "is a file, not a folder; choose another")
+    existing = next(p for p in [folder, *folder.absolute().parents] if p.exists())
+    try:
+        Path(tempfile.mkdtemp(prefix=".fedrun-check-", dir=existing)).rmdir()
+    except OSError as e:
+        raise ConfigError(setting, shown, f"cannot be written: {existing} refuses a new folder ({e.strerror})") from None

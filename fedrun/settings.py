@@ -88,6 +88,10 @@ def validate(config: Mapping) -> None:
 def _check_node(node, schema, path: str) -> None:
     if not isinstance(node, Mapping):
         raise ConfigError(path.rstrip("."), show(node), "must be a group of settings (key: value)")
+    for key in schema:  # a setting deleted on the command line (~seed) or left out of a file
+        if key not in node:
+            raise ConfigError(f"{path}{key}", "missing", f"every run needs it (removed with ~{path}{key}?); "
+                              "docs/configuration.md gives its default")
     for key, value in node.items():
         name = f"{path}{key}"
         if key not in schema:
@@ -150,8 +154,8 @@ def _conforms(value, kind) -> bool:
         return value is None
     if kind is bool:
         return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is int:  # within a 64-bit integer, as PyTorch needs (seeds, counts)
+        return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind is str:
@@ -180,7 +184,7 @@ def describe(kind) -> str:
         if origin is tuple and len(args) > 1 and Ellipsis not in typing.get_args(kind):
             return f"a list of {len(args)} {_plural(args[0])}"
         return f"a list of {_plural(args[0])}" if args else "a list"
-    return {bool: "true or false", int: "an integer", float: "a finite number", str: "a string",
+    return {bool: "true or false", int: "an integer (64-bit)", float: "a finite number", str: "a string",
             dict: "a group of settings (key: value)"}.get(kind, getattr(kind, "__name__", str(kind)))
 
 

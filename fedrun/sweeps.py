@@ -8,9 +8,13 @@ once the sweep is over.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
+import socket
+import time
 from pathlib import Path
 
 from hydra.errors import CompactHydraException
@@ -36,12 +40,20 @@ class JobFailed(FedrunError, CompactHydraException):
 
 
 FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
+# The launching process's sweep, in the environment its jobs inherit (joblib's and submitit's
+# processes too): each sweep keeps its notes apart, so two sweeps into one folder, or a sweep
+# run again, list only their own failed jobs.
+SWEEP_ID = "FEDRUN_SWEEP_ID"
+
+
+def _notes(sweep_dir: Path) -> Path:
+    return Path(sweep_dir) / FAILURES / os.environ.get(SWEEP_ID, "sweep")
 
 
 def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: str, exit_code: int) -> None:
     """Leave a note of the failed job where the launching process finds it, whichever process
     (or machine, with a shared file system) ran the job."""
-    folder = sweep_dir / FAILURES
+    folder = _notes(sweep_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{job_num}.json").write_text(json.dumps(
         {"job": job_num, "run_dir": str(run_dir), "error": error, "exit_code": exit_code}))
@@ -57,21 +69,34 @@ def job_failed(sweep_dir: Path, job_num: int, run_dir: Path, error: FedrunError)
 
 
 def sweep_failures(sweep_dir: Path) -> list[dict]:
-    """The failed jobs of a sweep, in job order."""
-    folder = Path(sweep_dir) / FAILURES
-    notes = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    """The failed jobs of this process's sweep, in job order."""
+    folder = _notes(sweep_dir)
+    notes = []
+    for path in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            notes.append(json.loads(path.read_text()))
+        except (OSError, ValueError):  # a note cut off by a full disk: the job is still listed
+            notes.append({"job": int(path.stem), "run_dir": "?", "error": f"failed ({path} is damaged)",
+                          "exit_code": 1})
     return sorted(notes, key=lambda n: n["job"])
 
 
 class SweepCallback(Callback):
-    """In the launching process: clears the sweep's failure notes before its jobs run (a re-run
-    sweep lists only its own failures) and remembers the sweep folder (:func:`last_sweep`) for
-    the command's final list of failed jobs."""
+    """In the launching process: gives the sweep an id of its own (:data:`SWEEP_ID`, which its
+    jobs inherit), so it lists only its own failed jobs, and remembers the sweep folder
+    (:func:`last_sweep`) for the command's final list."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         global _SWEEP_DIR
         _SWEEP_DIR = Path(config.hydra.sweep.dir)
-        shutil.rmtree(_SWEEP_DIR / FAILURES, ignore_errors=True)
+        os.environ[SWEEP_ID] = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+
+
+def forget_failures(sweep_dir: Path) -> None:
+    """Remove this sweep's notes once listed (another sweep's stay)."""
+    shutil.rmtree(_notes(sweep_dir), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (Path(sweep_dir) / FAILURES).rmdir()  # when no other sweep's notes are left
 
 
 _SWEEP_DIR: Path | None = None

@@ -29,8 +29,12 @@ class ServerTransform(NamedTuple):
 
 
 def identity() -> ServerTransform:
-    """FedAvg: ``w_{t+1} = w_t + sum_k p_k dw_k`` (Nagura et al. eq. 3)."""
-    return ServerTransform(lambda params: {}, lambda step, state, stats: (step, state))
+    """FedAvg: ``w_{t+1} = w_t + sum_k p_k dw_k`` (Nagura et al. eq. 3).  One object
+    (:data:`IDENTITY`), so an aggregator can tell that its sent model is its average one."""
+    return IDENTITY
+
+
+IDENTITY = ServerTransform(lambda params: {}, lambda step, state, stats: (step, state))
 
 
 def normalize_norm(beta: float, eps: float = 1e-6) -> ServerTransform:

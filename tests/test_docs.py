@@ -71,8 +71,19 @@ def fake_run(path: Path, aggregator: str, seed: int) -> None:
                                      "2,0.6,0.9,0.5,0.1\n")
 
 
+@pytest.fixture
+def data_root(tmp_path_factory, shared_data, monkeypatch):
+    """FashionMNIST where fedrun looks for it ($FEDRUN_DATA/FashionMNIST/raw), as on a machine with
+    Debian's package: a sweep's partitions are built on it before the sweep starts."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "FashionMNIST").mkdir()
+    (root / "FashionMNIST" / "raw").symlink_to(shared_data / "fashion-mnist")
+    monkeypatch.setenv("FEDRUN_DATA", str(root))
+    return root
+
+
 @pytest.mark.parametrize("where,command,cwd", COMMANDS, ids=[w for w, _, _ in COMMANDS])
-def test_the_command_runs_as_written(where, command, cwd, tmp_path, monkeypatch):
+def test_the_command_runs_as_written(where, command, cwd, tmp_path, monkeypatch, data_root):
     words = shlex.split(command)
     env = {}
     while words and re.match(r"^[A-Z_]+=", words[0]):  # PYTHONPATH=. fedrun ...

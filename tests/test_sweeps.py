@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO_ROOT, TINY, _cli_env, fedrun_ok, run_fedrun, same_run
+from conftest import REPO_ROOT, TINY, _cli_env, fedrun_ok, run_fedrun, same_run, start_fedrun
 
 import fedrun
 from fedrun import results
@@ -91,10 +92,29 @@ def test_a_bad_value_anywhere_in_a_sweep_is_one_line_before_any_job(tmp_path):
 
 def test_a_rerun_sweep_lists_only_its_own_failures(tmp_path):
     sweep = tmp_path / "sweep"
-    (sweep / ".failed_jobs").mkdir(parents=True)
-    (sweep / ".failed_jobs" / "7.json").write_text('{"job": 7, "error": "stale", "exit_code": 3}')
+    for other in ("sweep", "host-123-456"):  # notes another sweep left (an older one, a concurrent one)
+        (sweep / ".failed_jobs" / other).mkdir(parents=True)
+        (sweep / ".failed_jobs" / other / "7.json").write_text('{"job": 7, "error": "stale", "exit_code": 3}')
     again = run_fedrun(["-m", *TINY, "hyperparams.rounds=1", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert again.returncode == 0 and "stale" not in again.stderr, again.stderr[-2000:]
+    assert (sweep / ".failed_jobs" / "host-123-456" / "7.json").is_file()  # not this sweep's to remove
+
+
+def test_two_sweeps_into_one_folder_report_their_own_jobs(tmp_path):
+    """Two processes sweep the same jobs into one folder at once: each job runs once (the other
+    process is refused its directory), and each process lists only the jobs it failed."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "hyperparams.batch_size=2", "aggregator=fedavg,fedprox,fednnnn", f"hydra.sweep.dir={sweep}"]
+    procs = [start_fedrun(args, tmp_path, capture=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    failed = [{int(m) for m in re.findall(r"fedrun: error: job (\d+):", err)} for _, err in outputs]
+    for proc, fails in zip(procs, failed):
+        assert proc.returncode == (2 if fails else 0)
+    # Each job ran in one process and was refused its directory in the other: every job is listed
+    # as failed by exactly one process, the one that did not run it.
+    assert not failed[0] & failed[1] and failed[0] | failed[1] == {0, 1, 2}
+    done = {int(p.name) for p in sweep.iterdir() if p.name.isdigit() and (p / "summary.json").is_file()}
+    assert done == {0, 1, 2}
 
 
 # ----------------------------------------------------------------------------- job folders
