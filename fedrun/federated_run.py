@@ -177,8 +177,13 @@ class FederatedRun:
             raise Interrupted(self.saved_round(), self.done, terminated=isinstance(e, Terminated)) from None
         except Exception as e:
             if disk_full(e):  # an OSError, or torch's error raised while handling one
-                raise NoSpaceError(f"no space left on the device writing to {self.run_dir} (after round "
-                                   f"{self.done}); free space, then resume with resume=true") from None
+                when = f"after round {self.done}" if self.done else "before the first round"
+                saved = self.saved_round()
+                again = "" if saved >= self.done else (  # checkpoint_every > 1: the rounds since run again
+                    f", which continues after round {saved}, its last checkpoint (checkpoint_every)" if saved else
+                    ", which starts over from round 1 (no checkpoint since the start)")
+                raise NoSpaceError(f"no space left on the device writing to {self.run_dir} ({when}); free space, "
+                                   f"then resume with resume=true{again}") from None
             raise
 
     def saved_round(self) -> int:

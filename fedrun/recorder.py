@@ -8,7 +8,10 @@ the recorder writes.
 
 CSV files are only ever appended to; the checkpoint records their sizes after each complete
 round, and a resumed run truncates them back to those sizes before going on, so an interrupted
-run (even one killed mid-write) ends with the same bytes as an uninterrupted one.
+run (even one killed mid-write, or stopped by a full disk half-way through a row) ends with the
+same bytes as an uninterrupted one.  Every other file (the checkpoint, the snapshots,
+``summary.json``, ``run.json``, ``partition.csv``) is replaced whole, atomically
+(:func:`fedrun.rundir.write_atomic`); no file is opened through a symbolic link.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from fedrun import provenance
 from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.layers import Layer
 from fedrun.params import Params
+from fedrun.rundir import open_run_file, write_atomic
 
 if TYPE_CHECKING:  # rundir reads CSV headers; the recorder only holds the open directory
     from fedrun.rundir import RunDirectory
@@ -49,6 +53,8 @@ OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
 CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
                   "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
 CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
+# What a checkpoint holds (Recorder.checkpoint), checked before a resume trusts it.
+CHECKPOINT_KEYS = ("round", "params", "buffers", "aggregator", "optimizer_state", "step_sum", "partition", "offsets")
 COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
            "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
 
@@ -62,15 +68,15 @@ def _fmt(v) -> str:
 
 
 class CsvLog:
-    """An append-only CSV with a fixed header."""
+    """An append-only CSV with a fixed header (opened without following a symbolic link)."""
 
     def __init__(self, path: Path, columns: list[str], truncate_to: int | None = None):
         self.path, self.columns = Path(path), columns
         if truncate_to is None or not self.path.exists():
-            with open(self.path, "w", newline="") as f:
+            with open_run_file(self.path, "w", newline="") as f:
                 f.write(",".join(columns) + "\n")
         else:
-            with open(self.path, "r+b") as f:
+            with open_run_file(self.path, "r+b") as f:
                 f.truncate(truncate_to)
 
     def append(self, rows: list[dict]) -> None:
@@ -78,7 +84,7 @@ class CsvLog:
         writer = csv.writer(buf, lineterminator="\n")
         for row in rows:
             writer.writerow([_fmt(row.get(c)) for c in self.columns])
-        with open(self.path, "a", newline="") as f:
+        with open_run_file(self.path, "a", newline="") as f:
             f.write(buf.getvalue())
             f.flush()
             os.fsync(f.fileno())
@@ -88,18 +94,9 @@ class CsvLog:
 
 
 def atomic_save(obj, path: Path) -> None:
-    """``torch.save`` to a temporary file, fsync, then rename over ``path``: never half-written."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # disk full, Ctrl-C: no half-written temporary left behind
-        tmp.unlink(missing_ok=True)
-        raise
+    """``torch.save`` to a temporary file, fsync, then rename over ``path``: never half-written
+    (:func:`fedrun.rundir.write_atomic`)."""
+    write_atomic(path, lambda f: torch.save(obj, f), binary=True)
 
 
 def _finite(obj):
@@ -114,13 +111,9 @@ def _finite(obj):
 
 
 def write_json(obj, path: Path) -> None:
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """``obj`` as JSON (NaN and Inf as null), written atomically (:func:`fedrun.rundir.write_atomic`)."""
+    text = json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n"
+    write_atomic(path, lambda f: f.write(text))
 
 
 def summarize(rounds_csv: Path, targets: list[float]) -> dict:
@@ -217,11 +210,22 @@ class Recorder:
         if ckpt.get("partition") != self.fingerprint:
             raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
                               f"from this config's ({self.fingerprint}); use the run's original settings")
+        missing = [key for key in CHECKPOINT_KEYS if key not in ckpt]
+        if missing or not isinstance(ckpt["offsets"], dict) or not isinstance(ckpt["round"], int):
+            raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint (missing or damaged: "
+                                    f"{', '.join(missing) or 'offsets or round'}); restore it or start a new run "
+                                    "directory (nothing was written)")
         self.run.check_csvs(COLUMNS, ckpt["offsets"])
         self.step_sum = ckpt["step_sum"]
         if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():
-            log.info("%s is complete (%d of %d rounds); nothing to do", self.path, ckpt["round"], rounds)
-            return json.loads((self.path / "summary.json").read_text())
+            try:
+                summary = json.loads((self.path / "summary.json").read_bytes())
+            except ValueError:  # damaged (not JSON): written again from the CSVs
+                summary = None
+            if isinstance(summary, dict):
+                log.info("%s is complete (%d of %d rounds); nothing to do", self.path, ckpt["round"], rounds)
+                return summary
+            log.warning("resume=true: %s is not JSON; writing it again", self.path / "summary.json")
         return None
 
     def open(self, class_counts: np.ndarray, offsets: dict[str, int] | None = None, first_round: int = 1,
@@ -315,7 +319,8 @@ def write_partition(path: Path, counts: np.ndarray) -> None:
     """``partition.csv``: per client, its number of examples and of each class."""
     header = "client,examples," + ",".join(f"class_{c}" for c in range(counts.shape[1]))
     lines = [header] + [f"{k},{row.sum()}," + ",".join(map(str, row)) for k, row in enumerate(counts)]
-    path.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    write_atomic(path, lambda f: f.write(text))
 
 
 # ----------------------------------------------------------------------------- rows

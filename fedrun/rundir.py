@@ -14,20 +14,37 @@ run never blocks its resume), and then decides, before writing a byte:
 * ``resume=true`` with no checkpoint starts from round 1, unless results are there without one.
 
 Only then does it write ``config.yaml`` (a new run) and start ``fedrun.log``.
+
+Nothing in a run directory redirects a write: a directory holding a symbolic link (directly, or
+in ``models/`` or ``tensorboard/``) is refused before a byte is written (:func:`check_no_links`;
+the run directory's own path may be or pass through a link), and every run file is opened
+without following one (``O_NOFOLLOW``; :func:`open_run_file`).  Files that are replaced whole
+are written by :func:`write_atomic`: a temporary file created exclusively (``O_EXCL``, after
+unlinking a leftover one), synced, then renamed over the file, so a crash or a full disk never
+leaves a half-written one.  A full disk in ``fedrun.log`` loses the line, quietly
+(:class:`RunLog`): the write that stops the run says so in one line.
+
+Nothing in a run directory runs code either: a checkpoint is read with ``weights_only=True``, and
+what the scripts rebuild from a run's ``config.yaml`` is one of :data:`MODEL_TARGETS` or
+:data:`DATA_LOADERS`, called with the node's plain values (:func:`run_object`).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
+import importlib
 import logging
 import os
+import sys
 from pathlib import Path
+from typing import IO, Callable
 
 import torch
 import yaml
 
 from fedrun.logs import CONSOLE_ONLY
-from fedrun.errors import ConfigError, RunDirectoryError, first_line
+from fedrun.errors import ConfigError, RunDirectoryError, disk_full, first_line
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +63,110 @@ try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; one process per directory is then the user's care
     fcntl = None
+
+# Open a file without following a symbolic link in its last component (0 where the OS has none).
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# The run directory's folders whose entries are checked for links too (models/round_NNNN.pt, the
+# TensorBoard event files).
+LINK_CHECKED = ("models", "tensorboard")
+
+# What the scripts may build from a run's config.yaml (scripts/loss_surface.py): fedrun's model
+# classes and dataset loaders, nothing else, whatever a crafted config.yaml names.
+MODEL_TARGETS = ("fedrun.models.MnistCNN", "fedrun.models.TFTutorialCNN", "fedrun.models.Cifar10CNN",
+                 "fedrun.models.MLP", "fedrun.pd_nets.PDNet", "fedrun.pd_nets.CifarResNet")
+DATA_LOADERS = ("fedrun.data.mnist", "fedrun.data.fashion_mnist", "fedrun.data.cifar10", "fedrun.data.svhn",
+                "fedrun.data.idx", "fedrun.data.synthetic")
+# Hydra's instantiate keys: a node that holds one is not built from a run directory.
+_HYDRA_KEYS = ("_args_", "_partial_", "_convert_", "_recursive_")
+
+
+# ----------------------------------------------------------------------------- files, never through a link
+
+def link_refused(run_dir: Path, name: str) -> RunDirectoryError:
+    return RunDirectoryError(f"{run_dir} holds a symbolic link {name}; fedrun does not follow links in a run "
+                             "directory")
+
+
+def check_no_links(run_dir: str | Path) -> None:
+    """Refuse a run directory holding a symbolic link, directly or in one of :data:`LINK_CHECKED`:
+    fedrun would write (or resume from) wherever it points.  The run directory itself may be a
+    link, or lie below one."""
+    run_dir = Path(run_dir)
+    for folder in (run_dir, *(run_dir / name for name in LINK_CHECKED)):
+        try:
+            with os.scandir(folder) as entries:
+                names = sorted(entry.name for entry in entries if entry.is_symlink())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if names:
+            raise link_refused(run_dir, names[0] if folder == run_dir else f"{folder.name}/{names[0]}")
+
+
+def _open_fd(path: Path, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` without following a link at ``path``: a link is one line, not ELOOP."""
+    try:
+        return os.open(path, flags | NOFOLLOW, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(path):
+            raise link_refused(Path(path).parent, Path(path).name) from None
+        raise
+
+
+def open_run_file(path: str | Path, mode: str = "a", **kwargs) -> IO:
+    """``open(path, mode)`` for writing a run file, never through a symbolic link."""
+    return open(path, mode, opener=lambda name, flags: _open_fd(Path(name), flags), **kwargs)
+
+
+def write_atomic(path: str | Path, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Replace ``path`` with what ``write(f)`` writes, never half-written and never through a link.
+
+    ``write`` writes to ``<path>.tmp``, created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``: not
+    an existing file, not a link) after a leftover one is unlinked (which removes a link, not its
+    target); the file is synced and renamed over ``path`` (a rename replaces a link, not what it
+    points to).  On any error (a full disk, Ctrl-C) the temporary file is removed."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = _open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with open(fd, "wb") if binary else open(fd, "w", encoding="utf-8") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class RunLog(logging.FileHandler):
+    """``fedrun.log``: appended to, never through a symbolic link; a line the disk has no room
+    for is lost quietly (``logging`` would print a traceback for it), since the run's own write
+    that meets the full disk stops it in one line."""
+
+    def _open(self):
+        return open_run_file(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if disk_full(sys.exc_info()[1]):
+            return
+        super().handleError(record)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as e:
+            if not disk_full(e):
+                raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as e:  # the lines still buffered are lost with the space
+            if not disk_full(e):
+                raise
 
 
 def _settings(config: dict) -> dict:
@@ -69,12 +190,14 @@ def header_matches(path: Path, columns: list[str]) -> bool:
     path = Path(path)
     if not path.exists():
         return True
-    with open(path, newline="") as f:
-        return f.readline().rstrip("\r\n") == ",".join(columns)
+    with open(path, "rb") as f:
+        return f.readline().rstrip(b"\r\n") == ",".join(columns).encode()
 
 
 def refuse_existing_run(run_dir: Path) -> None:
-    """A new run never writes into a directory holding an earlier run's results."""
+    """A new run never writes into a directory holding an earlier run's results, nor into one
+    holding a symbolic link (:func:`check_no_links`)."""
+    check_no_links(run_dir)
     if any((Path(run_dir) / name).exists() for name in RESULTS):
         raise ConfigError("hydra.run.dir", str(run_dir),
                           "already holds a run; pass resume=true to continue it, or choose another directory")
@@ -89,34 +212,63 @@ def load_checkpoint(path: Path, device="cpu") -> dict:
                                 f"({type(e).__name__}: {first_line(e)}); nothing was written") from None
 
 
-def check_own_targets(config, source: Path | str, path: str = "") -> None:
-    """Refuse a run's config naming any ``_target_`` but fedrun's own classes and functions.
-
-    A run directory may come from anywhere; rebuilding its model or data from ``config.yaml``
-    (scripts/loss_surface.py) must not call whatever a crafted file names (``os.system``)."""
-    if isinstance(config, dict):
-        target = config.get("_target_")
-        if target is not None and not _is_fedrun_object(target):
-            raise RunDirectoryError(f"{source}: {path}_target_={target} is not one of fedrun's own objects; "
-                                    "only fedrun.* classes and functions are built from a run directory")
-        for key, value in config.items():
-            check_own_targets(value, source, f"{path}{key}.")
-    elif isinstance(config, list):
-        for i, value in enumerate(config):
-            check_own_targets(value, source, f"{path}{i}.")
+def check_own_targets(config, source: Path | str) -> None:
+    """Refuse a run's config unless what the scripts build from it is fedrun's own: ``model`` one
+    of :data:`MODEL_TARGETS` and ``dataset.load`` one of :data:`DATA_LOADERS`, each with plain
+    keyword arguments (no nested ``_target_``, no Hydra keys).  A run directory may come from
+    anywhere; rebuilding its model or data (scripts/loss_surface.py) must not call whatever a
+    crafted file names (``os.system``, ``fedrun.recorder.write_json``, ``fedrun.cli.run_overrides``)."""
+    run_object(config, "model", MODEL_TARGETS, source)
+    run_object(config, "dataset.load", DATA_LOADERS, source)
 
 
-def _is_fedrun_object(target) -> bool:
-    if not isinstance(target, str) or not target.startswith("fedrun."):
-        return False
-    from fedrun.settings import locate
+def run_object(config, key: str, allowed: tuple[str, ...], source: Path | str) -> tuple[Callable, dict]:
+    """``(callable, kwargs)`` of the node ``key`` (dotted) of a run's config: its ``_target_``, one
+    of ``allowed``, and its other keys as plain values.  Anything else is one line
+    (:class:`~fedrun.errors.RunDirectoryError`); nothing is called here."""
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        raise RunDirectoryError(f"{source}: has no {key} settings to build (not a fedrun run's config)")
+    target = node.get("_target_")
+    if target not in allowed:
+        raise RunDirectoryError(f"{source}: {key}._target_={target} is not one of fedrun's own "
+                                f"{'models' if key == 'model' else 'dataset loaders'}; only "
+                                f"{', '.join(name.rsplit('.', 1)[-1] for name in allowed)} are built from a "
+                                "run directory")
+    kwargs = {k: v for k, v in node.items() if k != "_target_"}
+    for name, value in kwargs.items():
+        if name in _HYDRA_KEYS or not name.isidentifier():
+            raise RunDirectoryError(f"{source}: {key}.{name}: not a setting of {target}; nothing is built "
+                                    "from this run directory")
+        where = _object_inside(value)
+        if where is not None:
+            raise RunDirectoryError(f"{source}: {key}.{name}{where}: an object to build inside {key}; only "
+                                    f"{target}'s plain settings are read from a run directory")
+    module, _, attr = target.rpartition(".")
+    return getattr(importlib.import_module(module), attr), kwargs
 
-    try:
-        obj = locate(target)
-    except Exception:  # noqa: BLE001 - not importable: not fedrun's
-        return False
-    # "fedrun.rundir.os.system" starts with fedrun. but is os.system: judge the object's own module.
-    return str(getattr(obj, "__module__", "")).startswith("fedrun.")
+
+def _object_inside(value, path: str = "") -> str | None:
+    """Where ``value`` holds a node Hydra would build (a dict with ``_target_``), or an
+    interpolation (``${...}``, resolved by OmegaConf: ``oc.decode`` makes nodes of text); None
+    when it holds neither."""
+    if isinstance(value, dict):
+        if "_target_" in value or any(k in value for k in _HYDRA_KEYS):
+            return path
+        for k, v in value.items():
+            found = _object_inside(v, f"{path}.{k}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _object_inside(v, f"{path}.{i}")
+            if found is not None:
+                return found
+    elif isinstance(value, str) and "${" in value:
+        return path
+    return None
 
 
 class RunDirectory:
@@ -130,7 +282,10 @@ class RunDirectory:
         path = Path(path)
         if not resume:
             refuse_existing_run(path)  # before creating anything
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):  # a file, or a link to nowhere
+            raise RunDirectoryError(f"{path}: not a directory; choose another run directory") from None
         fd = None
         if fcntl is not None:
             fd = os.open(path, os.O_RDONLY)
@@ -144,6 +299,7 @@ class RunDirectory:
         try:
             if not resume:
                 refuse_existing_run(path)  # again under the lock: another process may have started it
+            check_no_links(path)  # before a byte is written, new run or resumed
         except BaseException:
             run.close()
             raise
@@ -165,7 +321,11 @@ class RunDirectory:
             else:
                 log.warning("resume=true: no %s in %s; starting from round 1", CHECKPOINT, self.path)
             return None
-        return load_checkpoint(self.checkpoint_path, device)
+        ckpt = load_checkpoint(self.checkpoint_path, device)
+        if not isinstance(ckpt, dict):
+            raise RunDirectoryError(f"{self.checkpoint_path}: not a fedrun checkpoint (a {type(ckpt).__name__}); "
+                                    "restore it or start a new run directory (nothing was written)")
+        return ckpt
 
     def check_csvs(self, columns: dict[str, list[str]], offsets: dict[str, int]) -> None:
         """Refuse to resume unless every CSV the checkpoint recorded is there, at least as long
@@ -195,25 +355,27 @@ class RunDirectory:
         path = self.path / "config.yaml"
         if resume and path.exists():
             try:
-                old = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as e:
+                old = yaml.safe_load(path.read_bytes()) or {}
+            except (yaml.YAMLError, ValueError) as e:
                 raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
+            if not isinstance(old, dict):
+                raise RunDirectoryError(f"{path}: not a mapping of settings (a {type(old).__name__}); restore it "
+                                        "or start a new run directory")
             old, new = _settings(old), _settings(config)
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             if diff:
                 raise ConfigError("resume", "true", f"the settings differ from the run's config.yaml in: "
                                   f"{', '.join(diff)}; resume with the original overrides")
             return
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-        os.replace(tmp, path)
+        text = yaml.safe_dump(config, sort_keys=False)
+        write_atomic(path, lambda f: f.write(text))
 
     def start_log(self) -> None:
         """Append this process's log records to ``fedrun.log`` (a resumed run keeps its history).
 
         When several runs share the process (a population, :mod:`fedrun.population`), a run's
         log takes the records made while it :meth:`speaks`, and those made while none does."""
-        self._handler = logging.FileHandler(self.path / LOG_FILE, mode="a")
+        self._handler = RunLog(self.path / LOG_FILE, mode="a")
         self._handler.addFilter(lambda record: _SPEAKING.get() in (None, self.path)
                                 and not getattr(record, CONSOLE_ONLY, False))
         console = next((h for h in logging.getLogger().handlers if h.formatter is not None), None)
