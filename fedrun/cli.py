@@ -276,6 +276,10 @@ def main() -> None:
     are.  After a sweep, every failed job is listed and the exit code is the first failure's."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     args = sys.argv[1:]
+    words = _nested_completion(args)
+    if words is not None:
+        print(" ".join(words))
+        return
     overrides, config_dirs = _split_config_dirs(args)
     sweep = any(a in ("-m", "--multirun") for a in overrides)
     overrides = [a for a in overrides if a not in ("-m", "--multirun")]
@@ -309,6 +313,24 @@ def main() -> None:
         exit_with(f"{len(failed)} job(s) of the sweep failed (listed above)", failed[0]["exit_code"])
     if code:
         sys.exit(code)
+
+
+def _nested_completion(args: list[str]) -> list[str] | None:
+    """Shell completion (``fedrun -sc install=bash``) of a group whose options lie in folders:
+    ``experiment=<TAB>`` lists ``experiment=fednnnn/mnist_iid_b`` ..., the form fedrun takes,
+    where Hydra's own completion offers nothing (and ``experiment/fednnnn=`` for
+    ``experiment/<TAB>``, a form fedrun refuses).  None: Hydra completes as usual."""
+    if not any(a.startswith(("-sc", "--shell-completion")) for a in args) or "COMP_LINE" not in os.environ:
+        return None
+    line = os.environ["COMP_LINE"][: int(os.environ.get("COMP_POINT", len(os.environ["COMP_LINE"])))]
+    word = "" if line.endswith(" ") else line.split()[-1]
+    group, sep, typed = word.partition("=")
+    if not sep:
+        group, _, typed = word.partition("/")
+    nested = [o for o in conf_options(group)] if group and (CONF_DIR / group).is_dir() else []
+    if not any("/" in o for o in nested):
+        return None
+    return [f"{group}={o}" for o in nested if o.startswith(typed)]
 
 
 def _split_config_dirs(args: list[str]) -> tuple[list[str], list[str]]:

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
-from fedrun.errors import ConfigError, first_line
+from fedrun.errors import ConfigError, disk_full, first_line
 from fedrun.paths import writable_folder
 
 LAYER_VALUES = ("N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl")
@@ -272,6 +273,24 @@ def run_tags(config: dict | None, run_dir: str | Path) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- TensorBoard
 
+def _quiet_disk_full_threads() -> None:
+    """TensorBoard writes its event files from a thread of its own, which prints a traceback when
+    the disk is full; the next point the run logs raises the same error, which stops the run in
+    one line (``fedrun.federated_run.FederatedRun.guard``).  So a thread's full-disk error is not
+    printed; any other still is."""
+    previous = threading.excepthook
+    if getattr(previous, "fedrun_quiet", False):
+        return
+
+    def hook(args) -> None:
+        if args.exc_value is not None and disk_full(args.exc_value):
+            return
+        previous(args)
+
+    hook.fedrun_quiet = True
+    threading.excepthook = hook
+
+
 class TensorBoard:
     """Event files for TensorBoard, in ``log_dir`` (default: ``<run dir>/tensorboard``)."""
 
@@ -291,6 +310,7 @@ class TensorBoard:
         self.last_round = 0
 
     def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
+        _quiet_disk_full_threads()
         # purge_step drops the points an interrupted process wrote after its last checkpoint.
         self.writer = self._writer_class(self.log_dir or str(Path(run_dir) / "tensorboard"), purge_step=first_round)
         if config is not None and first_round == 1:
@@ -360,6 +380,8 @@ class MLflow:
         try:
             self._start(Path(run_dir), config)
         except Exception as e:  # noqa: BLE001 - the store's own errors, in one line
+            if disk_full(e):  # mlflow.json: the run's full disk, said as such by the run
+                raise
             raise ConfigError("logger.tracking_uri", self.tracking_uri, f"MLflow cannot use it: {first_line(e)}") from None
 
     def _experiment_id(self, uri: str) -> str:

@@ -99,3 +99,26 @@ def test_fedrun_run_from_python(tmp_path):
     summary = fedrun.run(TINY, run_dir=odd)
     assert summary["run_dir"] == str(odd.resolve()) and (odd / "rounds.csv").is_file()
     assert summary["rounds"] == 2
+
+
+def test_shell_completion_of_the_presets_in_folders(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import _cli_env
+
+    def complete(line: str) -> list[str]:
+        env = {**_cli_env(), "COMP_LINE": line, "COMP_POINT": str(len(line))}
+        proc = subprocess.run([sys.executable, "-m", "fedrun", "-sc", "query=bash"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    presets = complete("fedrun experiment=")
+    assert "experiment=fednnnn/mnist_iid_b" in presets and "experiment=pd/noniid2" in presets
+    assert complete("fedrun aggregator=fedavg experiment=fednnnn/mnist_n") == [
+        "experiment=fednnnn/mnist_noniid_b", "experiment=fednnnn/mnist_noniid_ub"]
+    assert complete("fedrun experiment/") == presets  # the form fedrun takes, not experiment/fednnnn=
+    assert "aggregator=krum" in complete("fedrun aggregator=")  # other groups: Hydra's own completion
+    assert os.environ.get("COMP_LINE") is None
