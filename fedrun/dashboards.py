@@ -301,13 +301,13 @@ class TensorBoard:
             raise ConfigError("logger", "tensorboard", "needs the tensorboard package: pip install tensorboard "
                               "(or pip install 'fedrun[dashboards]')") from None
         self._writer_class, self.log_dir, self.writer = SummaryWriter, log_dir, None
+        self.last_round = 0
 
     def check(self) -> None:
         """Before the run starts: a ``log_dir`` that can be written (the default lies in the run
         directory, checked with it)."""
         if self.log_dir is not None:
             writable_folder("logger.log_dir", Path(self.log_dir))
-        self.last_round = 0
 
     def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
         _quiet_disk_full_threads()

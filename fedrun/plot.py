@@ -57,6 +57,10 @@ METRICS = {
     "wall_s": ("Round time (s)", 1.0, "wall-clock seconds of the round"),
 }
 DEFAULT_METRICS = ("test_acc", "test_loss", "N_over_E", "server_step")
+# The range a metric's values can take, in its rounds.csv units: a band (a t-interval of few seeds
+# is wide) is drawn within it, not below 0 % or above 100 %.  Unlisted metrics: >= 0.
+BOUNDS = {"test_acc": (0.0, 1.0), "average_test_acc": (0.0, 1.0), "sent_test_acc": (0.0, 1.0),
+          "val_acc": (0.0, 1.0), "N_over_E": (0.0, 1.0), "pd_ls": (0.0, 2.0), "pd_vl": (0.0, 2.0)}
 # For the paper scripts that still name them: the default panels as (column, label, scale).
 PANELS = tuple((m, METRICS[m][0], METRICS[m][1]) for m in DEFAULT_METRICS)
 BANDS = tuple(results.BANDS)
@@ -260,8 +264,9 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
                                 markeredgewidth=0.6, label=key)
                 handles.setdefault(key, line)
                 if band != "none" and (c["n"] > 1).any():
-                    ax.fill_between(c["round"], scale * c["low"], scale * c["high"], color=color, alpha=0.2,
-                                    linewidth=0)
+                    low, high = BOUNDS.get(column, (0.0, None))
+                    ax.fill_between(c["round"], scale * c["low"].clip(low, high), scale * c["high"].clip(low, high),
+                                    color=color, alpha=0.2, linewidth=0)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
         for ax in axes[len(metrics):]:

@@ -374,7 +374,7 @@ def test_fedlayerwise_presets(preset, iid):
     import numpy as np
     from hydra.utils import instantiate
 
-    from fedrun import cli
+    from fedrun import build
     from fedrun.layers import count_parameters
 
     cfg = compose([f"experiment=fedlayerwise/{preset}"])
@@ -389,7 +389,7 @@ def test_fedlayerwise_presets(preset, iid):
     assert cfg.tags.scenario == preset.removeprefix("mnist_")
     model = instantiate(cfg.model)
     assert type(model).__name__ == "MnistCNN" and count_parameters(model) == 582_026
-    objects = cli.build(cfg)
+    objects = build.build(cfg)
     assert objects["local"].optimizer == "adam" and objects["local"].lr == 0.005
     assert objects["aggregator"].name == "fedlayerwise" and objects["aggregator"].weighting.per_layer
     assert objects["federation"].per_round == 10

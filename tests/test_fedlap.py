@@ -300,7 +300,7 @@ def test_bad_q_through_the_cli_precheck():
 def test_fedlap_presets(preset, dataset, model, params):
     from hydra.utils import instantiate
 
-    from fedrun import cli
+    from fedrun import build
     from fedrun.layers import count_parameters
 
     cfg = compose([f"experiment=fedlap/{preset}"])
@@ -314,7 +314,7 @@ def test_fedlap_presets(preset, dataset, model, params):
     assert (cfg.aggregator.q, cfg.aggregator.form) == (0.5, "linear")
     net = instantiate(cfg.model)
     assert type(net).__name__ == model and count_parameters(net) == params
-    objects = cli.build(cfg)
+    objects = build.build(cfg)
     assert objects["local"].momentum == 0.9 and objects["local"].epochs == 10
     assert objects["federation"].per_round == 10
     reg = objects["aggregator"].regularizer
@@ -322,4 +322,4 @@ def test_fedlap_presets(preset, dataset, model, params):
     # The comparison runs of Figs. 1-4: FedProx picks the preset's mu; stragglers as an override.
     prox = compose([f"experiment=fedlap/{preset}", "aggregator=fedprox", "hyperparams.stragglers=0.9"])
     assert prox.aggregator.mu == 0.01
-    assert cli.build(prox)["participation"].stragglers == 0.9
+    assert build.build(prox)["participation"].stragglers == 0.9
