@@ -79,13 +79,15 @@ class Interrupted(FedrunError):
 
 def disk_full(error: BaseException) -> bool:
     """Whether an error comes from a full disk or quota (ENOSPC, EDQUOT): an OSError itself, or an
-    error raised while handling or from one, as torch.save's RuntimeError ("unexpected pos") is."""
+    error raised while handling or from one, as torch.save's RuntimeError ("unexpected pos") is.
+    A context suppressed (``raise ... from None``, as fedrun's own one-line errors are) is not
+    followed: :class:`NoSpaceError` is already the one line, not a full disk to say again."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        error = error.__cause__ or error.__context__
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
     return False
 
 

@@ -376,13 +376,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not metrics:
         print(f"{PROG}: --metrics={args.metrics}: choose from {', '.join(METRICS)}", file=sys.stderr)
         return 2
-    try:
+    try:  # a damaged config.yaml, summary.json or CSV: one line naming it (fedrun.results' readers)
         df = results.load(*args.dirs)
+        written = plot(df, Path(args.out), args.band, formats, metrics=metrics, cols=args.cols,
+                       figsize=args.figsize, caption=args.caption)
     except FedrunError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    for path in plot(df, Path(args.out), args.band, formats, metrics=metrics, cols=args.cols,
-                     figsize=args.figsize, caption=args.caption):
+    except OSError as e:  # --out cannot be written (a file, no permission, a full disk)
+        print(f"{PROG}: cannot write to {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    for path in written:
         print(path)
     return 0
 

@@ -207,14 +207,14 @@ class Recorder:
         if "aggregator" not in ckpt:
             raise RunDirectoryError(f"{self.run.checkpoint_path}: written by an earlier fedrun version; resume it "
                                     "with that version, or start a new run directory (nothing was written)")
-        if ckpt.get("partition") != self.fingerprint:
-            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
-                              f"from this config's ({self.fingerprint}); use the run's original settings")
         missing = [key for key in CHECKPOINT_KEYS if key not in ckpt]
         if missing or not isinstance(ckpt["offsets"], dict) or not isinstance(ckpt["round"], int):
             raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint (missing or damaged: "
                                     f"{', '.join(missing) or 'offsets or round'}); restore it or start a new run "
                                     "directory (nothing was written)")
+        if ckpt.get("partition") != self.fingerprint:
+            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
+                              f"from this config's ({self.fingerprint}); use the run's original settings")
         self.run.check_csvs(COLUMNS, ckpt["offsets"])
         self.step_sum = ckpt["step_sum"]
         if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():

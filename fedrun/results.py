@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import yaml
 
-from fedrun.errors import ConfigError, RunDirectoryError
+from fedrun.errors import ConfigError, FedrunError, RunDirectoryError, first_line
 
 if TYPE_CHECKING:  # pandas loads when a table is made, not with every fedrun command
     import pandas as pd
@@ -110,30 +110,66 @@ def find_runs(*paths: str | os.PathLike, require: Iterable[str] = RUN_FILES) -> 
     return sorted(found)
 
 
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise RunDirectoryError(f"{path}: cannot be read ({e.strerror or first_line(e)})") from None
+
+
 def read_config(run: str | os.PathLike) -> dict:
-    """A run directory's ``config.yaml`` as a dict (``{}`` when the file is empty)."""
-    return yaml.safe_load((Path(run) / "config.yaml").read_text()) or {}
+    """A run directory's ``config.yaml`` as a dict (``{}`` when the file is empty).  A file that
+    is missing, not YAML or not a mapping of settings raises
+    :class:`~fedrun.errors.RunDirectoryError` naming it (one line)."""
+    path = Path(run) / "config.yaml"
+    try:
+        config = yaml.safe_load(_read(path)) or {}
+    except (yaml.YAMLError, ValueError) as e:
+        raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
+    if not isinstance(config, dict):
+        raise RunDirectoryError(f"{path}: not a mapping of settings ({type(config).__name__})")
+    return config
 
 
 def read_summary(run: str | os.PathLike) -> dict:
     """A run directory's ``summary.json`` as a dict; ``{}`` when there is none (the run has not
-    finished)."""
+    finished).  One that is not a JSON object raises :class:`~fedrun.errors.RunDirectoryError`
+    naming it (one line)."""
     path = Path(run) / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        summary = json.loads(_read(path))
+    except ValueError as e:
+        raise RunDirectoryError(f"{path}: not valid JSON ({first_line(e)})") from None
+    if not isinstance(summary, dict):
+        raise RunDirectoryError(f"{path}: not a JSON object ({type(summary).__name__})")
+    return summary
 
 
 def read_csv(run: str | os.PathLike, name: str = "rounds.csv") -> pd.DataFrame | None:
     """One CSV of a run directory (``rounds.csv``, ``layers.csv``, ``clients.csv`` ...) as a
     DataFrame; None when the file is missing, empty or not CSV (a run cut off mid-write)."""
-    import pandas as pd
-
     path = Path(run) / name
     if not path.is_file():
         return None
     try:
-        return pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError):
+        return _csv(path)
+    except RunDirectoryError:
         return None
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    """``pd.read_csv(path)``; a file that is not CSV (rows of other widths, binary, unreadable)
+    raises :class:`~fedrun.errors.RunDirectoryError` naming it."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise RunDirectoryError(f"{path}: empty, not a CSV file") from None
+    except (pd.errors.ParserError, ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError
+        raise RunDirectoryError(f"{path}: not a CSV file ({first_line(e)})") from None
 
 
 def _flatten(node, prefix: str = "") -> dict:
@@ -284,7 +320,7 @@ def _load(paths, csv_name: str) -> pd.DataFrame:
         path = run / csv_name
         if not path.is_file() or path.stat().st_size == 0:
             continue
-        df = pd.read_csv(path)
+        df = _csv(path)
         for column, value in who.items():
             df[column] = [value] * len(df)
         frames.append(df)
@@ -441,15 +477,17 @@ class Run:
     @property
     def tags(self) -> dict:
         """The config's ``tags`` (set by presets: ``paper``, ``dataset``, ``condition`` ...)."""
-        return self.config.get("tags") or {}
+        tags = self.config.get("tags")
+        return tags if isinstance(tags, dict) else {}
 
     @property
     def method(self) -> str | None:
         """The aggregator: ``summary.json``'s name, else the config's ``_target_`` function."""
         name = self.summary.get("aggregator")
         if not name:
-            target = (self.config.get("aggregator") or {}).get("_target_", "")
-            name = target.rsplit(".", 1)[-1] or None
+            node = self.config.get("aggregator")
+            target = node.get("_target_") if isinstance(node, dict) else None
+            name = target.rsplit(".", 1)[-1] or None if isinstance(target, str) else None
         return name
 
     @property
@@ -489,7 +527,7 @@ def load_runs(paths: Iterable[str | os.PathLike], reject: Callable[[Run], str] |
     for path in find_runs(*paths, require=require):
         try:
             run = Run.load(path)
-        except (OSError, ValueError, yaml.YAMLError) as e:
+        except (FedrunError, OSError, ValueError, yaml.YAMLError) as e:
             skipped.append((path, f"unreadable: {e}"))
             continue
         why = reject(run) if reject is not None else ""

@@ -323,7 +323,7 @@ class RunDirectory:
             return None
         ckpt = load_checkpoint(self.checkpoint_path, device)
         if not isinstance(ckpt, dict):
-            raise RunDirectoryError(f"{self.checkpoint_path}: not a fedrun checkpoint (a {type(ckpt).__name__}); "
+            raise RunDirectoryError(f"{self.checkpoint_path}: not a fedrun checkpoint ({type(ckpt).__name__}); "
                                     "restore it or start a new run directory (nothing was written)")
         return ckpt
 
@@ -359,7 +359,7 @@ class RunDirectory:
             except (yaml.YAMLError, ValueError) as e:
                 raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
             if not isinstance(old, dict):
-                raise RunDirectoryError(f"{path}: not a mapping of settings (a {type(old).__name__}); restore it "
+                raise RunDirectoryError(f"{path}: not a mapping of settings ({type(old).__name__}); restore it "
                                         "or start a new run directory")
             old, new = _settings(old), _settings(config)
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

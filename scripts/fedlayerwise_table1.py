@@ -18,7 +18,8 @@ Two modes:
     round; its difference is then only bounded, ``>+k`` (T - paper), or ``-`` when T is below the
     paper's number.  Several runs of one cell (seeds) are averaged; ``[n]`` gives their count and
     ``[k of n reached]`` says when only some reached the target (the mean is over those).  ``-``
-    marks a cell with no run.  A long-form CSV is written too (method, scenario, target, metric,
+    marks a cell with no run.  ``--csv PATH`` writes a long-form CSV (``run``: OUT/fedlayerwise_table1.csv
+    unless ``--csv ''``; ``collect``: none unless asked, never into the DIRs it reads) of (method, scenario, target, metric,
     ours_rounds, paper_rounds, diff_rounds, n_runs, n_reached, rounds_run, final_acc_pct,
     per_run_rounds, run_dir, deviations).  Runs that depart from the paper's setting (substituted
     data, fewer rounds, other client data sizes: read from each run's config.yaml) are marked ``*``

@@ -15,8 +15,9 @@ Two modes:
     (``summary.json``'s ``best_round``, else the first maximum of ``rounds.csv``'s ``test_acc``;
     ``r?`` when neither is known), beside the paper's number.  Several runs of one cell (seeds) are
     averaged (final and best separately); ``[n]`` gives their count and ``rA-B`` the range of their
-    best rounds.  ``-`` marks a cell with no run.  A long-form CSV is written too
-    (method,dataset,condition,ours_pct,paper_pct,diff_pct,run_dir,n_runs,metric,deviations, then
+    best rounds.  ``-`` marks a cell with no run.  ``--csv PATH`` writes a long-form CSV (``run``:
+    OUT/fednnnn_table2.csv unless ``--csv ''``; ``collect``: none unless asked, never into the DIRs
+    it reads) of (method,dataset,condition,ours_pct,paper_pct,diff_pct,run_dir,n_runs,metric,deviations, then
     final_acc_pct,best_acc_pct,best_round,final_diff_pct,best_diff_pct,closer); ``ours_pct`` /
     ``diff_pct`` / ``metric`` hold the value chosen by ``--accuracy`` (default ``final``),
     ``best_round`` is one round, or the seeds' rounds joined by ``;`` in ``run_dir``'s order;

@@ -9,9 +9,12 @@ and d1, d2 are two filter-normalized Gaussian directions (each conv filter / fc 
 norm of the model's; biases and normalization parameters not moved), made orthogonal
 (``--no-orthogonalize`` keeps Li et al.'s plain random pair).  The loss is the mean cross-entropy
 in eval mode (BatchNorm's running statistics of the checkpoint) on ``--samples`` training examples
-drawn with ``--seed``.  Model and data are rebuilt from the run's ``config.yaml`` exactly as
-``fedrun`` built them (``hydra.utils.instantiate(cfg.model)``, ``cfg.dataset.load`` and
-``fedrun.data.prepare`` with the config's mean/std, validation split and seed).
+drawn with ``--seed``.  Model and data are rebuilt from the run's ``config.yaml`` as ``fedrun``
+built them (the ``model`` class and the ``dataset.load`` loader with their settings, and
+``fedrun.data.prepare`` with the config's mean/std, normalization, validation split and seed).
+Nothing in a run directory runs code: only fedrun's own model classes and dataset loaders are
+built (anything else a ``config.yaml`` names is refused in one line, exit 2, nothing written),
+checkpoints are read as tensors only, and the data is not downloaded unless ``--download``.
 
 Writes to ``--out``: ``loss_surface.csv`` (alpha, beta, loss, accuracy), ``loss_surface.png``
 (contours with their levels marked; ``+`` the centre, ``x`` the grid's minimum; ``--mark-level``
@@ -37,7 +40,7 @@ import torch
 from plots import save_figure
 
 from fedrun import results
-from fedrun.errors import FedrunError
+from fedrun.errors import FedrunError, RunDirectoryError, first_line
 from fedrun.plot import pyplot
 from fedrun.results import Run
 from fedrun.rundir import check_own_targets, load_checkpoint
@@ -58,28 +61,50 @@ def load_state(run_dir: Path, snapshot: int | None, device) -> tuple[dict, dict,
         raise SystemExit(f"loss_surface: no {path}{hint}")
     # Tensors and plain containers only: a crafted file cannot run code (one line if it tries).
     state = load_checkpoint(path, device)
+    if not isinstance(state, dict) or not isinstance(state.get("params"), dict) \
+            or not isinstance(state.get("buffers") or {}, dict):
+        raise RunDirectoryError(f"{path}: not a fedrun checkpoint or snapshot (no params and buffers)")
     return dict(state["params"]), dict(state.get("buffers") or {}), int(state.get("round", -1)), path
 
 
-def build(run_dir: Path, device, data_root: str | None = None):
-    """The run's model and prepared data, rebuilt from its ``config.yaml`` as ``fedrun`` does."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+def build(run_dir: Path, device, data_root: str | None = None, download: bool = False):
+    """The run's model and prepared data, rebuilt from its ``config.yaml`` as ``fedrun`` does.
+
+    Only fedrun's own model classes and dataset loaders are built (:data:`fedrun.rundir.MODEL_TARGETS`,
+    :data:`fedrun.rundir.DATA_LOADERS`), with the config's plain values: a crafted ``config.yaml``
+    naming anything else is one line, and nothing is called.  The data is not downloaded unless
+    ``download`` (into ``data_root``, else the run's)."""
+    import inspect
 
     from fedrun.data import prepare
+    from fedrun.rundir import DATA_LOADERS, MODEL_TARGETS, run_object
 
     config = results.read_config(run_dir)
-    check_own_targets(config, run_dir / "config.yaml")  # builds fedrun's objects only
-    cfg = OmegaConf.create(config)
-    if data_root is not None and OmegaConf.select(cfg, "dataset.load.root") is not None:
-        cfg.dataset.load.root = data_root
-    model = instantiate(cfg.model).to(device)
-    raw = instantiate(cfg.dataset.load)
-    mean = None if cfg.dataset.get("mean") is None else list(cfg.dataset.mean)
-    std = None if cfg.dataset.get("std") is None else list(cfg.dataset.std)
-    validation = float(OmegaConf.select(cfg, "hyperparams.validation_fraction", default=0.0) or 0.0)
-    data = prepare(raw, mean, std, validation, int(cfg.get("seed", 0)), device,
-                   cfg.dataset.get("max_train"), cfg.dataset.get("max_test"))
+    source = run_dir / "config.yaml"
+    make_model, model_kwargs = run_object(config, "model", MODEL_TARGETS, source)
+    load, load_kwargs = run_object(config, "dataset.load", DATA_LOADERS, source)
+    parameters = inspect.signature(load).parameters
+    if data_root is not None and "root" in parameters:
+        load_kwargs["root"] = data_root
+    if "download" in parameters:
+        load_kwargs["download"] = download
+    try:
+        model = make_model(**model_kwargs).to(device)
+    except Exception as e:  # noqa: BLE001 - a config's settings the class does not take, in one line
+        raise RunDirectoryError(f"{source}: model {make_model.__name__} cannot be built from it: "
+                                f"{first_line(e)}") from None
+    raw = load(**load_kwargs)  # fedrun's loaders fail in one line (DataError)
+    ds = config["dataset"]
+    seed = config.get("seed", 0)
+    validation = (config.get("hyperparams") or {}).get("validation_fraction") or 0.0
+    try:
+        data = prepare(raw, ds.get("mean"), ds.get("std"), float(validation), int(seed), device, ds.get("max_train"),
+                       ds.get("max_test"), normalize=ds.get("normalize", "per_channel"),
+                       per_class=ds.get("per_class"))
+    except FedrunError:
+        raise
+    except Exception as e:  # noqa: BLE001 - damaged dataset settings
+        raise RunDirectoryError(f"{source}: its dataset settings cannot be used: {first_line(e)}") from None
     return model, data
 
 
@@ -181,6 +206,9 @@ def parser() -> argparse.ArgumentParser:
                    help="auto (CUDA when present; default), cpu, cuda ... (a 21x21 NetA surface on 2000 "
                         "examples is 441 evaluations: minutes on a GPU, most of an hour on 2 CPU cores)")
     p.add_argument("--data-root", default=None, help="where the dataset is (default: the run's data_root)")
+    p.add_argument("--download", action="store_true",
+                   help="download the dataset when it is not there (into --data-root, else the run's data_root); "
+                        "by default nothing is downloaded")
     p.add_argument("--out", required=True, help="folder for loss_surface.csv / .png / .json")
     return p
 
@@ -196,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     coords = grid_coordinates(args.grid, args.span)
     try:
+        check_own_targets(results.read_config(run_dir), run_dir / "config.yaml")  # before reading anything else
         params, buffers, round_, state_path = load_state(run_dir, args.snapshot, device)
-        model, data = build(run_dir, device, args.data_root)
+        model, data = build(run_dir, device, args.data_root, args.download)
     except FedrunError as e:  # an unsafe checkpoint or config, missing data: one line
         print(f"loss_surface: {e}", file=sys.stderr)
         return 2

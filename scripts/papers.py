@@ -10,12 +10,14 @@ without parsing directory names.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
+from fedrun.errors import FedrunError
 from fedrun.results import Run, load_runs
 
 # Dataset settings that shrink the data (a subset): named in every departure note.
@@ -43,6 +45,34 @@ def group(runs: Iterable[Run], key: Callable[[Run], Hashable]) -> dict:
     for run in runs:
         cells[key(run)].append(run)
     return dict(cells)
+
+
+def one_line_errors(prog: str):
+    """A script's ``main(argv)``, with fedrun's one-line errors (a damaged ``config.yaml``,
+    ``summary.json`` or CSV, named by :mod:`fedrun.results`' readers) printed as ``prog: <error>``
+    on stderr and exit code 2, not a traceback."""
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def guarded(argv: list[str] | None = None) -> int:
+            try:
+                return main(argv)
+            except FedrunError as e:
+                print(f"{prog}: {e}", file=sys.stderr)
+                return 2
+        return guarded
+    return wrap
+
+
+def unreadable(skipped: list[tuple[Path, str]], prog: str) -> list[tuple[Path, str]]:
+    """Print ``prog: skipping <dir>: unreadable: <file>: <why>`` for each run directory
+    :func:`~fedrun.results.load_runs` could not read (one line each, on stderr); the others."""
+    rest = []
+    for path, why in skipped:
+        if why.startswith("unreadable"):
+            print(f"{prog}: skipping {path}: {why}", file=sys.stderr)
+        else:
+            rest.append((path, why))
+    return rest
 
 
 def missing_dirs(dirs: list[str], prog: str) -> bool:

@@ -53,7 +53,8 @@ are the same run (the paper prints the same numbers for both), so the -A run sta
     ``model.dropout``, ``hyperparams.augment``; ``tags.dataset`` or ``dataset.name``), and print
     each table as the paper lays it out, with NOTES on smoke-scale runs, substituted data, other
     departures from the paper's setting, missing runs and runs that match no row.  Several seeds of
-    one run are averaged (``xN``).  Writes a tidy CSV (``--csv``; default ``DIR/pd_tables.csv``).
+    one run are averaged (``xN``).  ``--csv PATH`` writes a tidy CSV (by default none: ``collect``
+    never writes into the DIRs it reads unless asked; ``run`` writes OUT/pd_tables.csv).
 
 Examples (from the repository root)::
 
@@ -431,6 +432,10 @@ def notes(by_key: dict[tuple, list[Run]], rows: list[dict], chosen: list[str], t
         out.append("IN NO TABLE (ignored): " + "; ".join(f"{_describe_key(k)} ({len(rs)} run(s))"
                                                         for k, rs in unmatched[:6])
                    + (" ..." if len(unmatched) > 6 else ""))
+    damaged = [s for s in skipped if s[1].startswith("unreadable")]
+    skipped = [s for s in skipped if not s[1].startswith("unreadable")]
+    if damaged:  # a damaged config.yaml or summary.json, named by fedrun.results
+        out.append(f"UNREADABLE {tables.directories(len(damaged))} (skipped): {tables.listing(damaged, 4)}")
     if skipped:
         out.append(f"SKIPPED {tables.directories(len(skipped))} (not runs of the study): {tables.listing(skipped, 4)}")
     return out

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import plots
 import tables
-from papers import count_notes, group, load_tagged, mean_by_round, missing_dirs, setting_deviations
+from papers import (count_notes, group, load_tagged, mean_by_round, missing_dirs, one_line_errors, setting_deviations,
+                    unreadable)
 
 from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
 from fedrun.results import METHOD_NAMES, Run
@@ -261,6 +262,7 @@ def parser():
     return p
 
 
+@one_line_errors("plot_fedlap")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.out is None and not args.summary:
@@ -268,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if missing_dirs(args.dirs, "plot_fedlap"):
         return 2
-    runs, _skipped = load_tagged(args.dirs, PAPER, ("dataset",))
+    runs, skipped = load_tagged(args.dirs, PAPER, ("dataset",))
+    unreadable(skipped, "plot_fedlap")
     runs = [r for r in runs
             if r.method in args.methods and r.rounds() is not None and args.dataset in (None, r.dataset)]
     if not runs:

@@ -38,7 +38,7 @@ import plots
 from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER_TARGET, SCENARIO_LABELS, SCENARIOS, deviations,
                                  load_runs, paper_table)
 from matplotlib.lines import Line2D
-from papers import group, mean_by_round, missing_dirs
+from papers import group, mean_by_round, missing_dirs, one_line_errors, unreadable
 
 from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
 from fedrun.results import Run
@@ -216,11 +216,13 @@ def parser():
     return p
 
 
+@one_line_errors("plot_fedlayerwise")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if missing_dirs(args.dirs, "plot_fedlayerwise"):
         return 2
-    runs, _skipped = load_runs(args.dirs)
+    runs, skipped = load_runs(args.dirs)
+    unreadable(skipped, "plot_fedlayerwise")
     runs = [r for r in runs if r.method in args.methods and r.rounds() is not None]
     by_scenario = group((r for r in runs if args.scenario in (None, r.tags["scenario"])), lambda r: r.tags["scenario"])
     if not by_scenario:

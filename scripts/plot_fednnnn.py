@@ -35,7 +35,7 @@ from pathlib import Path
 import plots
 from fednnnn_table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS, METHODS, cell,
                             deviations, load_runs)
-from papers import group, mean_by_round, missing_dirs
+from papers import group, mean_by_round, missing_dirs, one_line_errors, unreadable
 
 from fedrun.plot import ROUNDS, integer_rounds, markers, mean_label, parser as plot_parser, pyplot
 from fedrun.results import Run
@@ -138,11 +138,13 @@ def parser():
     return p
 
 
+@one_line_errors("plot_fednnnn")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if missing_dirs(args.dirs, "plot_fednnnn"):
         return 2
-    runs, _skipped = load_runs(args.dirs)
+    runs, skipped = load_runs(args.dirs)
+    unreadable(skipped, "plot_fednnnn")
     cells = group((r for r in runs if r.method in args.methods and r.rounds() is not None), cell)
     pairs = sorted({(d, c) for (_m, d, c) in cells if args.dataset in (None, d) and args.condition in (None, c)},
                    key=lambda dc: (DATASETS.index(dc[0]) if dc[0] in DATASETS else 99,

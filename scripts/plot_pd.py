@@ -42,7 +42,7 @@ from pathlib import Path
 import pd_tables
 import plots
 from matplotlib.lines import Line2D
-from papers import mean_by_round, missing_dirs
+from papers import mean_by_round, missing_dirs, one_line_errors, unreadable
 
 from fedrun.plot import ROUNDS, integer_rounds, parser as plot_parser, pyplot
 from fedrun.results import Run, load_runs
@@ -285,15 +285,14 @@ def _not_plotted(run: Run, settings: list[str] | None) -> str:
     return "another setting" if settings and (key is None or key[4] not in settings) else ""
 
 
+@one_line_errors("plot_pd")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if missing_dirs(args.dirs, "plot_pd"):
         return 2
     settings = args.settings.split(",") if args.settings else None
     runs, skipped = load_runs(args.dirs, lambda r: _not_plotted(r, settings))
-    for path, why in skipped:
-        if why.startswith("unreadable"):
-            print(f"plot_pd: skipping {path}: {why}", file=sys.stderr)
+    unreadable(skipped, "plot_pd")
     if not runs:
         print(f"plot_pd: no run directories with rounds.csv under {', '.join(args.dirs)}", file=sys.stderr)
         return 1

@@ -21,7 +21,8 @@ from typing import Callable, Iterable
 import grid
 from papers import count_notes, missing_dirs
 
-from fedrun.results import FINISHED_FILES, Run
+from fedrun.errors import FedrunError
+from fedrun.results import Run
 
 PAPER_TARGETS = Path(__file__).resolve().parent / "paper_targets"
 
@@ -103,6 +104,10 @@ def report(runs: list[Run], skipped: list, rows: list[dict], dirs: list[str], *,
     unknown = sorted({cell(r) for r in runs} - set(table_cells))
     if unknown:
         print(f"not in {table} (ignored): {unknown}", file=out)
+    damaged = [s for s in skipped if s[1].startswith("unreadable")]
+    skipped = [s for s in skipped if not s[1].startswith("unreadable")]
+    if damaged:  # a damaged config.yaml or summary.json, named by fedrun.results
+        print(f"{directories(len(damaged))} unreadable (skipped): {listing(damaged, 5)}", file=out)
     if skipped:
         print(f"{directories(len(skipped))} skipped (not {paper} preset runs): {listing(skipped, 5)}", file=out)
     print_notes("\n" + not_paper, count_notes(deviations(r) for r in runs), out)
@@ -146,9 +151,9 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
     c = sub.add_parser("collect", help=f"print {table} from existing run directories",
                        description=f"Find run directories under DIRs and print {table} (ours vs paper).")
     c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
-    c.add_argument("--csv", default=None,
-                   help=f"long-form CSV to write (default: DIR/{csv_name} for the first DIR, or beside it when "
-                        "DIR is itself a run directory; '' to write none)")
+    c.add_argument("--csv", default=None, metavar="PATH",
+                   help=f"also write the long-form CSV to PATH (e.g. {csv_name}); by default none is written: "
+                        "the table is printed only, and nothing is written into the DIRs read")
     r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect", description=run_description)
     r.add_argument("--out", required=True, help=f"output folder: runs go to OUT/{layout}")
     r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
@@ -173,21 +178,18 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
 def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace], int],
                collect: Callable[[argparse.Namespace, str | None], object], csv_name: str, prog: str) -> int:
     """Dispatch a table script's mode: ``run`` launches the grid; ``collect`` checks the DIRs
-    and calls ``collect(args, csv_path)`` (csv_path None: write no CSV).  The exit code."""
-    if args.mode == "run":
-        return run_grid(args)
-    if missing_dirs(args.dirs, prog):
+    and calls ``collect(args, csv_path)`` (csv_path: ``--csv``; None, the default, writes no CSV).
+    The exit code; fedrun's one-line errors are printed as ``prog: <error>``, exit 2."""
+    try:
+        if args.mode == "run":
+            return run_grid(args)
+        if missing_dirs(args.dirs, prog):
+            return 2
+        collect(args, args.csv or None)  # no CSV unless asked: collect writes nothing into what it reads
+    except FedrunError as e:  # a damaged run file that could not be passed over: one line
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
-    csv_path = default_csv(args.dirs, csv_name) if args.csv is None else args.csv
-    collect(args, csv_path or None)
     return 0
-
-
-def default_csv(dirs: list[str], name: str) -> str:
-    """``collect``'s CSV: beside the runs (in DIR, or beside DIR when DIR is itself a run)."""
-    first = Path(dirs[0])
-    is_run = all((first / name).is_file() for name in FINISHED_FILES)
-    return str((first.parent if is_run else first) / name)
 
 
 def run_csv(args, out: Path, name: str) -> str | None:

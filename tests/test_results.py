@@ -1,6 +1,7 @@
 """fedrun.results' finding and reading of single run directories: find_runs(require=...),
-read_config, read_summary, read_csv, Run and load_runs.  Tiny hand-made folders; fast, CPU,
-offline."""
+read_config, read_summary, read_csv, Run and load_runs, and what they say of damaged files (one
+line naming the file, never a traceback; fedrun-plot prints it and exits 2).  Tiny hand-made
+folders; fast, CPU, offline."""
 from __future__ import annotations
 
 import json
@@ -59,7 +60,7 @@ def test_read_config_and_summary(tree, tmp_path):
     assert results.read_config(_folder(tmp_path / "empty", "config.yaml", config="")) == {}
     assert results.read_summary(tree["done"]) == {"final_test_acc": 0.5}
     assert results.read_summary(tree["started"]) == {}  # not finished
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(RunDirectoryError, match=r"c/config.yaml: cannot be read \(No such file or directory\)$"):
         results.read_config(tree["no_config"])
 
 
@@ -112,3 +113,81 @@ def test_load_runs_finished_rejected_and_unreadable(tree):
                                                                               (tree["no_rounds"], "unreadable")]
     started, _ = results.load_runs([tree["top"]], require=["config.yaml"])
     assert [r.path for r in started] == sorted([tree["done"], tree["started"], tree["config_only"]])
+
+
+# ----------------------------------------------------------------------------- damaged files: one line naming them
+
+DAMAGED_CONFIGS = {
+    "not YAML": (b"seed: [unclosed\n", "not valid YAML"),
+    "binary": (b"\xff\xfe\x00garbage\x80", "not valid YAML"),
+    "a list": (b"- 1\n- 2\n", "not a mapping of settings (list)"),
+    "a number": (b"7\n", "not a mapping of settings (int)"),
+}
+DAMAGED_SUMMARIES = {
+    "not JSON": (b"{not json", "not valid JSON"),
+    "binary": (b"\xff\xfe\x00", "not valid JSON"),
+    "a list": (b"[1, 2]", "not a JSON object (list)"),
+}
+
+
+def _one_line(error: Exception, path) -> str:
+    text = str(error)
+    assert "\n" not in text and text.startswith(f"{path}: "), text
+    return text
+
+
+@pytest.mark.parametrize("kind", DAMAGED_CONFIGS)
+def test_a_damaged_config_is_one_line_naming_it(tree, kind):
+    data, what = DAMAGED_CONFIGS[kind]
+    path = tree["done"] / "config.yaml"
+    path.write_bytes(data)
+    for read in (results.read_config, results.Run.load, lambda run: results.load(run),
+                 lambda run: results.summaries(run)):
+        with pytest.raises(RunDirectoryError) as error:
+            read(tree["done"])
+        assert what in _one_line(error.value, path)
+    runs, skipped = results.load_runs([tree["top"]])
+    assert [r.path for r in runs] == [tree["no_rounds"]]
+    assert [p for p, _ in skipped] == [tree["done"]] and skipped[0][1].startswith(f"unreadable: {path}: {what}")
+
+
+@pytest.mark.parametrize("kind", DAMAGED_SUMMARIES)
+def test_a_damaged_summary_is_one_line_naming_it(tree, kind):
+    data, what = DAMAGED_SUMMARIES[kind]
+    path = tree["done"] / "summary.json"
+    path.write_bytes(data)
+    for read in (results.read_summary, results.Run.load, lambda run: results.summaries(run)):
+        with pytest.raises(RunDirectoryError) as error:
+            read(tree["done"])
+        assert what in _one_line(error.value, path)
+    assert list(results.load(tree["done"])["test_acc"]) == [0.4, 0.5]  # load() reads no summary
+    _, skipped = results.load_runs([tree["done"]])
+    assert skipped[0][1].startswith(f"unreadable: {path}: {what}")
+
+
+@pytest.mark.parametrize("data", [b"round,test_acc\n1,0.4\n2,0.5,7,8\n", b"\x00\xff\x80\x81garbage"],
+                         ids=["other widths", "binary"])
+def test_a_csv_that_is_not_csv(tree, data):
+    path = tree["done"] / "rounds.csv"
+    path.write_bytes(data)
+    with pytest.raises(RunDirectoryError) as error:
+        results.load(tree["top"])
+    assert "not a CSV file" in _one_line(error.value, path)
+    assert results.read_csv(tree["done"]) is None  # the reader of one run: None, as for a run cut off mid-write
+    assert results.Run.load(tree["done"]).rounds() is None
+
+
+def test_run_of_a_config_with_odd_nodes(tmp_path):
+    run = results.Run.load(_folder(tmp_path / "r", "config.yaml", config="tags: 5\naggregator: [1]\n"))
+    assert run.tags == {} and run.dataset is None and run.method is None
+
+
+@pytest.mark.parametrize("name,data", [("config.yaml", b"- 1\n"), ("rounds.csv", b"\x00\xff\x80garbage")])
+def test_fedrun_plot_says_which_file_is_damaged(tree, tmp_path, capsys, name, data):
+    from fedrun import plot
+
+    (tree["done"] / name).write_bytes(data)
+    assert plot.main([str(tree["top"]), "--out", str(tmp_path / "figs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fedrun-plot: {tree['done'] / name}: ")
+    assert not (tmp_path / "figs").exists()

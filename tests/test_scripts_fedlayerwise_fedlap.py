@@ -184,6 +184,28 @@ def test_collect_val_acc_metric(tmp_path, capsys):
     assert _cells(capsys.readouterr().out, "FedAvg")[FIVE] == "2 (12, -10)"
 
 
+def test_collect_writes_no_csv_unless_asked(grid, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert t1.main(["collect", str(grid)]) == 0
+    assert "wrote" not in capsys.readouterr().out and sorted(tmp_path.rglob("*")) == before
+
+
+def test_damaged_runs_are_named_in_one_line(grid, fedlap_grid, tmp_path, capsys):
+    damaged = grid / "5" / "fedadp_seed1" / "config.yaml"
+    damaged.write_bytes(b"\x00\xff\x80garbage")
+    assert t1.main(["collect", str(grid)]) == 0
+    assert f"1 run directory unreadable (skipped): {damaged.parent} (unreadable: {damaged}: not valid YAML" \
+        in capsys.readouterr().out
+    assert plot_fedlayerwise.main([str(grid), "--out", str(tmp_path / "figs")]) == 0
+    assert capsys.readouterr().err.startswith(f"plot_fedlayerwise: skipping {damaged.parent}: unreadable: {damaged}")
+    summary = next(fedlap_grid.rglob("summary.json"))
+    summary.write_text("[1, 2]")
+    assert plot_fedlap.main([str(fedlap_grid), "--summary", "--round", "2"]) == 0
+    assert capsys.readouterr().err == (f"plot_fedlap: skipping {summary.parent}: unreadable: {summary}: "
+                                       "not a JSON object (list)\n")
+
+
 def test_builtin_table1_matches_targets_csv():
     path = TARGETS / "fedlayerwise_table1_rounds_to_95pct.csv"
     if not path.is_file():

@@ -232,6 +232,50 @@ def test_best_round_unknown_and_no_paper_scale_runs(tmp_path, capsys):
     assert "no cell at the paper's setting, so they cannot tell final from best" in text
 
 
+def test_collect_writes_no_csv_unless_asked(grid, tmp_path, capsys, monkeypatch):
+    """collect prints the table; it writes nothing into the folders it reads (nor anywhere) unless
+    --csv names a file, and its --help says so."""
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert fednnnn_table2.main(["collect", str(grid)]) == 0
+    assert "wrote" not in capsys.readouterr().out
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+    with pytest.raises(SystemExit):
+        fednnnn_table2.main(["collect", "--help"])
+    assert "by default none is written" in " ".join(capsys.readouterr().out.split())
+
+
+def test_damaged_runs_are_named_in_one_line(grid, tmp_path, capsys):
+    """A run whose summary.json is not JSON, or whose config.yaml is not a mapping: the table
+    names the file (unreadable, skipped) and the plots say so on stderr; no traceback."""
+    (grid / "a" / "fedavg" / "summary.json").write_text("{not json")
+    (grid / "b" / "s1" / "config.yaml").write_text("- a list\n")
+    assert fednnnn_table2.main(["collect", str(grid)]) == 0
+    text = capsys.readouterr().out
+    assert "2 run directories unreadable (skipped): " in text
+    assert f"{grid / 'a' / 'fedavg' / 'summary.json'}: not valid JSON" in text
+    assert f"{grid / 'b' / 's1' / 'config.yaml'}: not a mapping of settings (list)" in text
+    assert plot_fednnnn.main([str(grid), "--out", str(tmp_path / "figs")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert sorted(line.split(": unreadable: ")[1].split(":")[0] for line in err) == \
+        sorted([str(grid / "a" / "fedavg" / "summary.json"), str(grid / "b" / "s1" / "config.yaml")])
+    assert all(line.startswith("plot_fednnnn: skipping ") for line in err)
+
+
+def test_a_one_line_error_in_a_script_is_exit_2(grid, tmp_path, capsys, monkeypatch):
+    from fedrun.errors import RunDirectoryError
+
+    def damaged(*args, **kwargs):
+        raise RunDirectoryError(f"{grid}/x/rounds.csv: not a CSV file")
+
+    monkeypatch.setattr(fednnnn_table2, "collect", damaged)
+    assert fednnnn_table2.main(["collect", str(grid)]) == 2
+    assert capsys.readouterr().err == f"fednnnn_table2: {grid}/x/rounds.csv: not a CSV file\n"
+    monkeypatch.setattr(plot_fednnnn, "load_runs", damaged)
+    assert plot_fednnnn.main([str(grid), "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"plot_fednnnn: {grid}/x/rounds.csv: not a CSV file\n"
+
+
 def test_builtin_table2_matches_targets_csv():
     path = TARGETS / "fednnnn_table2_accuracy.csv"
     if not path.is_file():

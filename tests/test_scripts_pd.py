@@ -184,6 +184,29 @@ def test_collect_one_table_and_no_runs(runs_dir, tmp_path, capsys):
     assert pd_tables.main(["collect", str(tmp_path / "absent")]) == 2
 
 
+def test_collect_writes_no_csv_unless_asked_and_names_damaged_runs(runs_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    damaged = runs_dir / "cifar10" / "iid" / "wd" / "summary.json"
+    damaged.write_text("{not json")
+    before = sorted(tmp_path.rglob("*"))
+    assert pd_tables.main(["collect", str(runs_dir)]) == 0
+    text = capsys.readouterr().out
+    assert sorted(tmp_path.rglob("*")) == before  # no pd_tables.csv in the DIR it read, nor elsewhere
+    assert f"UNREADABLE 1 run directory (skipped): {damaged.parent} (unreadable: {damaged}: not valid JSON" in text
+    assert plot_pd.main([str(runs_dir), "--out", str(tmp_path / "figs")]) == 0
+    assert f"plot_pd: skipping {damaged.parent}: unreadable: {damaged}: not valid JSON" in capsys.readouterr().err
+
+
+def test_loss_surface_names_a_damaged_config(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: [unclosed\n")
+    assert loss_surface.main([str(run), "--grid", "3", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"loss_surface: {run / 'config.yaml'}: not valid YAML") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
 # ----------------------------------------------------------------------------- run --dry-run
 
 SWEEP = re.compile(r"^\[\d+/\d+\] (\S+), (\d+) run\(s\) \(([^)]*)\): (.*)$")

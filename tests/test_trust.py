@@ -87,24 +87,190 @@ def test_own_checkpoints_load_with_weights_only(finished):
     assert ckpt["round"] == 2 and set(ckpt["offsets"]) >= {"rounds", "clients"}
 
 
-def test_loss_surface_builds_only_fedrun_objects_and_reads_no_code(finished, tmp_path):
+def _crafted(run: Path, node: str, replacement: dict) -> None:
+    """The run's config.yaml with its ``model`` (or ``dataset.load``) node replaced."""
+    import yaml
+
+    config = yaml_of(run)
+    parent, key = (config, "model") if node == "model" else (config["dataset"], "load")
+    parent[key] = replacement
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def test_loss_surface_builds_only_fedrun_models_and_loaders_and_reads_no_code(finished, tmp_path):
+    """A crafted config.yaml names anything to call: os.system, fedrun's own functions that write
+    (fedrun.recorder.write_json) or run a job from a list of overrides (fedrun.cli.run_overrides,
+    which would reach torch.load(weights_only=False) through a run's settings), a node nested in a
+    model's settings, an interpolation OmegaConf would resolve into one.  Each is refused in one
+    line (exit 2) before anything is called or written."""
     import loss_surface  # scripts/ is on the path (pyproject's pytest pythonpath)
     marker = tmp_path / "pwned"
-    for i, target in enumerate(["os.system", "fedrun.rundir.os.system", "builtins.exec"]):
-        run = copy_of(finished, tmp_path, f"target{i}")
-        text = (run / "config.yaml").read_text()
-        text = text.replace("_target_: fedrun.models.MLP", f"_target_: {target}\n  command: touch {marker}")
-        (run / "config.yaml").write_text(text)
-        with pytest.raises(RunDirectoryError, match=rf"model\._target_={target} is not one of fedrun's own objects"):
+    touch = {"_target_": "os.system", "command": f"touch {marker}"}
+    crafted = {
+        "os.system": ("model", touch),
+        "os.system through fedrun": ("model", {**touch, "_target_": "fedrun.rundir.os.system"}),
+        "a fedrun function that writes": ("model", {"_target_": "fedrun.recorder.write_json", "obj": {"a": 1},
+                                                    "path": str(marker)}),
+        "run_overrides as a model": ("model", {"_target_": "fedrun.cli.run_overrides", "run_dir": str(marker),
+                                               "overrides": ["dataset=synthetic", "resume=true"]}),
+        "run_overrides as the loader": ("dataset.load", {"_target_": "fedrun.cli.run_overrides",
+                                                         "overrides": ["model=mlp"], "run_dir": str(marker)}),
+        "write_json as the loader": ("dataset.load", {"_target_": "fedrun.recorder.write_json", "obj": [],
+                                                      "path": str(marker)}),
+        "a nested node": ("model", {"_target_": "fedrun.models.MLP", "hidden": touch}),
+        "Hydra's _args_": ("model", {"_target_": "fedrun.models.MLP", "_args_": [f"touch {marker}"]}),
+        "an interpolation": ("model", {"_target_": "fedrun.models.MLP",
+                                       "hidden": "${oc.decode:'{_target_: os.system, command: touch x}'}"}),
+        "fedrun's own non-model": ("model", {"_target_": "fedrun.partition.iid"}),
+        "no target": ("model", {"hidden": [8]}),
+    }
+    for i, (what, (node, replacement)) in enumerate(crafted.items()):
+        run = copy_of(finished, tmp_path, f"crafted{i}")
+        _crafted(run, node, replacement)
+        with pytest.raises(RunDirectoryError) as error:
             loss_surface.build(run, "cpu")
-        code = loss_surface.main([str(run), "--grid", "3", "--out", str(tmp_path / "out")])
-        assert code == 2
+        message = str(error.value)
+        assert message.startswith(f"{run / 'config.yaml'}: {node}") and "\n" not in message, (what, message)
+        out = tmp_path / f"out{i}"
+        assert loss_surface.main([str(run), "--grid", "3", "--out", str(out)]) == 2, what
+        assert not marker.exists() and not out.exists(), what
     evil = copy_of(finished, tmp_path, "evil_checkpoint")
     torch.save({"round": 2, "params": Payload(marker)}, evil / "checkpoint.pt")
     assert loss_surface.main([str(evil), "--grid", "3", "--out", str(tmp_path / "out")]) == 2
     assert not marker.exists() and not (tmp_path / "out").exists()
-    check_own_targets({"model": {"_target_": "fedrun.models.MLP"}, "x": [{"_target_": "fedrun.partition.iid"}]},
-                      "config.yaml")  # fedrun's own: accepted
+    # A run's own config is built: the model and the loader fedrun ran.
+    model, data = loss_surface.build(finished, "cpu")
+    assert type(model).__name__ == "MLP" and len(data.train_y) > 0
+    check_own_targets(yaml_of(finished), "config.yaml")
+
+
+def yaml_of(run: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((run / "config.yaml").read_text())
+
+
+def test_the_allowlists_hold_every_model_and_dataset_fedrun_ships(conf_dir):
+    """MODEL_TARGETS and DATA_LOADERS name every model class and dataset loader of conf/, and
+    each exists (a new preset's model must be added there to get loss surfaces)."""
+    import importlib
+
+    import yaml
+
+    from fedrun.rundir import DATA_LOADERS, MODEL_TARGETS
+
+    models = {yaml.safe_load(p.read_text())["_target_"] for p in (conf_dir / "model").glob("*.yaml")}
+    loaders = {yaml.safe_load(p.read_text())["load"]["_target_"] for p in (conf_dir / "dataset").glob("*.yaml")}
+    assert models <= set(MODEL_TARGETS) and loaders <= set(DATA_LOADERS)
+    for target in (*MODEL_TARGETS, *DATA_LOADERS):
+        module, _, name = target.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), target
+
+
+# ----------------------------------------------------------------------------- no write through a link
+
+LINK_LINE = "fedrun: error: {run} holds a symbolic link {name}; fedrun does not follow links in a run directory"
+
+
+@pytest.mark.parametrize("name,target_exists", [("partition.csv", True), ("fedrun.log", True),
+                                                ("summary.json.tmp", False), ("checkpoint.pt.tmp", False),
+                                                ("models/round_0002.pt", False)])
+def test_resume_refuses_a_link_planted_in_the_run_directory(finished, tmp_path, name, target_exists):
+    """A link to a file outside (an existing one: overwritten or appended to if followed; a new
+    one: created) is refused in one line before anything is written, inside or outside."""
+    run = copy_of(finished, tmp_path)
+    (run / "summary.json").unlink()  # an unfinished run: the resume would write everything again
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    if target_exists:
+        victim.write_text("not fedrun's\n")
+    (run / name).parent.mkdir(exist_ok=True)
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to(victim)
+    before = snapshot(run)
+    proc = run_fedrun([*TINY, f"hydra.run.dir={run}", "resume=true"], tmp_path)
+    assert proc.returncode == 2
+    assert one_line(proc) == LINK_LINE.format(run=run, name=name)
+    assert snapshot(run) == before and (run / name).is_symlink()
+    assert sorted(p.name for p in outside.iterdir()) == (["victim"] if target_exists else [])
+    assert not target_exists or victim.read_text() == "not fedrun's\n"
+
+
+def test_a_new_run_refuses_dangling_links_and_creates_nothing_elsewhere(tmp_path):
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    (run / "rounds.csv").symlink_to(elsewhere / "rounds.csv")
+    proc = run_fedrun([*TINY, f"hydra.run.dir={run}"], tmp_path)
+    assert proc.returncode == 2
+    assert one_line(proc) == LINK_LINE.format(run=run, name="rounds.csv")
+    assert list(elsewhere.iterdir()) == [] and [p.name for p in run.iterdir()] == ["rounds.csv"]
+
+
+def test_the_run_directory_itself_may_be_a_link(finished, tmp_path):
+    """outputs/ on another disk: the run directory's own path may be, or pass through, a link."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (tmp_path / "outputs").symlink_to(disk)
+    fedrun_ok([*TINY, f"hydra.run.dir={tmp_path / 'outputs' / 'run'}"], tmp_path)
+    (tmp_path / "direct").symlink_to(disk / "run")
+    fedrun_ok([*TINY, f"hydra.run.dir={tmp_path / 'direct'}", "resume=true"], tmp_path)
+    same_run(finished, disk / "run")
+
+
+def test_run_files_are_never_written_through_a_link(tmp_path):
+    """Below the directory check: a temporary file is created exclusively after a leftover one
+    (here a link) is unlinked, so the link's target is untouched; an append or a new CSV through a
+    link is refused (O_NOFOLLOW)."""
+    from fedrun.recorder import CsvLog, write_json
+    from fedrun.rundir import write_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (tmp_path / "summary.json.tmp").symlink_to(victim)
+    write_json({"a": 1}, tmp_path / "summary.json")
+    assert victim.read_text() == "keep\n" and not (tmp_path / "summary.json.tmp").exists()
+    assert (tmp_path / "summary.json").read_text() == '{\n  "a": 1\n}\n'
+    (tmp_path / "x.csv").symlink_to(victim)
+    with pytest.raises(RunDirectoryError, match="holds a symbolic link x.csv"):
+        CsvLog(tmp_path / "x.csv", ["a"])
+    log = CsvLog(tmp_path / "y.csv", ["a"])
+    (tmp_path / "y.csv").unlink()
+    (tmp_path / "y.csv").symlink_to(victim)
+    with pytest.raises(RunDirectoryError, match="holds a symbolic link y.csv"):
+        log.append([{"a": 1}])
+    with pytest.raises(RunDirectoryError, match="holds a symbolic link y.csv"):
+        CsvLog(tmp_path / "y.csv", ["a"], truncate_to=2)
+    assert victim.read_text() == "keep\n"
+    with pytest.raises(KeyboardInterrupt):  # interrupted mid-write: no temporary file left
+        write_atomic(tmp_path / "z.json", lambda f: (f.write("half"), (_ for _ in ()).throw(KeyboardInterrupt)))
+    assert not (tmp_path / "z.json.tmp").exists() and not (tmp_path / "z.json").exists()
+
+
+def test_a_full_disk_loses_a_log_line_without_a_traceback(tmp_path, capsys):
+    """logging prints '--- Logging error ---' and a traceback for a failed emit; fedrun.log's
+    handler drops the line when the disk is full (the run's next write stops it in one line)."""
+    import logging
+
+    from fedrun.rundir import RunLog
+
+    handler = RunLog(tmp_path / "fedrun.log")
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    handler.stream.write = full
+    handler.stream.flush = full
+    record = logging.LogRecord("fedrun", logging.INFO, __file__, 1, "round 2/3", None, None)
+    handler.emit(record)
+    handler.close()
+    assert capsys.readouterr().err == ""
+    other = RunLog(tmp_path / "other.log")
+    other.stream.write = lambda *args: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error"))
+    other.emit(record)  # any other error is still reported as logging reports it
+    other.close()
+    assert "--- Logging error ---" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- one process per run
@@ -260,6 +426,28 @@ def test_disk_full_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(fedrun.recorder.torch, "save", real_save)
     tiny_simulation(run, resume=True)
     same_run(tmp_path / "straight", run)
+
+
+def test_a_damaged_checkpoint_or_summary_on_resume_is_one_line(tmp_path):
+    """A checkpoint that loads as tensors but is not fedrun's is refused in one line; a finished
+    run whose summary.json is not JSON gets it written again from its CSVs."""
+    straight = tmp_path / "straight"
+    tiny_simulation(straight)
+    for name, content in (("list", [1, 2]), ("no offsets", {"round": 1, "params": {}, "buffers": {},
+                                                            "aggregator": {}, "step_sum": 0.0})):
+        run = tmp_path / name.replace(" ", "_")
+        shutil.copytree(straight, run)
+        (run / "summary.json").unlink()
+        torch.save(content, run / "checkpoint.pt")
+        before = snapshot(run)
+        with pytest.raises(RunDirectoryError, match=rf"^{run / 'checkpoint.pt'}: not a fedrun checkpoint"):
+            tiny_simulation(run, resume=True)
+        assert snapshot(run) == before
+    run = tmp_path / "summary"
+    shutil.copytree(straight, run)
+    (run / "summary.json").write_text("{half a summ")
+    tiny_simulation(run, resume=True)
+    same_run(straight, run)
 
 
 @pytest.mark.parametrize("sig,code,what", [(signal.SIGINT, 130, "interrupted"),
