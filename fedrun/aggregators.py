@@ -1,6 +1,6 @@
 """Aggregators: the server side of a method, FedJAX-shaped.
 
-An :class:`Aggregator` is four parts and a choice:
+An :class:`Aggregator` is five parts and a choice:
 
 * a client-weighting rule (:mod:`fedrun.weighting`): ``examples`` (``n_k / n``), ``uniform``
   (``1 / m``, what FedNNNN uses in its unbalanced runs, sec. 5.1), FedAdp/FedLayerWise's angle
@@ -9,6 +9,8 @@ An :class:`Aggregator` is four parts and a choice:
   into the mean update: the weighted mean (default), or the coordinate-wise median or trimmed mean;
 * a chain of server transforms (:mod:`fedrun.transforms`) applied to the mean update;
 * an optional client regularizer (:mod:`fedrun.regularizers`): FedProx, FedLap;
+* an optional client correction (:mod:`fedrun.corrections`): per-client state across rounds that
+  the regularizer reads (SCAFFOLD's control variates);
 * which model is evaluated (below).
 
 It is used as two pure functions over one state, as in FedJAX::
@@ -17,9 +19,10 @@ It is used as two pure functions over one state, as in FedJAX::
     outcome, state = aggregator.apply(state, params, client_results)
 
 The state is data (a dict of tensors, lists and strings: the transforms' state, the weighting
-rule's state and the layer grouping), so a checkpoint is that dict.  The factories below are the
-methods; each YAML file in ``conf/aggregator/`` names one of them as its ``_target_``.  A new
-server-side method is one transform, reduce or weighting rule (or existing ones), one factory, one YAML.
+rule's state, the layer grouping and a correction's state), so a checkpoint is that dict.  The
+factories below are the methods; each YAML file in ``conf/aggregator/`` names one of them as its
+``_target_``.  A new server-side method is one transform, reduce or weighting rule (or existing
+ones), one factory, one YAML.
 
 FedNNNN keeps two models (sec. 4.1): the *average-aggregated* model ``w_t + sum_k p_k dw_k``
 (``w_t + reduce(...)`` in general: the median's or Krum's choice for the robust methods),
@@ -37,13 +40,14 @@ import torch
 
 from fedrun import reduce as R
 from fedrun import transforms as T
+from fedrun.corrections import ClientCorrection, control_variates
 from fedrun.errors import ConfigError, DivergenceError, check
 from fedrun.layers import Layer
-from fedrun.local_training import ClientResults
+from fedrun.local_training import ClientResults, LocalTraining
 from fedrun.nwda import LayerGrams, NormStats, layer_grams, layer_norms, nwda
 from fedrun.params import Params
-from fedrun.regularizers import LayerAdaptive, Proximal, Regularizer
-from fedrun.weighting import WeightingRule, angle_rule, base_rule, equal_rule, krum_rule
+from fedrun.regularizers import ControlVariate, LayerAdaptive, Proximal, Regularizer
+from fedrun.weighting import WeightingRule, angle_rule, base_rule, equal_rule, krum_rule, nova_rule
 
 EVALUATE = ("average", "sent")
 
@@ -76,7 +80,9 @@ class RoundOutcome:
 class Aggregator:
     """A method's server side.  Per round: ``weighting`` gives the clients' weights, ``reduce`` turns
     the stacked updates and those weights into the mean update, ``server`` turns that into the step
-    ``w_{t+1} - w_t``; ``regularizer`` (if any) acts on the clients' local training."""
+    ``w_{t+1} - w_t``; ``regularizer`` (if any) acts on the clients' local training, with the
+    per-client inputs of ``correction`` (if any), whose state outlives the round for every client.
+    ``client_optimizers`` names the client optimizers the method is defined for (empty: any)."""
 
     name: str
     server: T.ServerTransform
@@ -84,10 +90,19 @@ class Aggregator:
     regularizer: Regularizer | None = None
     evaluate: str = "average"
     reduce: R.Reduce = R.mean  # (stacked updates, weights, layers) -> the mean update
+    correction: ClientCorrection | None = None  # per-client state across rounds (fedrun.corrections)
+    client_optimizers: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.evaluate not in EVALUATE:
             raise ConfigError("aggregator.evaluate", self.evaluate, f"choose one of: {', '.join(EVALUATE)}")
+
+    def check_local(self, local: LocalTraining) -> None:
+        """Refuse, in one line, a client optimizer the method is not defined for (FedNova and
+        SCAFFOLD normalize by SGD's step coefficients, which Adam does not have)."""
+        check(not self.client_optimizers or local.optimizer in self.client_optimizers, "hyperparams.optimizer",
+              local.optimizer, f"aggregator={self.name} is defined for client {' or '.join(self.client_optimizers)} "
+              "(it normalizes by the SGD steps' coefficients ||a_k||_1); choose hyperparams.optimizer=sgd")
 
     @property
     def two_models(self) -> bool:
@@ -97,9 +112,21 @@ class Aggregator:
 
     def init(self, params: Params, num_clients: int, layers: list[Layer]) -> dict:
         """The server's state before round 1: the transforms' (``d_0 = 0``, FedOpt's moments), the
-        weighting rule's (per client, so ``num_clients``) and the layer grouping the rules use."""
-        return {"server": self.server.init(params), "weighting": self.weighting.init(num_clients, len(layers)),
-                "layers": [(layer.name, layer.type, tuple(layer.params)) for layer in layers]}
+        weighting rule's (per client, so ``num_clients``), the layer grouping the rules use and a
+        correction's (SCAFFOLD's control variates, per client too)."""
+        state = {"server": self.server.init(params), "weighting": self.weighting.init(num_clients, len(layers)),
+                 "layers": [(layer.name, layer.type, tuple(layer.params)) for layer in layers]}
+        if self.correction is not None:  # only then: every other method's state (and checkpoint) is as it was
+            state["correction"] = self.correction.init(params, num_clients)
+        return state
+
+    def client_inputs(self, state: dict, clients: list[int]) -> Params | None:
+        """Before the round's training: the regularizer's per-client inputs for ``clients``, stacked
+        ``[m, ...]`` in their order (SCAFFOLD's ``c - c_k``), from the correction's state; None for
+        a method without a correction."""
+        if self.correction is None or not clients:
+            return None
+        return self.correction.inputs(state["correction"], clients)
 
     def apply(self, state: dict, params: Params, results: ClientResults,
               grams: LayerGrams | None = None) -> tuple[RoundOutcome, dict]:
@@ -123,7 +150,8 @@ class Aggregator:
         base = rule.base(results.num_examples)
         grams = layer_grams(results.deltas, layers) if grams is None else grams
         stats = nwda(results.deltas, base, layers, grams)
-        weights, rule_state, diagnostics = rule.update(stats, base, results.clients, state["weighting"], grams)
+        steps = results.steps.to(torch.float64) if results.effective_steps is None else results.effective_steps
+        weights, rule_state, diagnostics = rule.update(stats, base, results.clients, state["weighting"], grams, steps)
         mean = self.reduce(results.deltas, weights, layers)
         step, server_state = self.server.update(mean, state["server"], stats)
         skipped = step is None
@@ -134,7 +162,10 @@ class Aggregator:
                                buffers=average_buffers(results.buffers, base), weights=weights, stats=stats,
                                step_layer_norms=layer_norms(step, layers).to(torch.float64), skipped=skipped,
                                stats_weights=base, diagnostics=diagnostics)
-        return outcome, {**state, "server": server_state, "weighting": rule_state}
+        new_state = {**state, "server": server_state, "weighting": rule_state}
+        if self.correction is not None:  # the clients' training of this round updates their state
+            new_state["correction"] = self.correction.update(state["correction"], results)
+        return outcome, new_state
 
 
 def average_buffers(buffers: Params, weights: torch.Tensor) -> Params:
@@ -218,6 +249,55 @@ def fedlap(q: float = 0.5, form: str = "linear", weighting: str = "examples") ->
     ``q/2 sum_l <lambda_l, d_l>`` on clients (:class:`fedrun.regularizers.LayerAdaptive`): eq. 10
     as printed at q = 1, half of it at the default q = 0.5 (``form=linear``)."""
     return Aggregator("fedlap", T.identity(), base_rule(weighting), LayerAdaptive(q, form))
+
+
+# ----------------------------------------------------------------------------- client drift (NIID-Bench's baselines)
+
+def scaffold(eta_g: float = 1.0, weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
+    """SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020, Algorithm 1, option II).
+
+    Every client k keeps a control variate ``c_k`` and the server one, ``c``, zero at the start and
+    kept across rounds for every client, sampled or not (:func:`fedrun.corrections.control_variates`,
+    part of the aggregator's state and so of the checkpoint).  A round:
+
+    * line 10, each client's local step: ``y <- y - eta_l (g_k(y) - c_k + c)``, the linear penalty
+      ``<c - c_k, y - x>`` added to its loss (:class:`fedrun.regularizers.ControlVariate`);
+    * line 12, option II: ``c_k+ = c_k - c + (x - y_k) / (K_k eta_l)`` (K_k eta_l read as
+      ``eta_l ||a_k||_1`` under client momentum);
+    * lines 16-17: ``x <- x + eta_g sum_k p_k (y_k - x)`` and ``c <- c + |S|/N mean_k (c_k+ - c_k)``.
+
+    The paper averages the model updates with ``1/|S|`` (``weighting=uniform``); the default
+    ``examples`` (``n_k / n``) is NIID-Bench's, as for FedAvg.  With ``eta_g = 1`` the server step is
+    the mean update (one model, as FedAvg's), and round 1 (all control variates 0) is FedAvg's round.
+
+    Args:
+      eta_g: the global step size eta_g, > 0 (the paper: 1).
+      weighting: ``examples`` (``n_k / n``) or ``uniform`` (``1/|S|``, Algorithm 1).
+      evaluate: with ``eta_g != 1``, which model ``test_acc`` reports: ``sent`` (the server's x) or
+        ``average`` (``x + mean update``).
+    """
+    check(isinstance(eta_g, (int, float)) and not isinstance(eta_g, bool) and math.isfinite(eta_g) and eta_g > 0,
+          "aggregator.eta_g", eta_g, "must be a finite number > 0 (SCAFFOLD's global step size; the paper: 1)")
+    server = T.identity() if eta_g == 1 else T.scale(eta_g, "aggregator.eta_g")
+    return Aggregator("scaffold", server, base_rule(weighting), ControlVariate(), evaluate,
+                      correction=control_variates(), client_optimizers=("sgd",))
+
+
+def fednova(weighting: str = "examples") -> Aggregator:
+    """FedNova (Wang, Liu, Liang, Joshi, Poor, NeurIPS 2020): normalized averaging,
+
+        x_{t+1} = x_t - tau_eff sum_k p_k d_k,   d_k = (x_t - y_k) / ||a_k||_1,   tau_eff = sum_k p_k ||a_k||_1,
+
+    i.e. ``w_t + sum_k (tau_eff p_k / ||a_k||_1) dw_k`` (:func:`fedrun.weighting.nova_rule`), with
+    ``||a_k||_1`` client k's local steps tau_k (plain SGD) or ``sum_{j<=tau_k} (1 - rho^j)/(1 - rho)``
+    under client momentum rho (``hyperparams.momentum``).  It matters where clients take different
+    numbers of steps (unequal data sizes, stragglers' local epochs); with equal steps it is FedAvg.
+    The clients' weights in ``clients.csv`` are ``tau_eff p_k / ||a_k||_1`` (their sum is >= 1).
+
+    Args:
+      weighting: ``p_k``: ``examples`` (``n_k / n``, the paper's and NIID-Bench's) or ``uniform``.
+    """
+    return Aggregator("fednova", T.identity(), nova_rule(weighting), client_optimizers=("sgd",))
 
 
 # ----------------------------------------------------------------------------- FedOpt (Reddi et al., ICLR 2021)

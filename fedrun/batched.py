@@ -112,11 +112,11 @@ class BatchedEngine:
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
-              opt_states: Params | None = None) -> ClientResults:
+              opt_states: Params | None = None, inputs: Params | None = None) -> ClientResults:
         """As :meth:`fedrun.sequential.SequentialEngine.train`: the round's clients in chunks of
         :meth:`chunk_size`, each chunk trained in lock-step by :func:`train_shares`."""
         return train_shares([Share(self, params, buffers, list(clients), list(indices), round_,
-                                   None if epochs is None else list(epochs), lr, opt_states)])[0]
+                                   None if epochs is None else list(epochs), lr, opt_states, inputs)])[0]
 
     def chunk_size(self, params: Params, buffers: Params, m: int) -> int:
         """How many of this call's m clients train at once.
@@ -166,16 +166,17 @@ class Share:
     epochs: list[int] | None = None
     lr: float | None = None
     opt_states: Params | None = None
+    inputs: Params | None = None  # the regularizer's per-client inputs [m, ...] (SCAFFOLD's c - c_k), or None
 
     def __post_init__(self):
         if self.epochs is None:
             self.epochs = [self.engine.local.epochs] * len(self.clients)
 
     def part(self, i: int, j: int) -> "Share":
-        """Clients ``i:j`` of this share."""
+        """Clients ``i:j`` of this share (their optimizer states and regularizer inputs too)."""
+        rows = lambda stacked: None if stacked is None else {k: v[i:j] for k, v in stacked.items()}  # noqa: E731
         return Share(self.engine, self.params, self.buffers, self.clients[i:j], self.indices[i:j], self.round_,
-                     self.epochs[i:j], self.lr,
-                     None if self.opt_states is None else {k: v[i:j] for k, v in self.opt_states.items()})
+                     self.epochs[i:j], self.lr, rows(self.opt_states), rows(self.inputs))
 
 
 def train_shares(shares: list[Share]) -> list[ClientResults]:
@@ -219,7 +220,8 @@ def _concat(parts: list[ClientResults]) -> ClientResults:
                          torch.cat([p.num_examples for p in parts]), torch.cat([p.loss for p in parts]),
                          torch.cat([p.steps for p in parts]), torch.cat([p.epochs for p in parts]),
                          {k: torch.cat([p.extras[k] for p in parts]) for k in parts[0].extras},
-                         None if parts[0].opt_states is None else cat("opt_states"))
+                         None if parts[0].opt_states is None else cat("opt_states"),
+                         torch.cat([p.lr for p in parts]), torch.cat([p.effective_steps for p in parts]))
 
 
 class _Cohort:
@@ -339,7 +341,8 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
     reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
     regs = [s.engine.regularizer for s in shares]
-    reg_states = [None if reg is None else reg.init(s.params, len(s.clients)) for s, reg in zip(shares, regs)]
+    # A regularizer's state covers its share's rows of this chunk; rows index them (0 .. the part's m - 1).
+    reg_states = [None if reg is None else reg.init(s.params, len(s.clients), s.inputs) for s, reg in zip(shares, regs)]
     per_epoch = [math.ceil(len(idx) / s.engine.local.batch_size) for s in shares for idx in s.indices]
     lead.model.train()
     # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
@@ -411,8 +414,10 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
             extras.update(regs[n].metrics(reg_states[n]))
         loss = (loss_sum[a:b] / (sizes * n_epochs).to(loss_sum)).cpu()
         final = None if share.opt_states is None else _final_state(cohorts, a, b, names)
+        lr = share.engine.local.lr if share.lr is None else share.lr
         out.append(ClientResults(list(share.clients), deltas, {k: v[a:b] for k, v in bufs.items()}, sizes, loss,
-                                 steps[a:b], n_epochs, extras, final))
+                                 steps[a:b], n_epochs, extras, final, torch.full((b - a,), lr, dtype=torch.float64),
+                                 share.engine.local.effective_steps(steps[a:b])))
     return out
 
 

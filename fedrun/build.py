@@ -111,6 +111,7 @@ def build(cfg: DictConfig) -> dict:
         check(objects["aggregator"].two_models, "objective", values["objective"],
               f"aggregator={objects['aggregator'].name} sends its average model, so the run has one model: "
               "choose final_test_acc (or an aggregator with a server step, e.g. fednnnn)")
+    objects["aggregator"].check_local(objects["local"])  # FedNova, SCAFFOLD: SGD's step coefficients
     least, per_round = objects["aggregator"].weighting.min_clients, objects["federation"].per_round
     check(per_round >= least, "hyperparams.client_fraction", hp["client_fraction"],
           f"aggregator={objects['aggregator'].name} needs at least {least} clients a round, and "

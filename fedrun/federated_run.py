@@ -38,6 +38,10 @@ from fedrun.sequential import SequentialEngine
 
 log = logging.getLogger(__name__)
 
+# The start of a run's log says how much memory the aggregator's state takes when it is more than this
+# (SCAFFOLD's control variates grow with K).
+STATE_NOTE_BYTES = 2**30
+
 
 @dataclass(frozen=True)
 class Federation:
@@ -108,6 +112,7 @@ class FederatedRun:
         self.population = False  # trained with other runs: its round lines go to its fedrun.log only
         if not resume:
             refuse_existing_run(self.run_dir)  # fail before the work below
+        aggregator.check_local(local)
         torch.manual_seed(seed)
         self.model = build_model(make_model, data, device)
         self.layers, self.labels = model_layers(self.model), data.train_y.cpu().numpy()
@@ -159,6 +164,11 @@ class FederatedRun:
         log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
                  f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
                  sum(p.numel() for p in self.params.values()))
+        held = tensor_bytes(self.state)
+        if held > STATE_NOTE_BYTES:  # SCAFFOLD's control variates: K x the model's parameters
+            log.info("%s keeps %.1f GiB of server state%s, on %s and in every checkpoint.pt", self.aggregator.name,
+                     held / 2**30, " (a control variate for each of the K clients)"
+                     if "correction" in self.state else "", self.device)
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -208,13 +218,15 @@ class FederatedRun:
         r = RoundRecord(t, self.local.lr_at(t, f.rounds), {k: len(self.parts[k]) for k in dropped}, stragglers)
         r.clients, r.epochs = clients, epochs
         r.starts = self.opt.starting(clients) if clients else None
+        r.inputs = self.aggregator.client_inputs(self.state, clients)  # SCAFFOLD's c - c_k, or None
         r.models = {"average": self.params, "sent": self.params}  # if everyone dropped out: keep w_t
         return r
 
     def training(self, r: RoundRecord) -> tuple:
-        """Step 2's arguments of ``engine.train``: w_t, the clients and their data, the round."""
+        """Step 2's arguments of ``engine.train``: w_t, the clients and their data, the round, and
+        the regularizer's per-client inputs from the aggregator's correction (or None)."""
         return (self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients], r.round,
-                r.epochs, r.lr, r.starts)
+                r.epochs, r.lr, r.starts, r.inputs)
 
     def train_reference(self, r: RoundRecord) -> None:
         """Step 2, end: on the rounds that have one, the PD-VL reference learner (client K, all the
@@ -320,3 +332,14 @@ def sync(device) -> float:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+def tensor_bytes(obj) -> int:
+    """The bytes of every tensor in a nested dict / list (an aggregator's state)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0

@@ -69,6 +69,30 @@ class LocalTraining:
         """Whether the optimizer state outlives a round (it has one, and it is not reset)."""
         return self.optimizer_state != "reset" and bool(self.fresh_state({"w": torch.zeros(1)}))
 
+    def effective_steps(self, steps: torch.Tensor) -> torch.Tensor:
+        """``||a_k||_1``: how many gradients a client's update is worth after ``steps`` local steps
+        from a zero momentum buffer, ``[m]`` float64 (FedNova, Wang et al. 2020, sec. 4 and
+        Appendix: ``a_k`` holds the coefficients with which the K_k steps' gradients enter the
+        update, ``y - x = -lr sum_k a_{k,j} g_j``).
+
+        Plain SGD: ``K`` (every gradient enters once).  SGD with momentum rho (``b = rho b + g``,
+        ``w -= lr b``): gradient j enters ``(1 - rho^(K - j + 1)) / (1 - rho)`` times, so
+        ``||a||_1 = sum_{k=1..K} (1 - rho^k) / (1 - rho) = (K - rho (1 - rho^K) / (1 - rho)) / (1 - rho)``
+        (NIID-Bench's ``a_i``).  Nesterov (``w -= lr (g + rho b)``): step k moves by
+        ``(1 - rho^(k+1)) / (1 - rho)`` of a constant gradient, so
+        ``||a||_1 = (K - rho^2 (1 - rho^K) / (1 - rho)) / (1 - rho)``.  Weight decay is part of
+        the gradient.  Adam has no such coefficients: its steps are returned as they are (the
+        methods that need ``a_k`` refuse Adam, :attr:`fedrun.aggregators.Aggregator.client_optimizers`).
+        A momentum buffer carried over from an earlier round (``optimizer_state`` average or
+        local) makes the early steps count more than this; ``||a||_1`` ignores it.
+        """
+        k = steps.to(torch.float64)
+        rho = self.momentum if self.optimizer == "sgd" else 0.0
+        if rho == 0:
+            return k
+        first = rho * rho if self.nesterov else rho
+        return (k - first * (1 - rho ** k) / (1 - rho)) / (1 - rho)
+
     def fresh_state(self, params: Params) -> Params:
         """A zero optimizer state as named tensors (``momentum.<p>``, ``exp_avg.<p>``, ``step``...):
         what a client starts from when it has no state; zeros are exactly ``init``'s state."""
@@ -92,6 +116,8 @@ class ClientResults:
     epochs: torch.Tensor  # [m] local epochs run (fewer than E for stragglers)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # [m] regularizer diagnostics
     opt_states: Params | None = None  # final optimizer states [m, ...] when they outlive the round
+    lr: torch.Tensor | None = None  # [m] float64: each client's learning rate this round (SCAFFOLD's eta_l)
+    effective_steps: torch.Tensor | None = None  # [m] float64: ||a_k||_1 (LocalTraining.effective_steps)
 
 
 class OptimizerStates:

@@ -38,6 +38,32 @@ class MnistCNN(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
+class SimpleCNN(nn.Module):
+    """NIID-Bench's "simple-cnn" (Li, Diao, Chen, He, ICDE 2022, sec. V; ``SimpleCNNMNIST`` and
+    ``SimpleCNN`` in its ``model.py``), LeNet-5's shape: Conv 5x5 6, ReLU, maxpool 2 | Conv 5x5 16,
+    ReLU, maxpool 2 | FC 120, ReLU | FC 84, ReLU | FC 10 (valid padding, biases everywhere).
+    44,426 parameters on 28x28x1 (MNIST, FashionMNIST: FC 256 -> 120), 62,006 on 32x32x3 (CIFAR-10,
+    SVHN: FC 400 -> 120).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
+                 channels: tuple[int, int] = (6, 16), hidden: tuple[int, int] = (120, 84)):
+        super().__init__()
+        c1, c2 = channels
+        h1, h2 = hidden
+        self.conv1 = nn.Conv2d(in_channels, c1, 5)
+        self.conv2 = nn.Conv2d(c1, c2, 5)
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(c2 * side * side, h1)
+        self.fc2 = nn.Linear(h1, h2)
+        self.fc3 = nn.Linear(h2, num_classes)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x.flatten(1))))))
+
+
 class TFTutorialCNN(nn.Module):
     """The TensorFlow CNN tutorial's CIFAR-10 model, used by FedLap (sec. V.A): 122,570 parameters.
 

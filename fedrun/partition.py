@@ -514,22 +514,57 @@ def iid(labels, num_clients: int, num_classes: int, seed: int, sizes: str = "bal
     return _build("iid", labels, rows, shares, power_law_exponent, rng, samples_per_client, law)
 
 
+ASSIGNMENTS = ("balanced", "niidbench")
+
+
+def niidbench_classes(num_clients: int, k: int, num_classes: int, rng) -> np.ndarray:
+    """``[K, k]`` classes per client as NIID-Bench assigns them (Li, Diao, Chen, He, ICDE 2022,
+    "quantity-based label imbalance", ``noniid-#label<k>`` in its ``utils.partition_data``):
+    client i takes class ``i mod C`` first, then ``k - 1`` other classes drawn uniformly at random
+    until distinct.  A class may so have many holders or none (its samples are then unused)."""
+    _check_k(k, num_classes)
+    out = np.empty((num_clients, k), dtype=np.int64)
+    for client in range(num_clients):
+        held = [client % num_classes]
+        while len(held) < k:
+            c = int(rng.integers(num_classes))
+            if c not in held:
+                held.append(c)
+        out[client] = held
+    return out
+
+
 def classes(labels, num_clients: int, num_classes: int, seed: int, classes_per_client: int = 2,
             sizes: str = "balanced", power_law_exponent: float = 1.0,
-            samples_per_client: int | None = None) -> list[np.ndarray]:
+            samples_per_client: int | None = None, assign: str = "balanced") -> list[np.ndarray]:
     """k classes per client ("clients have images of only 2 classes", Nagura et al. sec. 5.1).
 
     Equal sizes: each class held by as equal a number of clients as possible
     (:func:`assign_classes`) and its samples split evenly among them.  ``sizes=powerlaw``: client k
     holds exactly ``n_k = s_k N`` samples (:func:`client_sizes`), about ``n_k / k`` of each of its
     classes, dealt so that the classes can serve them (:func:`deal_classes`, :func:`fit_counts`).
+
+    ``assign=niidbench``: NIID-Bench's ``#C=k`` (:func:`niidbench_classes`): client i holds class
+    ``i mod C`` and ``k - 1`` classes drawn at random, each class's samples split evenly among its
+    holders (so clients differ in size, and with K < C or an unlucky draw a class goes unused).
+    It needs ``sizes=balanced``.
     """
     labels = _labels(labels, num_classes)
     _check_clients(num_clients, labels)
     _check_samples_per_client(samples_per_client)
+    if assign not in ASSIGNMENTS:
+        raise ConfigError("partition.assign", assign, f"choose one of: {', '.join(ASSIGNMENTS)}")
+    check(assign == "balanced" or sizes == "balanced", "partition.assign", assign,
+          "NIID-Bench's assignment fixes the clients' sizes by the classes' holders: use partition.sizes=balanced")
     rng = numpy_rng(seed, "partition")
     shares, ranks = _shares(num_clients, sizes, power_law_exponent, rng)
     law = _law_sizes(labels, shares, ranks, power_law_exponent, samples_per_client)
+    if assign == "niidbench":
+        held = niidbench_classes(num_clients, classes_per_client, num_classes, rng)
+        rows = np.zeros((num_clients, num_classes))
+        np.put_along_axis(rows, held, 1.0 / classes_per_client, axis=1)
+        # A class nobody holds goes unused, as in NIID-Bench (allocate gives a class nobody asks for to nobody).
+        return _build("classes", labels, rows, shares, power_law_exponent, rng, samples_per_client, law)
     if law is None:
         held = assign_classes(num_clients, classes_per_client, num_classes, rng)
         rows = np.zeros((num_clients, num_classes))
@@ -566,8 +601,24 @@ def dirichlet(labels, num_clients: int, num_classes: int, seed: int, alpha: floa
 LABEL_DRAWS = 1000  # dirichlet_labels: how many draws may fail partition.min_size before the error
 
 
+def _balance(shares: np.ndarray, available: np.ndarray, num_clients: int) -> np.ndarray:
+    """NIID-Bench's "Balance" step of ``noniid-labeldir`` (its ``utils.partition_data``): classes are
+    dealt in order, and a client that already holds ``N / K`` samples or more takes no share of the
+    classes after; each class's shares are renormalized over the clients left."""
+    cap = available.sum() / num_clients
+    held = np.zeros(num_clients)
+    out = np.empty_like(shares)
+    for c, q in enumerate(shares):
+        open_ = held < cap
+        q = q * open_
+        # Dirichlet shares that underflow to 0 on every open client: split the class among them evenly.
+        out[c] = q / q.sum() if q.sum() > 0 else open_ / open_.sum()
+        held += _round_to_total(available[c] * out[c], int(available[c]))
+    return out
+
+
 def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alpha: float = 0.5,
-                     min_size: int = 10) -> list[np.ndarray]:
+                     min_size: int = 10, balance: bool = False) -> list[np.ndarray]:
     """Each class split over the clients by ``q_c ~ Dir(alpha 1_K)`` (label-wise Dirichlet).
 
     For every class c with ``n_c`` samples a share vector over the K clients is drawn,
@@ -584,6 +635,11 @@ def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alph
     ``floor(n_c cumsum(q_c))``, which differs from the rounding here by at most one sample per
     client and class.  :func:`dirichlet` is the client-wise scheme: ``p_k ~ Dir(alpha 1_C)``
     over the classes for each client, and the same alpha gives a different split.
+
+    ``balance=True``: NIID-Bench's ``noniid-labeldir`` (Li, Diao, Chen, He, ICDE 2022, "p_k ~
+    Dir(beta)"), which deals the classes in order and gives no more to a client already holding
+    ``N / K`` samples (:func:`_balance`), redrawing while a client has fewer than ``min_size`` (10
+    there too); client sizes then stay closer to ``N / K``.
     """
     labels = _labels(labels, num_classes)
     _check_clients(num_clients, labels)
@@ -600,6 +656,8 @@ def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alph
         if not (np.isfinite(shares).all() and (shares.sum(1) > 0).all()):  # alpha so small it underflows
             raise ConfigError("partition.alpha", alpha, "is too small to draw class shares; must be a "
                               "finite number > 0, e.g. 0.01 or more")
+        if balance:
+            shares = _balance(shares, available, num_clients)
         if _counts(available, shares.T, None).sum(1).min() >= min_size:
             return allocate(labels, shares.T, rng)
     raise ConfigError("partition.min_size", min_size,

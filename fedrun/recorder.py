@@ -163,6 +163,7 @@ class RoundRecord:
     clients: list[int] = field(default_factory=list)  # the reporting clients, in training order
     epochs: list[int] = field(default_factory=list)  # their local epochs (fewer for a straggler)
     starts: object = None  # their starting optimizer states, stacked (None: reset every round)
+    inputs: object = None  # their regularizer inputs from the aggregator's correction (SCAFFOLD's c - c_k), or None
     models: dict = field(default_factory=dict)  # {"average": ..., "sent": ...}: the round's global models
     results: object = None  # fedrun.local_training.ClientResults
     outcome: object = None  # fedrun.aggregators.RoundOutcome

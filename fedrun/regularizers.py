@@ -1,10 +1,13 @@
 """Client-side regularizers: terms added to the local loss.
 
-A method that changes local optimization (FedProx, FedLap) is a regularizer; everything else
-about local training is the same loop for every method.  There is one form, for m clients stacked
-along a leading dimension, with its state as data (a dict of ``[m, ...]`` tensors the engine
-holds): the batched engine calls it with a round's chunk of clients, the sequential engine with
-m = 1, so the two engines compute the same thing by construction.
+A method that changes local optimization (FedProx, FedLap, SCAFFOLD's correction) is a
+regularizer; everything else about local training is the same loop for every method.  There is
+one form, for m clients stacked along a leading dimension, with its state as data (a dict of
+``[m, ...]`` tensors the engine holds): the batched engine calls it with a round's chunk of
+clients, the sequential engine with m = 1, so the two engines compute the same thing by
+construction.  A regularizer may take per-client *inputs* from the server (SCAFFOLD's
+``c - c_k``, :mod:`fedrun.corrections`): stacked ``[m, ...]`` like the state, handed to ``init``
+for exactly the clients it is initialized with.
 """
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from fedrun.params import Params
 class Regularizer:
     """Interface, for clients whose live parameters are stacked ``[g, *shape]``.
 
-    * ``init(anchor, m) -> state``: before m clients train from the global model ``anchor = w_t``;
+    * ``init(anchor, m, inputs=None) -> state``: before m clients train from the global model
+      ``anchor = w_t``; ``inputs`` (or None) are the server's per-client tensors for these m
+      clients, stacked ``[m, ...]`` in their order (a chunk's rows in the batched engine);
     * ``start_epoch(state, rows, first, stacked, anchor)``: clients ``rows`` (an index tensor into
       the m) start a local epoch, ``first`` (bool ``[g]``) marks their first; FedLap recomputes its
       coefficients here;
@@ -26,7 +31,7 @@ class Regularizer:
     * ``metrics(state) -> {name: [m] tensor}``: per-client diagnostics for ``clients.csv``.
     """
 
-    def init(self, anchor: Params, m: int) -> dict:
+    def init(self, anchor: Params, m: int, inputs: Params | None = None) -> dict:
         return {}
 
     def start_epoch(self, state: dict, rows: torch.Tensor, first: torch.Tensor, stacked: Params,
@@ -102,7 +107,7 @@ class LayerAdaptive(Regularizer):
     def _coefficient(self, lam: torch.Tensor) -> torch.Tensor:
         return self.q * lam if self.form == "linear" else self.q * lam.pow(1 - self.q)
 
-    def init(self, anchor, m):
+    def init(self, anchor, m, inputs=None):
         """Per client: the coefficients ``c`` per neuron (broadcastable over its parameter's
         stacked shape) and the running sum of its epochs' mean lambda, for ``lambda_mean``."""
         coef = {k: torch.zeros(m, *((1, neuron_view(v).shape[0]) + (1,) * (v.ndim - 2) if v.ndim > 1 else (1,)),
@@ -134,3 +139,27 @@ class LayerAdaptive(Regularizer):
 
     def metrics(self, state):
         return {"lambda_mean": (state["lambda_sum"] / state["epochs"].clamp_min(1)).cpu()}
+
+
+class ControlVariate(Regularizer):
+    """SCAFFOLD's local correction (Karimireddy et al., ICML 2020, Algorithm 1 line 10) as a
+    linear term: client k's penalty is ``<c - c_k, y - x>``, whose gradient ``c - c_k`` is added
+    to the loss's at every local step, so SGD takes Algorithm 1's step
+
+        y <- y - eta_l (g_k(y) - c_k + c)
+
+    (with momentum or weight decay, the corrected gradient is what the optimizer gets).  ``c - c_k``
+    is the server's input for each client (:func:`fedrun.corrections.control_variates`), fixed for
+    the round.  The value, ``<c - c_k, y - x>`` (0 at the start; ``x = w_t`` the anchor), is
+    what ``clients.csv``'s ``reg_loss`` averages over the steps.  Without inputs (the PD-VL
+    reference learner, which is no client) the correction is 0.
+    """
+
+    def init(self, anchor, m, inputs=None):
+        return {"correction": inputs}
+
+    def penalty(self, state, stacked, anchor, rows):
+        correction = state["correction"]
+        if correction is None:
+            return next(iter(stacked.values())).new_zeros(len(rows))
+        return sum((correction[k][rows] * (stacked[k] - anchor[k])).flatten(1).sum(1) for k in anchor)

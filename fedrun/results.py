@@ -189,6 +189,7 @@ METHOD_NAMES = {
     "fedavg": "FedAvg", "fedprox": "FedProx", "normnorm": "Norm-Norm", "momentum": "Momentum",
     "fednnnn": "FedNNNN", "fedadp": "FedAdp", "fedlayerwise": "FedLayerWise", "fedlap": "FedLap",
     "fedavgm": "FedAvgM", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam", "fedyogi": "FedYogi",
+    "scaffold": "SCAFFOLD", "fednova": "FedNova",
 }
 # Identity columns that are not a run's settings (``seed`` is averaged over, not a group).
 NOT_GROUPING = ("run_dir", "job", "method", "group", "seed")

@@ -73,7 +73,7 @@ LINK_CHECKED = ("models", "tensorboard")
 # What the scripts may build from a run's config.yaml (scripts/loss_surface.py): fedrun's model
 # classes and dataset loaders, nothing else, whatever a crafted config.yaml names.
 MODEL_TARGETS = ("fedrun.models.MnistCNN", "fedrun.models.TFTutorialCNN", "fedrun.models.Cifar10CNN",
-                 "fedrun.models.MLP", "fedrun.pd_nets.PDNet", "fedrun.pd_nets.CifarResNet")
+                 "fedrun.models.SimpleCNN", "fedrun.models.MLP", "fedrun.pd_nets.PDNet", "fedrun.pd_nets.CifarResNet")
 DATA_LOADERS = ("fedrun.data.mnist", "fedrun.data.fashion_mnist", "fedrun.data.cifar10", "fedrun.data.svhn",
                 "fedrun.data.idx", "fedrun.data.synthetic")
 # Hydra's instantiate keys: a node that holds one is not built from a run directory.

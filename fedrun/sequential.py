@@ -59,7 +59,7 @@ class SequentialEngine:
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
-              opt_states: Params | None = None) -> ClientResults:
+              opt_states: Params | None = None, inputs: Params | None = None) -> ClientResults:
         """Train ``clients`` from ``w_t = params``.
 
         Args:
@@ -70,11 +70,14 @@ class SequentialEngine:
           opt_states: the clients' starting optimizer states, named tensors stacked ``[m, ...]``
             (:meth:`LocalTraining.fresh_state`); their final states come back in
             ``ClientResults.opt_states``.  None: a fresh state each, nothing returned.
+          inputs: the regularizer's per-client inputs, named tensors stacked ``[m, ...]`` (SCAFFOLD's
+            ``c - c_k``: :meth:`fedrun.aggregators.Aggregator.client_inputs`); client j's rows reach
+            ``regularizer.init``.  None: the regularizer has none.
         """
         with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
-            return self._train(params, buffers, clients, indices, round_, epochs, lr, opt_states)
+            return self._train(params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs)
 
-    def _train(self, params, buffers, clients, indices, round_, epochs, lr, opt_states) -> ClientResults:
+    def _train(self, params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs=None) -> ClientResults:
         m = len(clients)
         epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         deltas = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
@@ -85,8 +88,9 @@ class SequentialEngine:
         extras: dict[str, torch.Tensor] = {}
         for j, k in enumerate(clients):
             start = None if opt_states is None else {name: v[j].clone() for name, v in opt_states.items()}
+            own = None if inputs is None else {name: v[j : j + 1] for name, v in inputs.items()}
             losses[j], steps[j], metrics, end = self._train_client(params, buffers, k, indices[j], round_,
-                                                                   epochs[j], lr, start)
+                                                                   epochs[j], lr, start, own)
             if final_states is not None:
                 for name, v in end.items():
                     final_states[name][j] = v
@@ -98,10 +102,13 @@ class SequentialEngine:
                 stacked_buffers[name][j] = b
         sizes = torch.tensor([len(idx) for idx in indices])
         return ClientResults(list(clients), deltas, stacked_buffers, sizes, losses, steps,
-                             torch.tensor(epochs), extras, final_states)
+                             torch.tensor(epochs), extras, final_states,
+                             torch.full((m,), self.local.lr if lr is None else lr, dtype=torch.float64),
+                             self.local.effective_steps(steps))
 
     def _train_client(self, params: Params, buffers: Params, client: int, idx: torch.Tensor, round_: int,
-                      epochs: int, lr: float | None = None, start_state: Params | None = None):
+                      epochs: int, lr: float | None = None, start_state: Params | None = None,
+                      inputs: Params | None = None):
         """One client's local training: ``epochs`` passes over its samples ``idx`` in batches of B,
         one optimizer step (plus the regularizer's penalty) per batch.
 
@@ -131,7 +138,7 @@ class SequentialEngine:
         reg_sum = torch.zeros((), dtype=torch.float64, device=idx.device)
         steps = 0
         one = torch.zeros(1, dtype=torch.long, device=idx.device)  # the regularizer's row: this client
-        reg_state = reg.init(params, 1) if reg is not None else None
+        reg_state = reg.init(params, 1, inputs) if reg is not None else None
         for epoch in range(epochs):
             if reg is not None:
                 reg.start_epoch(reg_state, one, torch.tensor([epoch == 0], device=idx.device), live, params)

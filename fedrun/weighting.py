@@ -20,12 +20,20 @@ Gram matrices (:class:`fedrun.nwda.LayerGrams`, ``<dw_j, dw_k>`` per layer):
 The *equal rule* gives every client ``1/m`` whatever its ``n_k``: the weights of the unweighted
 median and trimmed mean (:mod:`fedrun.reduce`), which let every client count once.
 
+A *step rule* weighs clients by how much local work their update holds:
+
+* FedNova (Wang, Liu, Liang, Joshi, Poor, NeurIPS 2020): each update divided by its client's
+  ``||a_k||_1`` (local steps, or their momentum coefficients) and the mean scaled by
+  ``tau_eff = sum_k p_k ||a_k||_1``, i.e. weights ``tau_eff p_k / ||a_k||_1``.
+
 A rule is ``base(num_examples) -> [m]`` weights summing to one, ``init(num_clients, num_layers)
--> state`` and ``update(stats, base_weights, clients, state, grams) -> (weights, state,
-diagnostics)``, with ``stats`` the round's N and E (:func:`fedrun.nwda.nwda`, base weights) and
-``grams`` its :class:`~fedrun.nwda.LayerGrams` (rules that need neither ignore them); ``weights``
-is ``[m]`` or ``[L, m]`` (``per_layer``), on the base weights' device.  The state is a dict of
-tensors (the angle rules' smoothed angles, kept per client across rounds; empty for the others).
+-> state`` and ``update(stats, base_weights, clients, state, grams, steps=None) -> (weights,
+state, diagnostics)``, with ``stats`` the round's N and E (:func:`fedrun.nwda.nwda`, base
+weights), ``grams`` its :class:`~fedrun.nwda.LayerGrams` and ``steps`` the clients' ``[m]``
+effective local steps ``||a_k||_1`` (:attr:`fedrun.local_training.ClientResults.effective_steps`;
+rules that need none of these ignore them); ``weights`` is ``[m]`` or ``[L, m]`` (``per_layer``),
+on the base weights' device.  The state is a dict of tensors (the angle rules' smoothed angles,
+kept per client across rounds; empty for the others).
 """
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ BASES = ("examples", "uniform")
 class WeightingRule(NamedTuple):
     base: Callable[[torch.Tensor], torch.Tensor]
     init: Callable[[int, int], Any]
-    update: Callable[[NormStats, torch.Tensor, list[int], Any, LayerGrams], tuple[torch.Tensor, Any, dict]]
+    update: Callable[..., tuple[torch.Tensor, Any, dict]]  # (stats, base, clients, state, grams, steps=None)
     per_layer: bool = False
     min_clients: int = 1  # the fewest clients a round the rule can weigh (Krum: 2f + 3), checked before a run
 
@@ -62,11 +70,11 @@ def _no_state(num_clients: int, num_layers: int) -> dict:
     return {}
 
 
-def _base_weights(stats, base, clients, state, grams):
+def _base_weights(stats, base, clients, state, grams, steps=None):
     return base, state, {}
 
 
-def _equal_weights(stats, base, clients, state, grams):
+def _equal_weights(stats, base, clients, state, grams, steps=None):
     return torch.full_like(base, 1.0 / len(base)), state, {}
 
 
@@ -134,7 +142,7 @@ def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer:
         return {"smoothed": torch.zeros(shape, dtype=torch.float64),
                 "count": torch.zeros(num_clients, dtype=torch.long)}
 
-    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams):
+    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams, steps=None):
         theta = stats.layer_angles() if per_layer else stats.angles()  # [m, L] or [m]
         smoothed, count = _smooth(state["smoothed"], state["count"], clients, theta)
         s = smoothed[torch.as_tensor(clients, dtype=torch.long)]
@@ -201,7 +209,7 @@ def krum_rule(f: int = 1, multi: int = 1, weighting: str = "examples") -> Weight
               f"(lower aggregator.f, or raise hyperparams.num_clients)")
         return {}
 
-    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams):
+    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams, steps=None):
         m = len(clients)
         check(m > 2 * f + 2, "aggregator.f", f, f"{needs}; a round had {m} "
               f"(lower aggregator.f, or raise hyperparams.client_fraction)")
@@ -213,3 +221,39 @@ def krum_rule(f: int = 1, multi: int = 1, weighting: str = "examples") -> Weight
         return weights, state, {"krum_score": scores}
 
     return WeightingRule(base_weights, init, update, min_clients=2 * f + 3)
+
+
+# ----------------------------------------------------------------------------- FedNova (local steps)
+
+def nova_rule(weighting: str = "examples") -> WeightingRule:
+    """FedNova's normalized averaging (Wang, Liu, Liang, Joshi, Poor, NeurIPS 2020, "Tackling the
+    objective inconsistency problem in heterogeneous federated optimization") as weights.
+
+    FedNova's update is ``x_{t+1} - x_t = -tau_eff sum_k p_k eta d_k`` with the normalized
+    gradient ``eta d_k = (x_t - y_k) / ||a_k||_1`` and ``tau_eff = sum_k p_k ||a_k||_1``:
+    ``||a_k||_1`` is client k's number of local steps tau_k for plain SGD, and
+    ``sum_{j=1..tau_k} (1 - rho^j) / (1 - rho)`` with client momentum rho (the ``steps`` the engines
+    report, :meth:`fedrun.local_training.LocalTraining.effective_steps`).  So the new model is
+    ``w_t + sum_k q_k dw_k`` with the weights
+
+        q_k = tau_eff p_k / ||a_k||_1,
+
+    which the mean reduce applies (``average`` model = FedNova's model).  They sum to
+    ``tau_eff sum_k p_k / ||a_k||_1 >= 1`` (Jensen), with equality when every client took as many
+    steps: FedNova is then FedAvg with the base weights, and this rule returns them exactly (in
+    exact arithmetic ``tau_eff / ||a_k||_1 = 1``; skipping the float division keeps it to the bit).
+
+    Args:
+      weighting: ``p_k``: ``examples`` (``n_k / n``, the paper's and NIID-Bench's) or ``uniform``.
+    """
+    base_weights = base_rule(weighting).base
+
+    def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams, steps=None):
+        check(steps is not None, "aggregator", "fednova", "needs the clients' local steps (ClientResults.steps)")
+        a = steps.to(device=base.device, dtype=base.dtype)
+        if bool((a == a[0]).all()):
+            return base, state, {}
+        tau_eff = (base * a).sum()
+        return base * tau_eff / a, state, {}
+
+    return WeightingRule(base_weights, _no_state, update)

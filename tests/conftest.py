@@ -50,17 +50,23 @@ def compose(overrides: list[str] = (), resolve: bool = False):
     return OmegaConf.to_container(cfg, resolve=True) if resolve else cfg
 
 
-def aggregate(agg, params, deltas, n, layers, state=None, clients=None, buffers=None):
+def aggregate(agg, params, deltas, n, layers, state=None, clients=None, buffers=None, steps=None, lr=1.0,
+              num_clients=None):
     """One round of the aggregator ``agg`` on stacked ``deltas`` of clients with ``n`` examples:
     the outcome, with the aggregator's new state as ``outcome.state``.  ``state``: the previous
-    round's (None: ``agg.init``, clients numbered 0..m-1 unless ``clients`` names them)."""
+    round's (None: ``agg.init`` for ``num_clients``, by default the clients numbered 0..m-1 or
+    those ``clients`` names).  ``steps``: each client's local steps (1 each unless given; FedNova
+    and SCAFFOLD read them as ``||a_k||_1``); ``lr``: the clients' learning rate (SCAFFOLD's)."""
     from fedrun.local_training import ClientResults
 
     m = len(n)
     clients = list(range(m)) if clients is None else list(clients)
-    state = agg.init(params, max(clients, default=-1) + 1, layers) if state is None else state
+    total = max(clients, default=-1) + 1 if num_clients is None else num_clients
+    state = agg.init(params, total, layers) if state is None else state
+    steps = torch.ones(m, dtype=torch.long) if steps is None else torch.as_tensor(steps)
     results = ClientResults(clients, deltas, buffers or {}, torch.as_tensor(n), torch.zeros(m, dtype=torch.float64),
-                            torch.zeros(m, dtype=torch.long), torch.ones(m, dtype=torch.long))
+                            steps, torch.ones(m, dtype=torch.long), lr=torch.full((m,), float(lr), dtype=torch.float64),
+                            effective_steps=steps.to(torch.float64))
     outcome, outcome.state = agg.apply(state, params, results)
     return outcome
 

@@ -1,7 +1,8 @@
 """The contract every aggregator in conf/aggregator/ keeps (FedJAX-shaped ``init``/``apply``).
 
-Over a random round of m = 5 clients of a two-layer model: Proposition 1 (N <= E, per layer
-too); the aggregation weights sum to one (per layer for a per-layer rule); the state survives a
+Over a random round of m = 5 clients of a two-layer model, each client one local step: Proposition 1
+(N <= E, per layer too); the aggregation weights sum to one (per layer for a per-layer rule;
+FedNova's sum to one when every client takes as many steps); the state survives a
 checkpoint (``torch.save`` / ``torch.load(weights_only=True)``) and the next round from the
 loaded state equals the next round from the original; a round where no client moved leaves
 finite models; a round where every client sends the same update ``d`` gives the average model

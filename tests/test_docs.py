@@ -32,7 +32,7 @@ from fedrun.cli import precheck, precheck_sweep
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "optuna-dashboard")
-TABLE_SCRIPTS = ("fednnnn_table2.py", "fedlayerwise_table1.py", "pd_tables.py")
+TABLE_SCRIPTS = ("fednnnn_table2.py", "fedlayerwise_table1.py", "pd_tables.py", "niidbench_table3.py")
 
 
 def commands() -> list[tuple[str, str, str]]:

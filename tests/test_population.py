@@ -59,6 +59,11 @@ MEMBERS = {
     "trimmed_mean_weighted": ["aggregator=trimmed_mean", "aggregator.beta=0.2", "aggregator.weighted=true",
                               "hyperparams.client_fraction=0.5"],
     "krum": ["aggregator=krum", "hyperparams.client_fraction=0.5"],  # Krum (f=1) needs m > 2f + 2 = 4 a round
+    # Control variates for all 10 clients, each round's clients' c - c_k cut into the population's chunks.
+    "scaffold_stragglers": ["aggregator=scaffold", "hyperparams.stragglers=0.5", "hyperparams.local_epochs=2",
+                            "hyperparams.momentum=0.5", "seed=6"],
+    "fednova_momentum": ["aggregator=fednova", "hyperparams.stragglers=0.5", "hyperparams.local_epochs=3",
+                         "hyperparams.momentum=0.9", "hyperparams.batch_size=16"],
 }
 CSVS = ("rounds", "layers", "clients", "client_layers", "output_layer", "partition")
 
