@@ -43,7 +43,7 @@ Which accuracy the paper's Table 2 holds (printed as a footnote under the table)
     into ``DIR/<cell>/<method>_seed<seed>``, then collect ``DIR`` as above.  ``--population`` adds
     ``hydra/launcher=population``: the methods and seeds of a cell train together, each run with
     the results it has alone on the batched engine (docs/sweeps.md).  ``--smoke`` adds
-    ``scale=smoke`` (3 rounds, 10 clients, 1000/300 samples: a check that everything runs, not a
+    ``scale=smoke`` (3 rounds, 2 local epochs, 1000/300 samples: a check that everything runs, not a
     reproduction).  ``--substitute DATASET=OPTION`` runs another ``conf/dataset`` option in place
     of a dataset that is not available (offline machines): ``cifar10=synthetic`` passes
     ``dataset=synthetic dataset.channels=3 dataset.image_size=32`` (random class templates of
@@ -326,8 +326,8 @@ def run_grid(args) -> int:
 
     banner = []
     if args.smoke:
-        banner.append("SMOKE SCALE (scale=smoke: 3 rounds, 10 clients, 1000 train / 300 test samples, "
-                      "1 local epoch): a check that the pipeline runs, NOT the paper's Table 1 setting.")
+        banner.append("SMOKE SCALE (scale=smoke: 3 rounds, 2 local epochs, 1000 train / 300 test samples): a "
+                      "check that the pipeline runs, NOT the paper's Table 1 setting.")
     for real, option in substitutes.items():
         banner.append(f"SUBSTITUTED DATA: {real} runs read dataset={option} ({' '.join(overrides(real))}), "
                       f"not the real {real}.")
@@ -344,14 +344,9 @@ def parser():
         "run conf/dataset OPTION in place of DATASET (not available offline), e.g. cifar10=synthetic (adds "
         "dataset.channels=3 dataset.image_size=32) or mnist=mnist_train10k; repeatable. The runs are marked as "
         "substituted")
-    for q in (c, r):
-        q.add_argument("--accuracy", choices=("final", "best"), default="final",
-                       help="which accuracy fills the CSV's ours_pct/diff_pct columns: final_test_acc "
-                            "(after the last round; default) or best_test_acc (highest over the rounds). "
-                            "The table and the CSV's final_*/best_* columns always show both")
+    tables.accuracy_option(c, r)
     r.add_argument("--smoke", action="store_true",
-                   help="add scale=smoke (3 rounds, 10 clients, 1000/300 samples): checks the pipeline, "
-                        "is not the paper's setting")
+                   help=f"add {tables.SMOKE}")
     r.add_argument("--cells", nargs="+", choices=list(CELLS), default=None, metavar="CELL",
                    help=f"which presets of conf/experiment/fednnnn (default: all 8: {', '.join(CELLS)})")
     r.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",

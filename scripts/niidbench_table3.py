@@ -232,14 +232,9 @@ def parser():
         "Launch one `fedrun -m` per Table III row (all four methods), then collect.", PAPER_CSV, DATASETS,
         "run conf/dataset OPTION in place of DATASET (not available offline), e.g. mnist=mnist_train10k; "
         "repeatable. The runs are marked as substituted")
-    for q in (c, r):
-        q.add_argument("--accuracy", choices=("final", "best"), default="final",
-                       help="which accuracy fills the CSV's ours_pct/diff_pct columns: final_test_acc (after the "
-                            "last round; default) or best_test_acc (highest over the rounds). The table and the "
-                            "CSV's final_*/best_* columns always show both")
+    tables.accuracy_option(c, r)
     r.add_argument("--smoke", action="store_true",
-                   help="add scale=smoke (3 rounds, 2 local epochs, 1000/300 samples): checks the pipeline, is not "
-                        "the paper's setting")
+                   help=f"add {tables.SMOKE}")
     r.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS), metavar="DATASET",
                    help=f"which datasets (default both: {', '.join(DATASETS)})")
     r.add_argument("--partitions", nargs="+", choices=PARTITIONS, default=list(PARTITIONS), metavar="PARTITION",

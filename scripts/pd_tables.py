@@ -616,9 +616,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"only these optimizers ({', '.join(OPTIMIZERS)})")
     r.add_argument("--variants", default=None, metavar="V[,V...]",
                    help="only these variants: none (the baseline), wd=0, wd=0.0001, wd=0.0005, bn, brn, da, do")
-    r.add_argument("--smoke", action="store_true", help="add scale=smoke: checks the pipeline, not the paper's setting")
+    r.add_argument("--smoke", action="store_true", help=f"add {tables.SMOKE}")
     r.add_argument("--scale", default=None, choices=conf_options("scale"),
-                   help="add scale=SCALE (e.g. tiny: 2 rounds on 200 images, the whole grid in minutes)")
+                   help="add scale=SCALE (e.g. tiny: 3 rounds on 200 images, the whole grid in minutes)")
     r.add_argument("--resume", action="store_true",
                    help="continue runs that started but did not finish (resume=true) instead of skipping them")
     return p

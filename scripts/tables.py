@@ -135,6 +135,20 @@ def _csv_value(value, float_format: str):
 
 # ----------------------------------------------------------------------------- command line
 
+# What scale=smoke does to a preset (conf/scale/smoke.yaml), for the scripts' --smoke help.
+SMOKE = ("scale=smoke: 3 rounds, 2 local epochs, at least 3 clients a round, 1,000/300 train/test images; "
+         "checks the pipeline, is not the paper's setting")
+
+
+def accuracy_option(*parsers: argparse.ArgumentParser) -> None:
+    """``--accuracy final|best`` on the modes that fill a table's CSV."""
+    for q in parsers:
+        q.add_argument("--accuracy", choices=("final", "best"), default="final",
+                       help="which accuracy fills the CSV's ours_pct/diff_pct columns: final_test_acc (after the "
+                            "last round; default) or best_test_acc (highest over the rounds). The table and the "
+                            "CSV's final_*/best_* columns always show both")
+
+
 def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, run_description: str,
                  paper: str, datasets: tuple[str, ...], substitute_help: str,
                  substitute_metavar: str = "DATASET=OPTION") -> tuple[argparse.ArgumentParser,
