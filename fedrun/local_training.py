@@ -32,6 +32,7 @@ class LocalTraining:
     weight_decay: float = 0.0
     optimizer: str = "sgd"  # sgd | adam
     betas: tuple[float, float] = (0.9, 0.999)  # Adam
+    adam_eps: float = 1e-8  # Adam's epsilon: PyTorch's 1e-8; Keras/TensorFlow's default is 1e-7
     weight_decay_mode: str = "coupled"  # coupled (L2 in the gradient) | decoupled (SGDW/AdamW)
     optimizer_state: str = "reset"  # reset every round | average (-A) | local (-WB)
     lr_milestones: tuple[float, ...] = ()  # fractions of the rounds after which lr *= lr_gamma
@@ -54,11 +55,12 @@ class LocalTraining:
         check(all(0 < f < 1 for f in self.lr_milestones), "hyperparams.lr_milestones",
               list(self.lr_milestones), "fractions of the rounds, each in (0, 1)")
         check(0 < self.lr_gamma <= 1, "hyperparams.lr_gamma", self.lr_gamma, "must be in (0, 1]")
+        check(self.adam_eps > 0, "hyperparams.adam_eps", self.adam_eps, "must be > 0")
         self.make_optimizer()  # validates the optimizer's name and settings
 
     def make_optimizer(self):
-        return make_optimizer(self.optimizer, self.lr, self.momentum, self.nesterov,
-                              self.weight_decay, tuple(self.betas), weight_decay_mode=self.weight_decay_mode)
+        return make_optimizer(self.optimizer, self.lr, self.momentum, self.nesterov, self.weight_decay,
+                              tuple(self.betas), self.adam_eps, weight_decay_mode=self.weight_decay_mode)
 
     def lr_at(self, round_: int, rounds: int) -> float:
         """Round ``round_``'s learning rate under the step decay (:func:`fedrun.optim.lr_factor`)."""

@@ -12,6 +12,27 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedrun.errors import ConfigError
+
+
+INITS = ("torch", "keras")
+
+
+def initialize(model: nn.Module, init: str) -> None:
+    """``model.init``: ``torch``, PyTorch's default (He-uniform with a = sqrt(5), uniform biases),
+    the FedNNNN paper's framework; ``keras``, Keras/TensorFlow's default for Conv2D and Dense
+    layers: Glorot-uniform weights (U(+-sqrt(6 / (fan_in + fan_out))), fans counting the kernel's
+    area as PyTorch's ``xavier_uniform_`` does) and zero biases, the framework of papers whose
+    code is Keras (FedLayerWise's, FedAdp's)."""
+    if init not in INITS:
+        raise ConfigError("model.init", init, f"choose one of: {', '.join(INITS)}")
+    if init == "keras":
+        for module in model.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
 
 class MnistCNN(nn.Module):
     """Two 5x5 conv + pool blocks and two FC layers.
@@ -23,7 +44,7 @@ class MnistCNN(nn.Module):
     """
 
     def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
-                 channels: tuple[int, int] = (20, 50), hidden: int = 500):
+                 channels: tuple[int, int] = (20, 50), hidden: int = 500, init: str = "torch"):
         super().__init__()
         c1, c2 = channels
         self.conv1 = nn.Conv2d(in_channels, c1, 5)
@@ -31,6 +52,7 @@ class MnistCNN(nn.Module):
         side = ((image_size - 4) // 2 - 4) // 2
         self.fc1 = nn.Linear(c2 * side * side, hidden)
         self.fc2 = nn.Linear(hidden, num_classes)
+        initialize(self, init)
 
     def forward(self, x):
         x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)

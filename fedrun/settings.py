@@ -63,7 +63,7 @@ SCHEMA: dict[str, Any] = {
         "batch_size": int, "lr": float, "optimizer": str, "momentum": float, "nesterov": bool,
         "weight_decay": float, "weight_decay_mode": str, "optimizer_state": str,
         "lr_milestones": list[float], "lr_gamma": float, "augment": Union[bool, dict, None],
-        "betas": tuple[float, float], "eval_every": int, "validation_fraction": float,
+        "betas": tuple[float, float], "adam_eps": float, "eval_every": int, "validation_fraction": float,
         "stragglers": float, "dropouts": float,
     },
 }

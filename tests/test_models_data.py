@@ -597,3 +597,28 @@ def test_per_class_keeps_the_first_images_of_each_class():
     with pytest.raises(ConfigError, match=r"^dataset\.per_class=3: the training set has fewer images of some "
                                           r"classes \(class 1: 2, class 2: 2\); use at most 2"):
         D.prepare(D.RawData(x, y, x[:3], y[:3], 3), [0.0], [1.0], per_class=3)
+
+
+def test_keras_initialization_of_the_fedlayerwise_cnn():
+    """model.init=keras: Glorot-uniform weights within sqrt(6 / (fan_in + fan_out)), zero biases
+    (Keras's Conv2D/Dense defaults); the default stays PyTorch's (biases not zero)."""
+    import math
+
+    from fedrun.errors import ConfigError
+    from fedrun.local_training import LocalTraining
+
+    torch.manual_seed(0)
+    keras = MnistCNN(channels=(32, 64), hidden=512, init="keras")
+    for layer, fan_in, fan_out in ((keras.conv1, 25, 32 * 25), (keras.conv2, 32 * 25, 64 * 25),
+                                   (keras.fc1, 1024, 512), (keras.fc2, 512, 10)):
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound
+        assert torch.count_nonzero(layer.bias) == 0
+    torch.manual_seed(0)
+    assert torch.count_nonzero(MnistCNN(channels=(32, 64), hidden=512).conv1.bias) > 0
+    with pytest.raises(ConfigError, match="model.init=glorot: choose one of: torch, keras"):
+        MnistCNN(init="glorot")
+    # Adam's epsilon reaches the client optimizer (Keras's default is 1e-7).
+    assert LocalTraining(optimizer="adam", adam_eps=1e-7).make_optimizer().eps == 1e-7
+    with pytest.raises(ConfigError, match="hyperparams.adam_eps=0"):
+        LocalTraining(optimizer="adam", adam_eps=0)
