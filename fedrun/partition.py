@@ -19,8 +19,8 @@ So the conditions of the papers combine freely:
   Non-IID(2) and Non-IID(1));
 * ``sizes=powerlaw``: client sizes follow a Zipf law (FedNNNN's unbalanced "UB" conditions);
 * ``dirichlet``: each client's class proportions drawn from Dirichlet(alpha) (client-wise);
-* ``dirichlet_labels``: each class split over the clients by Dirichlet(alpha) (label-wise, as
-  FL-bench and flwr-datasets' ``DirichletPartitioner``: their alpha means the same here);
+* ``dirichlet_labels``: each class split over the clients by Dirichlet(alpha) (label-wise:
+  flwr-datasets' ``DirichletPartitioner``; with ``balance=True`` NIID-Bench's and FL-bench's);
 * ``mixed``: n IID clients and the rest k-class (FedLayerWise's scenarios);
 * ``shards``: McMahan et al.'s classic scheme, sort by label and deal 2K shards, 2 per client
   (``shard_size`` fixes the shard length: FedLap's 200-image CIFAR-10 shards).
@@ -628,18 +628,23 @@ def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alph
     draw (``n_k = sum_c n_ck``).  If a client gets fewer than ``min_size`` samples, all the
     classes are drawn again, up to :data:`LABEL_DRAWS` times.
 
-    This is the scheme of FL-bench (``data/utils/schemes/dirichlet.py``) and flwr-datasets
-    (``DirichletPartitioner(partition_by="label", self_balancing=False)``; Yurochkin et al.
-    2019), so an alpha here means what it means there.  Both also redraw until every client holds
-    ``min_samples_per_client`` / ``min_partition_size`` samples (default 10); they cut class c at
-    ``floor(n_c cumsum(q_c))``, which differs from the rounding here by at most one sample per
-    client and class.  :func:`dirichlet` is the client-wise scheme: ``p_k ~ Dir(alpha 1_C)``
-    over the classes for each client, and the same alpha gives a different split.
+    ``balance=False`` is flwr-datasets' ``DirichletPartitioner(partition_by="label",
+    self_balancing=False)`` (its default; Yurochkin et al. 2019), so an alpha here means what it
+    means there; it too redraws until every client holds ``min_partition_size`` samples (default
+    10).  It cuts class c at ``floor(n_c cumsum(q_c))``, which differs from the rounding here by at
+    most one sample per client and class.  :func:`dirichlet` is the client-wise scheme:
+    ``p_k ~ Dir(alpha 1_C)`` over the classes for each client, and the same alpha gives a
+    different split.
 
     ``balance=True``: NIID-Bench's ``noniid-labeldir`` (Li, Diao, Chen, He, ICDE 2022, "p_k ~
-    Dir(beta)"), which deals the classes in order and gives no more to a client already holding
-    ``N / K`` samples (:func:`_balance`), redrawing while a client has fewer than ``min_size`` (10
-    there too); client sizes then stay closer to ``N / K``.
+    Dir(beta)") and FL-bench's ``data/utils/schemes/dirichlet.py``, which always balances: the
+    classes are dealt in order and a client already holding ``N / K`` samples takes no share of
+    the classes after (:func:`_balance`), redrawing while a client has fewer than ``min_size``
+    (10 in NIID-Bench; FL-bench's ``--least_samples`` defaults to 40).  Client sizes then stay
+    closer to ``N / K`` and clients hold fewer classes (alpha 0.5, 10 clients: size CV 0.25 and
+    2.30 bits of label entropy against 0.37 and 2.49 unbalanced;
+    ``tests/test_partition_niidbench.py`` checks these against FL-bench's rule).  flwr-datasets'
+    ``self_balancing=True`` closes a client only above ``N / K`` (``>`` where these use ``>=``).
     """
     labels = _labels(labels, num_classes)
     _check_clients(num_clients, labels)

@@ -1,5 +1,5 @@
 """The label-wise Dirichlet partition (``partition=dirichlet_labels``): each class split over the
-clients by ``q_c ~ Dir(alpha 1_K)``, as FL-bench and flwr-datasets do.
+clients by ``q_c ~ Dir(alpha 1_K)``, as flwr-datasets does (``balance=true``: as NIID-Bench and FL-bench do).
 
 The standard labels (``labels_1000`` fixture): 1,000 samples, 100 of each of 10 classes.
 """

@@ -95,6 +95,47 @@ def test_balance_narrows_the_sizes():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def _flbench_dirichlet(labels, num_clients, alpha, least_samples, rng):
+    """FL-bench's label Dirichlet as its ``data/utils/schemes/dirichlet.py`` describes it, written
+    here independently of fedrun: each class's shares ~ Dir(alpha), zeroed for the clients already
+    holding N/K samples or more, renormalized, cut at floor(n_c cumsum(q)); redrawn until every
+    client holds ``least_samples``."""
+    n, classes = len(labels), labels.max() + 1
+    while True:
+        parts = [np.array([], dtype=int) for _ in range(num_clients)]
+        for c in range(classes):
+            members = rng.permutation(np.flatnonzero(labels == c))
+            q = rng.dirichlet(np.full(num_clients, alpha)) * np.array([len(p) < n / num_clients for p in parts])
+            cuts = (np.cumsum(q / q.sum()) * len(members)).astype(int)[:-1]
+            parts = [np.concatenate([p, s]) for p, s in zip(parts, np.split(members, cuts))]
+        if min(map(len, parts)) >= least_samples:
+            return parts
+
+
+def _size_cv_and_entropy(parts, labels):
+    """Client-size coefficient of variation, and the clients' mean label entropy in bits."""
+    sizes = np.array([len(p) for p in parts])
+    freqs = [np.bincount(labels[p], minlength=10) / len(p) for p in parts]
+    entropy = np.mean([-(f[f > 0] * np.log2(f[f > 0])).sum() for f in freqs])
+    return sizes.std() / sizes.mean(), entropy
+
+
+def test_balance_is_fl_benchs_dirichlet_and_off_is_flwrs_default():
+    """Which peer each setting matches (docs/configuration.md): ``balance=true`` has the statistics
+    of FL-bench's partition (which always caps a client at N/K), ``balance=false`` those of the
+    uncapped draw (flwr-datasets' DirichletPartitioner, self_balancing=False): averaged over 30
+    seeds at alpha 0.5, 10 clients, 20,000 samples."""
+    labels = np.random.default_rng(3).permutation(np.arange(20000) % 10)
+    seeds = range(30)
+    ours = {b: np.mean([_size_cv_and_entropy(P.dirichlet_labels(labels, 10, 10, s, alpha=0.5, balance=b), labels)
+                        for s in seeds], axis=0) for b in (False, True)}
+    peer = np.mean([_size_cv_and_entropy(_flbench_dirichlet(labels, 10, 0.5, 10, np.random.default_rng(s)), labels)
+                    for s in seeds], axis=0)
+    assert abs(ours[True][0] - peer[0]) < 0.03 and abs(ours[True][1] - peer[1]) < 0.05
+    # Uncapped, sizes spread more and clients hold more classes: it is not FL-bench's partition.
+    assert ours[False][0] > peer[0] + 0.07 and ours[False][1] > peer[1] + 0.1
+
+
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment" / "niidbench").glob("*.yaml"))
 
 
