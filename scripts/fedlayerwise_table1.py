@@ -16,8 +16,8 @@ Two modes:
     val_acc`` reads the validation accuracy instead, for runs with hyperparams.validation_fraction
     > 0).  A run that never gets there reads ``not reached in T (final x%)``, T being its last
     round; its difference is then only bounded, ``>+k`` (T - paper), or ``-`` when T is below the
-    paper's number.  Several runs of one cell (seeds) are averaged; ``[n]`` gives their count and
-    ``[k of n reached]`` says when only some reached the target (the mean is over those).  ``-``
+    paper's number.  Several runs of one cell (seeds) are averaged over those that reached the
+    target, and ``[11, 12, -]`` lists each run's rounds in seed order (``-``: not reached).  ``-``
     marks a cell with no run.  ``--csv PATH`` writes a long-form CSV (``run``: OUT/fedlayerwise_table1.csv
     unless ``--csv ''``; ``collect``: none unless asked, never into the DIRs it reads) of (method, scenario, target, metric,
     ours_rounds, paper_rounds, diff_rounds, n_runs, n_reached, rounds_run, final_acc_pct,
@@ -185,7 +185,9 @@ def format_cell(row: dict) -> str:
         # Never reached in T rounds: the run needs more than T, so ours - paper > T - paper.
         diff = "-" if row["paper_rounds"] is None or T < row["paper_rounds"] else f">{T - row['paper_rounds']:+d}"
         return f"{text} ({paper}, {diff})"
-    text = _num(row["ours_rounds"]) + (f" [{k} of {n} reached]" if k < n else f" [{n}]" if n > 1 else "") + star
+    # Several runs (seeds): each one's rounds, in seed order ("-": not reached), so the spread shows.
+    each = f" [{row['per_run_rounds'].replace(';', ', ')}]" if n > 1 else ""
+    text = _num(row["ours_rounds"]) + each + star
     diff = "-" if row["diff_rounds"] is None else _num(row["diff_rounds"], "+")
     return f"{text} ({paper}, {diff})"
 
@@ -197,7 +199,8 @@ def format_table(rows: list[dict]) -> str:
     text = tables.render(["Fed Methods"] + [SCENARIO_LABELS[s] for s in SCENARIOS], body)
     target, metric = rows[0]["target"], rows[0]["metric"]
     title = (f"FedLayerWise Table I: communication rounds to reach {100 * target:g}% {metric.replace('_', ' ')} "
-             f"on MNIST; each cell: ours (paper, ours - paper); [n] = mean of n runs; "
+             f"on MNIST; each cell: ours (paper, ours - paper); several runs: their mean over the runs "
+             f"that reached it [each run's rounds, in seed order; - = not reached]; "
              f"* = not the paper's setting (see NOTE); - = no run")
     if abs(target - PAPER_TARGET) > 1e-12:
         title += f"\n(the paper's numbers are for {100 * PAPER_TARGET:g}%: none shown for {100 * target:g}%)"

@@ -7,7 +7,7 @@ Runs are found below the DIRs (folders with ``summary.json`` and ``config.yaml``
 dataset (``tags.dataset`` of the ``conf/experiment/fedlap/*`` presets: mnist, fmnist, cifar10),
 straggler fraction (``hyperparams.stragglers`` of the run's config.yaml: 0, 0.5, 0.9 in the paper)
 and method (``summary.json`` aggregator: FedLap, FedProx, FedAvg); several seeds of one method are
-averaged round by round.  For each dataset it writes to ``--out``:
+averaged round by round, their range (min to max) shaded.  For each dataset it writes to ``--out``:
 
 ``<dataset>_accuracy.png``
     test accuracy (%) vs communication round, FedLap, FedProx and FedAvg overlaid, one panel per
@@ -24,8 +24,12 @@ averaged round by round.  For each dataset it writes to ``--out``:
 ``--summary`` prints (and ``--csv`` writes) a table instead of, or with ``--out`` besides, the
 figures: per dataset x stragglers x method, the test accuracy at round ``--round`` (default 20: the
 paper's "3-5% higher accuracy in the first 20 communication rounds"; the last evaluation at or before
-it), the final accuracy, the rounds run and the number of runs averaged, and FedLap's lead over the
-better of FedProx and FedAvg at both points.
+it) with its range over seeds, the mean accuracy over rounds 1..round (the claim read as the area
+under the curve), the final accuracy, the rounds run and the number of runs (seeds) averaged;
+FedLap's lead over the better of FedProx and FedAvg at each of the three; and in how many of the
+seeds that all three methods ran FedLap's mean over rounds 1..round beats both (a seed gives every
+method the same clients and batches, so seeds pair up).  A DIR may be a run directory itself: to
+set a reading of one method against the others' preset runs, name those runs' folders.
 
 Runs that depart from the paper's setting (substituted data, fewer rounds, fewer local epochs: read
 from each run's own config.yaml) say so under each plot and in a NOTE under the table.  The paper
@@ -74,9 +78,10 @@ PAPER_PARTITION = {"_target_": "fedrun.partition.shards", "shards_per_client": 2
 # (300 is what 60,000 / 200 gives with shard_size null).
 PAPER_SHARD_SIZE = {"cifar10": 200}
 LABELS = {"rounds": "presets 100; the paper does not state T"}
-SUMMARY_COLUMNS = ["dataset", "stragglers", "method", "acc_at_round_pct", "round", "final_acc_pct",
-                   "rounds_run", "n_runs", "fedlap_lead_at_round_pct", "fedlap_lead_final_pct", "run_dir",
-                   "deviations"]
+SUMMARY_COLUMNS = ["dataset", "stragglers", "method", "acc_at_round_pct", "acc_at_round_min_pct",
+                   "acc_at_round_max_pct", "round", "mean_acc_to_round_pct", "final_acc_pct", "rounds_run", "n_runs",
+                   "seeds", "fedlap_lead_at_round_pct", "fedlap_lead_to_round_pct", "fedlap_lead_final_pct",
+                   "fedlap_ahead_seeds", "run_dir", "deviations"]
 NOT_PAPER = ("\nNOTE: these runs do NOT use the paper's setting (sec. V.A), so their accuracies are not comparable "
              "with the paper's figures:")
 
@@ -138,12 +143,13 @@ def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, 
     for ax, (s, methods) in zip(axes, panels):
         for m in methods:
             rs = groups[(dataset, s, m)]
-            plots.curve(ax, mean_by_round([r.rounds() for r in rs]), "test_acc", 100, color=COLORS.get(m),
-                        label=mean_label(METHOD_LABELS.get(m, m), len(rs)))
+            plots.seed_curve(ax, [r.rounds() for r in rs], "test_acc", 100, color=COLORS.get(m),
+                             label=mean_label(METHOD_LABELS.get(m, m), len(rs)))
         fig_ref = FIGURES.get((dataset, s))
         ax.set_title(straggler_label(s) + (f" ({fig_ref} style)" if fig_ref else ""), fontsize=9)
         ax.set_xlabel(ROUNDS)
-        ax.legend(fontsize=8)
+        several = any(len(groups[(dataset, s, m)]) > 1 for m in methods)
+        ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     axes[0].set_ylabel("Test accuracy (%)")
     written.append(plots.finish(fig, axes, f"Test accuracy for FedLap, FedProx and FedAvg on {name}", notes,
                                 out / f"{dataset}_accuracy.png", bottom=0.08))
@@ -193,8 +199,24 @@ def acc_at(run: Run, round_: int) -> tuple[float | None, float | None, int]:
     return at, float(df["test_acc"].iloc[-1]), last
 
 
+def mean_to(run: Run, round_: int) -> float | None:
+    """The run's mean test accuracy over its evaluations in rounds 1..``round_`` (the paper's "higher
+    accuracy in the first 20 communication rounds" read as the area under the curve there); None if
+    the run stopped before ``round_``."""
+    df = run.rounds().dropna(subset=["test_acc"])
+    if df.empty or int(df["round"].iloc[-1]) < round_:
+        return None
+    return float(df.loc[df["round"] <= round_, "test_acc"].mean())
+
+
+def _seeds(runs: list[Run]) -> dict:
+    """``{seed: run}`` (a later run of a seed replaces an earlier one in path order)."""
+    return {r.seed: r for r in sorted(runs, key=lambda r: str(r.path))}
+
+
 def summary_rows(groups: dict[tuple[str, float, str], list[Run]], round_: int = 20) -> list[dict]:
-    """One row per (dataset, stragglers, method) present, in the paper's order, accuracies in %."""
+    """One row per (dataset, stragglers, method) present, in the paper's order, accuracies in %:
+    means over the cell's runs (seeds) with the range of the accuracy at ``round_``."""
     rows = []
     for dataset in _order({d for d, _s, _m in groups}, DATASETS):
         for s, methods in _panels(groups, dataset):
@@ -202,47 +224,74 @@ def summary_rows(groups: dict[tuple[str, float, str], list[Run]], round_: int = 
             for m in methods:
                 rs = groups[(dataset, s, m)]
                 got = [acc_at(r, round_) for r in rs]
-                at = tables.mean_pct(g[0] for g in got) if all(g[0] is not None for g in got) else None
+                ats = [g[0] for g in got]
+                complete = all(a is not None for a in ats)
+                tos = [mean_to(r, round_) for r in rs]
                 block.append({"dataset": dataset, "stragglers": s, "method": m,
-                              "acc_at_round_pct": at, "round": round_,
+                              "acc_at_round_pct": tables.mean_pct(ats) if complete else None,
+                              "acc_at_round_min_pct": 100 * min(ats) if complete else None,
+                              "acc_at_round_max_pct": 100 * max(ats) if complete else None,
+                              "round": round_,
+                              "mean_acc_to_round_pct": tables.mean_pct(tos) if None not in tos else None,
                               "final_acc_pct": tables.mean_pct(g[1] for g in got),
                               "rounds_run": min((g[2] for g in got), default=0), "n_runs": len(rs),
-                              "fedlap_lead_at_round_pct": None, "fedlap_lead_final_pct": None,
+                              "seeds": ";".join(str(r.seed) for r in rs),
+                              "fedlap_lead_at_round_pct": None, "fedlap_lead_to_round_pct": None,
+                              "fedlap_lead_final_pct": None, "fedlap_ahead_seeds": None,
                               "run_dir": ";".join(str(r.path) for r in rs),
                               "deviations": "; ".join(sorted({d for r in rs for d in deviations(r)}))})
-            _leads(block)
+            _leads(block, {m: groups[(dataset, s, m)] for m in methods}, round_)
             rows += block
     return rows
 
 
-def _leads(block: list[dict]) -> None:
-    """FedLap's lead over the better of FedProx and FedAvg, at the round and final, on FedLap's row."""
+def _leads(block: list[dict], runs: dict[str, list[Run]], round_: int) -> None:
+    """On FedLap's row: its lead over the better of FedProx and FedAvg (means over seeds) at the
+    round, over rounds 1..round and final; and ``k of n``, the seeds run by all three methods in
+    which FedLap's mean over rounds 1..round beats both (same seed: same clients and batches)."""
     lap = next((b for b in block if b["method"] == "fedlap"), None)
     others = [b for b in block if b["method"] in ("fedprox", "fedavg")]
-    if lap and others:
-        for key, lead in (("acc_at_round_pct", "fedlap_lead_at_round_pct"), ("final_acc_pct", "fedlap_lead_final_pct")):
-            rivals = [b[key] for b in others if b[key] is not None]
-            if lap[key] is not None and rivals:
-                lap[lead] = lap[key] - max(rivals)
+    if not (lap and others):
+        return
+    for key, lead in (("acc_at_round_pct", "fedlap_lead_at_round_pct"),
+                      ("mean_acc_to_round_pct", "fedlap_lead_to_round_pct"),
+                      ("final_acc_pct", "fedlap_lead_final_pct")):
+        rivals = [b[key] for b in others if b[key] is not None]
+        if lap[key] is not None and rivals:
+            lap[lead] = lap[key] - max(rivals)
+    by_seed = {b["method"]: _seeds(runs[b["method"]]) for b in [lap] + others}
+    common = sorted(set.intersection(*(set(v) for v in by_seed.values())), key=str)
+    scores = [{m: mean_to(by_seed[m][seed], round_) for m in by_seed} for seed in common]
+    scores = [sc for sc in scores if None not in sc.values()]
+    if scores:
+        ahead = sum(sc["fedlap"] > max(v for m, v in sc.items() if m != "fedlap") for sc in scores)
+        lap["fedlap_ahead_seeds"] = f"{ahead} of {len(scores)}"
 
 
 def format_summary(rows: list[dict], round_: int) -> str:
     def pct(v):
         return "-" if v is None else f"{v:.1f}"
 
+    def spread(r):
+        if r["acc_at_round_pct"] is None or r["n_runs"] < 2:
+            return pct(r["acc_at_round_pct"])
+        return f"{r['acc_at_round_pct']:.1f} [{r['acc_at_round_min_pct']:.1f}-{r['acc_at_round_max_pct']:.1f}]"
+
     def lead(v):
         return "" if v is None else f"{v:+.1f}"
 
-    head = ["Dataset", "Stragglers", "Method", f"Acc@{round_} (%)", "Final (%)", "T", "n",
-            f"FedLap lead @{round_}", "FedLap lead final"]
+    head = ["Dataset", "Stragglers", "Method", f"Acc@{round_} (%)", f"Mean 1-{round_} (%)", "Final (%)", "T", "n",
+            f"FedLap lead @{round_}", f"lead 1-{round_}", "lead final", "FedLap ahead"]
     body = [[DATASET_LABELS.get(r["dataset"], r["dataset"]), f"{100 * r['stragglers']:g}%",
              METHOD_LABELS.get(r["method"], r["method"]) + ("*" if r["deviations"] else ""),
-             pct(r["acc_at_round_pct"]), pct(r["final_acc_pct"]), str(r["rounds_run"]), str(r["n_runs"]),
-             lead(r["fedlap_lead_at_round_pct"]), lead(r["fedlap_lead_final_pct"])] for r in rows]
+             spread(r), pct(r["mean_acc_to_round_pct"]), pct(r["final_acc_pct"]), str(r["rounds_run"]),
+             str(r["n_runs"]), lead(r["fedlap_lead_at_round_pct"]), lead(r["fedlap_lead_to_round_pct"]),
+             lead(r["fedlap_lead_final_pct"]), r["fedlap_ahead_seeds"] or ""] for r in rows]
     title = (f"FedLap Figs. 1-4 summary: test accuracy at round {round_} (last evaluation at or before it; "
-             f"- = the run stopped before) and after the last round T; n = runs averaged; "
-             f"FedLap lead = FedLap minus the better of FedProx and FedAvg (points); * = not the paper's "
-             f"setting (see NOTE)")
+             f"- = the run stopped before; [min-max] over the runs), its mean over rounds 1-{round_} and after "
+             f"the last round T, means over n runs (seeds); FedLap lead = FedLap minus the better of FedProx "
+             f"and FedAvg (points); FedLap ahead = the seeds in which FedLap's mean over rounds 1-{round_} beats "
+             f"both; * = not the paper's setting (see NOTE)")
     return title + "\n" + tables.render(head, body, labels=3, align_head=str.rjust)
 
 

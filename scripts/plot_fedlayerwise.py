@@ -4,7 +4,7 @@ diagnostics the paper could not show.
 
 For each scenario found (``tags.scenario`` of the ``conf/experiment/fedlayerwise/*`` presets:
 ``5iid_5noniid``, ``2iid_8noniid``), with FedLayerWise, FedAdp and FedAvg overlaid (several seeds
-of one method are averaged round by round), it writes to ``--out``:
+of one method: their mean round by round, their range min to max shaded), it writes to ``--out``:
 
 ``<scenario>_accuracy.png``
     accuracy (%) vs communication round: Fig. 1.  The paper plots validation accuracy; fedrun's
@@ -38,7 +38,7 @@ import plots
 from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER_TARGET, SCENARIO_LABELS, SCENARIOS, deviations,
                                  load_runs, paper_table)
 from matplotlib.lines import Line2D
-from papers import group, mean_by_round, missing_dirs, one_line_errors, unreadable
+from papers import group, missing_dirs, one_line_errors, unreadable
 
 from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
 from fedrun.results import Run
@@ -161,7 +161,7 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     out.mkdir(parents=True, exist_ok=True)
     methods = [m for m in METHODS if groups.get(m)] + sorted(m for m in groups if m not in METHODS and groups[m])
     frames = {m: [r.rounds() for r in groups[m]] for m in methods}
-    data = {m: mean_by_round(frames[m]) for m in methods}
+    several = any(len(frames[m]) > 1 for m in methods)
     notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
     where = SCENARIO_LABELS.get(scenario, scenario)
     label = {m: mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in methods}
@@ -170,8 +170,8 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
 
     # Fig. 1: accuracy curves, with Table I's target and the paper's rounds to reach it.
     fig, ax = plt.subplots(figsize=(6.6, 4.4))
-    for m, df in data.items():
-        plots.curve(ax, df, metric, 100, color=COLORS.get(m), label=label[m])
+    for m in methods:
+        plots.seed_curve(ax, frames[m], metric, 100, color=COLORS.get(m), label=label[m])
         if (m, scenario) in paper:
             ax.plot([paper[(m, scenario)]], [100 * PAPER_TARGET], marker="x", ms=9, mew=2, color=COLORS.get(m),
                     ls="none", label=f"{METHOD_LABELS.get(m, m)}: paper reaches 95% at round {paper[(m, scenario)]}")
@@ -179,19 +179,19 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     what = {"test_acc": "Test accuracy (%)", "val_acc": "Validation accuracy (%)"}[metric]
     ax.set_ylabel(what)
     ax.set_xlabel(ROUNDS)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(plots.finish(fig, [ax], f"{what.split(' (')[0]}, {where} (Fig. 1 style; x: Table I)", notes,
                                 out / f"{scenario}_accuracy.png", bottom=0.07))
 
     # Fig. 2: loss curves.
     column = loss_column([f for fs in frames.values() for f in fs])
     fig, ax = plt.subplots(figsize=(6.6, 4.4))
-    for m, df in data.items():
-        plots.curve(ax, df, column, color=COLORS.get(m), label=label[m])
+    for m in methods:
+        plots.seed_curve(ax, frames[m], column, color=COLORS.get(m), label=label[m])
     ax.set_ylabel({"val_loss": "Validation loss (val_loss)",
                    "test_loss": "Test loss (test_loss; no validation split recorded)"}[column])
     ax.set_xlabel(ROUNDS)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(plots.finish(fig, [ax], f"Loss, {where} (Fig. 2 style)", notes, out / f"{scenario}_loss.png",
                                 bottom=0.07))
 

@@ -1,6 +1,6 @@
 """What the papers' plot scripts share beyond :mod:`fedrun.plot` (pyplot on the headless backend,
 markers, integer round ticks, legend labels, the DIRs/``--out`` command line): a curve of a run's
-CSV against the round, and the figure's closing (grid, integer round ticks, title, the notes on
+CSV against the round, the mean of several seeds' curves with their range shaded, and the figure's closing (grid, integer round ticks, title, the notes on
 how the runs depart from the paper's setting)."""
 from __future__ import annotations
 
@@ -19,6 +19,28 @@ def curve(ax, df, column: str, scale: float = 1.0, **style) -> bool:
         points = [d["round"], scale * d[column]]
     ax.plot(*points, **markers(len(points[0])), **style)
     return len(points[0]) > 0
+
+
+def seed_curve(ax, frames: list, column: str, scale: float = 1.0, **style) -> bool:
+    """The mean over seeds of ``scale * column`` vs round (``frames``: one ``rounds.csv`` table per
+    seed), with the seeds' range, min to max, shaded at the rounds where more than one seed has a
+    value: with 3 seeds a band says more than a standard deviation would.  False when no round has
+    a value (the mean's line is still drawn, empty, for the legend)."""
+    import pandas as pd
+
+    frames = [f[["round", column]].dropna() for f in frames if f is not None and column in f]
+    if not frames:
+        return curve(ax, None, column, scale, **style)
+    stats = pd.concat(frames).groupby("round")[column].agg(["mean", "min", "max", "count"]).reset_index()
+    drawn = curve(ax, stats.rename(columns={"mean": column}), column, scale, **style)
+    spread = stats[stats["count"] > 1]
+    if len(spread):
+        ax.fill_between(spread["round"], scale * spread["min"], scale * spread["max"], color=style.get("color"),
+                        alpha=0.15, lw=0)
+    return drawn
+
+
+BAND_NOTE = "lines: mean over seeds; shaded: min to max over seeds"
 
 
 def save_figure(fig, path, notes=(), *, bottom: float = 0.06, right: float = 1.0, top: float = 1.0,

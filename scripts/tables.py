@@ -170,7 +170,9 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
                         "the table is printed only, and nothing is written into the DIRs read")
     r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect", description=run_description)
     r.add_argument("--out", required=True, help=f"output folder: runs go to OUT/{layout}")
-    r.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
+    r.add_argument("--seeds", default="0,1,2",
+                   help="comma-separated seeds (default 0,1,2: three runs a cell, so each cell shows its "
+                        "spread over seeds; 0 for one run)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra fedrun override for every run, e.g. --set device=cuda; repeatable. One value "
                         "each, not a sweep (runs are named <method>_seed<seed>)")

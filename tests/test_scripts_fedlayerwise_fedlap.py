@@ -141,11 +141,11 @@ def test_collect_table1_ours_paper_difference(grid, tmp_path, capsys):
     assert "rounds to reach 95% test acc" in text
     flw, adp, avg = _cells(text, "FedLayerWise"), _cells(text, "FedAdp"), _cells(text, "FedAvg")
     assert flw[FIVE] == "3 (11, -8)"
-    assert adp[FIVE] == "11.5 [2] (12, -0.5)"
+    assert adp[FIVE] == "11.5 [10, 13] (12, -0.5)"  # seed 0 reaches 95% at round 10, seed 1 at 13
     assert avg[FIVE] == "- (12, -)"
     assert adp[TWO] == "not reached in 30 (final 93.1%) (21, >+9)"
     assert avg[TWO] == "not reached in 3 (final 90.0%)* (25, -)"
-    assert flw[TWO] == "12 [1 of 2 reached] (12, +0)"
+    assert flw[TWO] == "12 [12, -] (12, +0)"
     assert "NOT use the paper's setting" in text
     assert "data substituted: mnist_train10k instead of mnist (1 run)" in text
     assert "rounds=3 (paper 30) (1 run)" in text
@@ -219,7 +219,7 @@ def test_run_mode_dry_run(tmp_path, capsys):
     # A finished run is not redone.
     make_run(out / "5iid_5noniid" / "fedavg_seed0", "fedavg", [0.5])
     rc = t1.main(["run", "--smoke", "--substitute", "mnist=mnist_train10k", "--out", str(out), "--dry-run",
-                  "--set", "device=cpu"])
+                  "--set", "device=cpu", "--seeds", "0"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "NOTE: SMOKE SCALE" in text and "NOTE: SUBSTITUTED DATA" in text and "EXTRA OVERRIDES" in text
@@ -232,6 +232,13 @@ def test_run_mode_dry_run(tmp_path, capsys):
                   "partition.samples_per_client=60", "device=cpu", "seed=0",
                   f"hydra.sweep.dir={out / '2iid_8noniid'}"):
         assert piece in two
+
+
+def test_run_mode_runs_three_seeds_by_default(tmp_path, capsys):
+    """Without --seeds every cell gets seeds 0, 1, 2, so the table shows each cell's spread."""
+    assert t1.main(["run", "--smoke", "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    calls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert len(calls) == 2 and all(" seed=0,1,2 " in c for c in calls)
 
 
 def test_run_mode_rejects_other_datasets(capsys):
@@ -318,11 +325,20 @@ def test_fedlap_summary_table(fedlap_grid, tmp_path, capsys):
     assert val(("mnist", 0.5, "fedlap"), "acc_at_round_pct") == pytest.approx(60.0)
     assert val(("mnist", 0.5, "fedlap"), "fedlap_lead_final_pct") == pytest.approx(-5.0)  # FedAvg 75
     assert val(("cifar10", 0.9, "fedlap"), "acc_at_round_pct") == pytest.approx(35.0)
+    assert val(("mnist", 0.0, "fedavg"), "acc_at_round_min_pct") == pytest.approx(40.0)
+    assert val(("mnist", 0.0, "fedavg"), "acc_at_round_max_pct") == pytest.approx(60.0)
+    assert val(("mnist", 0.0, "fedlap"), "mean_acc_to_round_pct") == pytest.approx(60.0)
+    assert val(("mnist", 0.0, "fedlap"), "fedlap_lead_to_round_pct") == pytest.approx(10.0)
+    # Seeds run by all three methods: seed 0 only (FedAvg's seed 1 has no FedLap or FedProx twin).
+    assert rows[("mnist", 0.0, "fedlap")]["fedlap_ahead_seeds"] == "1 of 1"
     # The text table: rows in the paper's order, values to one decimal.
     lines = [line for line in text.splitlines() if line.startswith(("MNIST", "CIFAR10"))]
     assert [line.split("|")[2].strip() for line in lines[:3]] == ["FedLap", "FedProx", "FedAvg"]
     first = [c.strip() for c in lines[0].split("|")]
-    assert first == ["MNIST", "0%", "FedLap", "70.0", "80.0", "3", "1", "+15.0", "+5.0"]
+    # Mean over rounds 1-2: FedLap 60, FedProx 50, FedAvg (50 + 30) / 2 = 40 -> lead +10.
+    assert first == ["MNIST", "0%", "FedLap", "70.0", "60.0", "80.0", "3", "1", "+15.0", "+10.0", "+5.0", "1 of 1"]
+    avg = [c.strip() for c in lines[2].split("|")]
+    assert avg[3] == "50.0 [40.0-60.0]" and avg[7] == "2"  # two FedAvg seeds: their range at round 2
     assert lines[-1].split("|")[2].strip() == "FedLap*"
     assert "NOT use the paper's setting" in text
     assert "data substituted: synthetic instead of cifar10 (1 run)" in text
@@ -335,7 +351,7 @@ def test_fedlap_summary_round_past_the_end(fedlap_grid, capsys):
     plot_fedlap.main([str(fedlap_grid), "--summary", "--round", "3"])
     text = capsys.readouterr().out
     cifar = next(line for line in text.splitlines() if line.startswith("CIFAR10"))
-    assert [c.strip() for c in cifar.split("|")][3:6] == ["-", "35.0", "2"]
+    assert [c.strip() for c in cifar.split("|")][3:7] == ["-", "-", "35.0", "2"]  # stopped at round 2
 
 
 def test_plot_fedlap_writes_pngs(fedlap_grid, tmp_path, capsys):

@@ -225,6 +225,7 @@ def _sweeps(text: str) -> list[tuple[list[str], str]]:
 
 def _plan(tmp_path, capsys, *extra) -> dict[str, str]:
     """Every run a dry run plans, below OUT, with the command of its sweep (each run once)."""
+    extra = extra if "--seeds" in extra else (*extra, "--seeds", "0")
     assert pd_tables.main(["run", "--out", str(tmp_path / "o"), "--dry-run", *extra]) == 0
     sweeps = _sweeps(capsys.readouterr().out)
     runs = [(run, cmd) for names, cmd in sweeps for run in names]
@@ -308,7 +309,7 @@ def test_run_dry_run_options_and_skips_finished(tmp_path, capsys):
     started = pd_tables.run_dir(out, pd_tables.run_key("cifar10", "NetA-Baseline", "adam-a", "", "iid"), 0)
     started.mkdir(parents=True)
     (started / "config.yaml").write_text("{}")
-    args = ["--tables", "4", "--settings", "iid", "--datasets", "cifar10"]
+    args = ["--tables", "4", "--settings", "iid", "--datasets", "cifar10", "--seeds", "0"]
     assert pd_tables.main(["run", "--out", str(out), "--dry-run", *args]) == 0
     text = capsys.readouterr().out
     assert "1 done, 1 started but unfinished, 3 to run; 3 fedrun -m sweep(s)" in text
@@ -415,7 +416,7 @@ def test_run_collect_plot_surface_end_to_end(tmp_path, capsys):
     out = tmp_path / "pd"
     rc = pd_tables.main(["run", "--out", str(out), "--scale", "tiny", "--substitute", "cifar10=synthetic",
                          "--tables", "4", "--settings", "noniid2", "--datasets", "cifar10", "--optimizers", "adam-a",
-                         "--set", "dataset.load.num_train=300", "--set", "snapshots=[1]"])
+                         "--seeds", "0", "--set", "dataset.load.num_train=300", "--set", "snapshots=[1]"])
     text = capsys.readouterr().out
     assert rc == 0, text[-3000:]
     run = out / "cifar10" / "noniid2" / "neta_baseline_adam-a_seed0"
