@@ -1,0 +1,63 @@
+"""scripts/readings.py, the readings x outcome table, on tiny fake run directories: groups that
+differ only in their seed, rounds to the target seed by seed, accuracies with their range, the
+mean over the first rounds, --upto and --ignore.  Numbers checked by hand."""
+from __future__ import annotations
+
+import csv
+
+import readings  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+from test_scripts_fedlayerwise_fedlap import make_run
+
+
+def _grid(tmp_path):
+    top = tmp_path / "r"
+    # Reading A (lr 0.005): seed 0 reaches 95% at round 3, seed 1 never in its 4 rounds.
+    make_run(top / "a0", "fedavg", [0.5, 0.9, 0.95, 0.97], seed=0, hyperparams={"lr": 0.005})
+    make_run(top / "a1", "fedavg", [0.3, 0.7, 0.9, 0.93], seed=1, hyperparams={"lr": 0.005})
+    # Reading B (lr 0.001), run for 6 rounds: reaches at round 2 and at round 5.
+    make_run(top / "b0", "fedavg", [0.6, 0.96, 0.97, 0.97, 0.98, 0.99], seed=0, hyperparams={"lr": 0.001, "rounds": 6})
+    make_run(top / "b1", "fedavg", [0.4, 0.8, 0.9, 0.94, 0.95, 0.96], seed=1, hyperparams={"lr": 0.001, "rounds": 6})
+    return top
+
+
+def _lines(text):
+    return {line.split("|")[0].strip(): [c.strip() for c in line.split("|")] for line in text.splitlines()
+            if "lr=" in line.split("|")[0]}
+
+
+def test_readings_table_by_hand(tmp_path, capsys):
+    top = _grid(tmp_path)
+    out_csv = tmp_path / "r.csv"
+    assert readings.main([str(top), "--at", "1,2", "--mean-to", "2", "--csv", str(out_csv)]) == 0
+    rows = _lines(capsys.readouterr().out)
+    # The groups differ in lr and in rounds (6 vs the preset's 30): both show in the labels.
+    a = next(v for k, v in rows.items() if "lr=0.005" in k)
+    b = next(v for k, v in rows.items() if "lr=0.001" in k)
+    assert a[1:] == ["2", "3, -", "3.0", "40.0 [30.0-50.0]", "80.0 [70.0-90.0]", "60.0", "95.0"]
+    # Mean over rounds 1-2: seed 0 (0.6 + 0.96) / 2 = 78, seed 1 60 -> 69; final (0.99 + 0.96) / 2.
+    assert b[1:] == ["2", "2, 5", "3.5", "50.0 [40.0-60.0]", "88.0 [80.0-96.0]", "69.0", "97.5"]
+    written = list(csv.DictReader(out_csv.open()))
+    assert len(written) == 4 and {r["at_round"] for r in written} == {"1", "2"}
+
+
+def test_readings_upto_and_ignore(tmp_path, capsys):
+    """--upto 4 compares reading B over its first 4 rounds (its seed 1 then never reaches 95%);
+    --ignore rounds drops the rounds difference from the labels."""
+    top = _grid(tmp_path)
+    assert readings.main([str(top), "--at", "4", "--upto", "4", "--ignore", "rounds"]) == 0
+    text = capsys.readouterr().out
+    rows = _lines(text)
+    assert not any("rounds=" in k for k in rows)
+    b = next(v for k, v in rows.items() if "lr=0.001" in k)
+    assert b[2:4] == ["2, -", "2.0"] and b[-1] == "95.5"
+    assert "not reached within 4 rounds" in text
+
+
+def test_readings_bad_input_is_one_line(tmp_path, capsys):
+    assert readings.main([str(tmp_path / "nope")]) == 2
+    assert readings.main([str(_grid(tmp_path)), "--at", "one"]) == 2
+    err = capsys.readouterr().err
+    assert "--at=one: give comma-separated round numbers" in err
+    (tmp_path / "empty").mkdir()
+    assert readings.main([str(tmp_path / "empty")]) == 2
+    assert "readings: no run directories" in capsys.readouterr().err
