@@ -244,11 +244,12 @@ def fedlayerwise(alpha: float = 5.0, gompertz: str = "decreasing", weighting: st
 
 # ----------------------------------------------------------------------------- layer-wise regularization
 
-def fedlap(q: float = 0.5, form: str = "linear", weighting: str = "examples") -> Aggregator:
+def fedlap(q: float = 0.5, form: str = "linear", weighting: str = "examples", vectors: str = "fan_out") -> Aggregator:
     """FedLap (Charteros & Koutsopoulos eq. 10): FedAvg with the layer-wise regularizer
     ``q/2 sum_l <lambda_l, d_l>`` on clients (:class:`fedrun.regularizers.LayerAdaptive`): eq. 10
-    as printed at q = 1, half of it at the default q = 0.5 (``form=linear``)."""
-    return Aggregator("fedlap", T.identity(), base_rule(weighting), LayerAdaptive(q, form))
+    as printed at q = 1, half of it at the default q = 0.5 (``form=linear``); per-neuron vectors
+    the fan-out of eq. 5-8 (``vectors=fan_out``) or the fan-in (``fan_in``)."""
+    return Aggregator("fedlap", T.identity(), base_rule(weighting), LayerAdaptive(q, form, vectors))
 
 
 # ----------------------------------------------------------------------------- client drift (NIID-Bench's baselines)

@@ -61,19 +61,40 @@ class Proximal(Regularizer):
 
 
 FEDLAP_FORMS = ("linear", "interpolate")
+FEDLAP_VECTORS = ("fan_out", "fan_in")
 
 
-def neuron_view(t: torch.Tensor) -> torch.Tensor:
-    """``[neurons, fan-out]``: FedLap's per-neuron vectors of one parameter tensor.
+def neuron_view(t: torch.Tensor, vectors: str = "fan_out") -> torch.Tensor:
+    """``[neurons, length]``: FedLap's per-neuron vectors of one parameter tensor.
 
-    FedLap (eq. 5-8) takes row j of ``W_l`` (``n_l x n_{l+1}``): the weights *leaving* input neuron
-    j.  A PyTorch ``Linear`` weight is ``[out, in]``, so that vector is column j; a conv weight
-    ``[out, in, kh, kw]`` gives one vector per input channel j (``W[:, j]``, all filters and
-    taps).  A 1-D tensor (a bias, BatchNorm's scale or shift) is one vector.
+    ``fan_out`` (eq. 5-8 as written): row j of ``W_l`` (``n_l x n_{l+1}``), the weights *leaving*
+    input neuron j.  A PyTorch ``Linear`` weight is ``[out, in]``, so that vector is column j; a
+    conv weight ``[out, in, kh, kw]`` gives one vector per input channel j (``W[:, j]``, all
+    filters and taps).  ``fan_in``: row j of PyTorch's ``[out, in]`` weight (the paper's code is
+    PyTorch 1.6), the weights *entering* output neuron j; for a conv weight one vector per filter.
+    A 1-D tensor (a bias, BatchNorm's scale or shift) is one vector either way.
     """
     if t.ndim == 1:
         return t.unsqueeze(0)
-    return t.transpose(0, 1).flatten(1)
+    return t.flatten(1) if vectors == "fan_in" else t.transpose(0, 1).flatten(1)
+
+
+def _stacked_neuron_view(w: torch.Tensor, vectors: str) -> torch.Tensor:
+    """:func:`neuron_view` of each client's tensor in ``w`` (``[g, *shape]``): ``[g, neurons, length]``."""
+    if w.ndim == 2:
+        return w.unsqueeze(1)
+    return w.flatten(2) if vectors == "fan_in" else w.transpose(1, 2).flatten(2)
+
+
+def _coefficient_shape(v: torch.Tensor, vectors: str) -> tuple[int, ...]:
+    """The shape, after the client axis, of one coefficient per neuron vector of parameter ``v``,
+    broadcastable over ``v``'s shape: ``(1, in, 1, ...)`` (fan-out), ``(out, 1, ...)`` (fan-in),
+    ``(1,)`` for a 1-D tensor."""
+    if v.ndim == 1:
+        return (1,)
+    if vectors == "fan_in":
+        return (v.shape[0],) + (1,) * (v.ndim - 1)
+    return (1, v.shape[1]) + (1,) * (v.ndim - 2)
 
 
 class LayerAdaptive(Regularizer):
@@ -86,7 +107,9 @@ class LayerAdaptive(Regularizer):
     * ``d_{l,j} = ||w^k_{l,j} - w^g_{l,j}||^2`` (eq. 8), differentiated at every step;
     * ``c = q lambda`` (``form=linear``, default: q scales eq. 10; q = 0 is FedAvg exactly), or
       ``c = q lambda^(1-q)`` (``form=interpolate``: q = 0 is FedAvg, q = 1 is FedProx with mu = 1,
-      the endpoints the paper names).
+      the endpoints the paper names);
+    * a neuron's vector is its fan-out (``vectors=fan_out``, eq. 5-8 as written) or its fan-in
+      (``vectors=fan_in``: the rows of PyTorch's weight), :func:`neuron_view`.
 
     What q means: eq. 10 as printed, ``1/2 sum_l <lambda_l, d_l>``, has no q; the paper names
     q the regularization's importance in [0, 1] and gives no formula.  In the linear form the
@@ -96,13 +119,16 @@ class LayerAdaptive(Regularizer):
     Args:
       q: importance in [0, 1] (the paper uses 0.5; 1 is eq. 10 as printed in the linear form).
       form: ``linear`` or ``interpolate``.
+      vectors: ``fan_out`` or ``fan_in``.
     """
 
-    def __init__(self, q: float = 0.5, form: str = "linear"):
+    def __init__(self, q: float = 0.5, form: str = "linear", vectors: str = "fan_out"):
         check(0 <= q <= 1, "aggregator.q", q, "must be in [0, 1]")
         if form not in FEDLAP_FORMS:
             raise ConfigError("aggregator.form", form, f"choose one of: {', '.join(FEDLAP_FORMS)}")
-        self.q, self.form = q, form
+        if vectors not in FEDLAP_VECTORS:
+            raise ConfigError("aggregator.vectors", vectors, f"choose one of: {', '.join(FEDLAP_VECTORS)}")
+        self.q, self.form, self.vectors = q, form, vectors
 
     def _coefficient(self, lam: torch.Tensor) -> torch.Tensor:
         return self.q * lam if self.form == "linear" else self.q * lam.pow(1 - self.q)
@@ -110,8 +136,8 @@ class LayerAdaptive(Regularizer):
     def init(self, anchor, m, inputs=None):
         """Per client: the coefficients ``c`` per neuron (broadcastable over its parameter's
         stacked shape) and the running sum of its epochs' mean lambda, for ``lambda_mean``."""
-        coef = {k: torch.zeros(m, *((1, neuron_view(v).shape[0]) + (1,) * (v.ndim - 2) if v.ndim > 1 else (1,)),
-                               dtype=v.dtype, device=v.device) for k, v in anchor.items()}
+        coef = {k: torch.zeros(m, *_coefficient_shape(v, self.vectors), dtype=v.dtype, device=v.device)
+                for k, v in anchor.items()}
         device = next(iter(anchor.values())).device
         return {"coef": coef, "lambda_sum": torch.zeros(m, dtype=torch.float64, device=device),
                 "epochs": torch.zeros(m, dtype=torch.float64, device=device)}
@@ -123,8 +149,9 @@ class LayerAdaptive(Regularizer):
         total, count = torch.zeros(g, dtype=torch.float64, device=rows.device), 0
         for name, w in stacked.items():
             wk = w[rows]
-            vk = wk.unsqueeze(1) if wk.ndim == 2 else wk.transpose(1, 2).flatten(2)  # [g, neurons, fan-out]
-            lam = (1 - torch.cosine_similarity(vk, neuron_view(anchor[name]).unsqueeze(0), dim=2, eps=1e-12)).clamp(0, 2)
+            vk = _stacked_neuron_view(wk, self.vectors)  # [g, neurons, length]
+            vg = neuron_view(anchor[name], self.vectors).unsqueeze(0)
+            lam = (1 - torch.cosine_similarity(vk, vg, dim=2, eps=1e-12)).clamp(0, 2)
             lam = torch.where(first.view(-1, 1), torch.zeros_like(lam), lam)
             total += lam.double().sum(1)
             count += lam.shape[1]

@@ -87,11 +87,13 @@ def test_chunking_gives_the_same_result():
     assert relative_difference(whole.deltas, chunked.deltas) < 1e-6
 
 
-@pytest.mark.parametrize("q,form", [(0.5, "linear"), (0.5, "interpolate"), (1.0, "interpolate")])
-def test_fedlap_matches(q, form):
+@pytest.mark.parametrize("q,form,vectors", [(0.5, "linear", "fan_out"), (0.5, "interpolate", "fan_out"),
+                                            (1.0, "interpolate", "fan_out"), (0.5, "linear", "fan_in")])
+def test_fedlap_matches(q, form, vectors):
     torch.manual_seed(1)
     local = LocalTraining(epochs=3, batch_size=8, lr=0.05, momentum=0.5)
-    seq, bat = assert_engines_agree(MnistCNN(channels=(4, 8), hidden=16), local, regularizer=LayerAdaptive(q, form),
+    seq, bat = assert_engines_agree(MnistCNN(channels=(4, 8), hidden=16), local,
+                                    regularizer=LayerAdaptive(q, form, vectors),
                                     epochs=[3, 1, 2, 3])
     torch.testing.assert_close(seq.extras["lambda_mean"], bat.extras["lambda_mean"], rtol=1e-4, atol=1e-8)
     torch.testing.assert_close(seq.extras["reg_loss"], bat.extras["reg_loss"], rtol=1e-4, atol=1e-9)

@@ -57,6 +57,18 @@ def test_neuron_view_conv_is_input_channels():
         assert torch.equal(v[j], w[:, j].flatten())
 
 
+def test_neuron_view_fan_in_is_rows():
+    """``vectors=fan_in``: row j of PyTorch's [out, in] weight (output neuron j's incoming weights);
+    a conv weight gives one vector per filter."""
+    w = torch.arange(12.0).reshape(3, 4)
+    v = neuron_view(w, "fan_in")
+    assert v.shape == (3, 4) and all(torch.equal(v[j], w[j]) for j in range(3))
+    c = torch.arange(4 * 2 * 3 * 3.0).reshape(4, 2, 3, 3)
+    vc = neuron_view(c, "fan_in")
+    assert vc.shape == (4, 2 * 3 * 3) and all(torch.equal(vc[j], c[j].flatten()) for j in range(4))
+    assert torch.equal(neuron_view(torch.arange(5.0), "fan_in"), torch.arange(5.0).unsqueeze(0))
+
+
 def test_neuron_view_bias_is_one_vector():
     b = torch.arange(5.0)
     assert neuron_view(b).shape == (1, 5)
@@ -108,6 +120,27 @@ def test_lambda_golden_linear():
     assert reg.penalty({"w": WK}) == pytest.approx(0.5 * 0.5 * LAMBDA_1, rel=1e-12)
     assert reg.penalty({"w": WK}) == pytest.approx(0.073223, abs=1e-6)
     assert reg.metrics()["lambda_mean"] == pytest.approx(LAMBDA_1 / 2, rel=1e-12)  # mean(0, 0.292893)
+
+
+def test_lambda_golden_fan_in():
+    """Rows of W (fan-in): row 0 goes from [1, 0] to [2, 1], cos = 2 / sqrt(5) = 0.894427, lambda
+    0.105573, d = 1 + 1 = 2; row 1 is unchanged (lambda 0).  q = 0.5: penalty
+    1/2 * 0.5 * 0.105573 * 2 = 0.052786; lambda_mean = 0.105573 / 2 = 0.052786."""
+    lam0 = 1 - 2 / math.sqrt(5)
+    reg = OneClient(LayerAdaptive(q=0.5, vectors="fan_in"), {"w": WG})
+    reg.start_epoch(1, {"w": WK})
+    assert reg.coef["w"].shape == (2, 1)  # one coefficient per output neuron (row)
+    assert reg.coef["w"][:, 0].tolist() == pytest.approx([0.5 * lam0, 0.0], abs=1e-15)
+    assert reg.penalty({"w": WK}) == pytest.approx(0.5 * 0.5 * lam0 * 2, rel=1e-12)
+    assert reg.penalty({"w": WK}) == pytest.approx(0.052786, abs=1e-6)
+    assert reg.metrics()["lambda_mean"] == pytest.approx(lam0 / 2, rel=1e-12)
+    # A move along row 1 (unchanged in the epoch's start) costs nothing; along row 0 it does.
+    moved = WG.clone()
+    moved[1, 0] += 3.0
+    assert reg.penalty({"w": moved}) == 0.0
+    with pytest.raises(ConfigError) as info:
+        LayerAdaptive(vectors="rows")
+    assert info.value.setting == "aggregator.vectors"
 
 
 def test_lambda_golden_conv_and_bias():
