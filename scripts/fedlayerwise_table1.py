@@ -88,7 +88,7 @@ CSV_NAME = "fedlayerwise_table1.csv"
 CSV_COLUMNS = ["method", "scenario", "target", "metric", "ours_rounds", "paper_rounds", "diff_rounds",
                "n_runs", "n_reached", "rounds_run", "final_acc_pct", "per_run_rounds", "run_dir", "deviations"]
 NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their round counts are not comparable "
-             "with the paper's Table I (only the plumbing is checked):")
+             "with the paper's Table I (see the departures listed):")
 # What a substitute for MNIST is, for the NOTE on launched runs.
 SUBSTITUTES = {"mnist_train10k": " (the first 10,000 MNIST training images: 8,000 train, 2,000 held out "
                                  "as the test set, instead of 60,000 / 10,000)",

@@ -114,7 +114,7 @@ PAPER_EVIDENCE = (
     '(an inference: the paper does not say final or best).',
 )
 NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their accuracies are not comparable "
-             "with the paper's Table 2 (only the plumbing is checked):")
+             "with the paper's Table 2 (see the departures listed):")
 
 
 def paper_table(path: str | None = None) -> dict[tuple[str, str, str], float]:

@@ -94,7 +94,7 @@ CSV_COLUMNS = ["method", "dataset", "partition", "ours_pct", "paper_pct", "diff_
                "final_acc_pct", "final_sd_pct", "best_acc_pct", "best_sd_pct", "paper_sd_pct", "n_runs",
                "run_dir", "deviations"]
 NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their accuracies are not comparable "
-             "with the paper's Table III (only the plumbing is checked):")
+             "with the paper's Table III (see the departures listed):")
 SUBSTITUTES = {"mnist_train10k": " (the first 10,000 MNIST training images: 8,000 train, 2,000 held out "
                                  "as the test set, instead of 60,000 / 10,000)",
                "synthetic": " (random class templates: NOT images of digits or clothes)"}
