@@ -344,7 +344,10 @@ def test_fedlap_presets(preset, dataset, model, params):
     assert (h.local_epochs, h.batch_size, h.num_clients, h.client_fraction) == (10, 10, 100, 0.1)
     assert (h.stragglers, h.dropouts) == (0.0, 0.0)
     assert cfg.aggregator._target_ == "fedrun.aggregators.fedlap"
-    assert (cfg.aggregator.q, cfg.aggregator.form) == (0.5, "linear")
+    # "For q = 0 and q = 1, FedLap becomes FedAvg and FedProx": the interpolate form, and the FedProx
+    # compared is its q = 1 end (mu = 1); plain aggregator=fedlap keeps the linear form.
+    assert (cfg.aggregator.q, cfg.aggregator.form) == (0.5, "interpolate")
+    assert compose(["aggregator=fedlap"]).aggregator.form == "linear"
     net = instantiate(cfg.model)
     assert type(net).__name__ == model and count_parameters(net) == params
     objects = build.build(cfg)
@@ -354,5 +357,6 @@ def test_fedlap_presets(preset, dataset, model, params):
     assert isinstance(reg, LayerAdaptive) and reg.q == 0.5
     # The comparison runs of Figs. 1-4: FedProx picks the preset's mu; stragglers as an override.
     prox = compose([f"experiment=fedlap/{preset}", "aggregator=fedprox", "hyperparams.stragglers=0.9"])
-    assert prox.aggregator.mu == 0.01
+    assert prox.aggregator.mu == 1.0
+    assert compose(["aggregator=fedprox"]).aggregator.mu == 0.01  # outside the FedLap presets
     assert build.build(prox)["participation"].stragglers == 0.9
