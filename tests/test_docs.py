@@ -74,11 +74,14 @@ def fake_run(path: Path, aggregator: str, seed: int) -> None:
 @pytest.fixture
 def data_root(tmp_path_factory, shared_data, monkeypatch):
     """FashionMNIST where fedrun looks for it ($FEDRUN_DATA/FashionMNIST/raw), as on a machine with
-    Debian's package: a sweep's partitions are built on it before the sweep starts."""
+    Debian's package, and MNIST's first 10,000 images where ``dataset=mnist_train10k`` reads them
+    from the repository root (../shared/data; the commands run elsewhere here): a sweep's
+    partitions are built on its data before the sweep starts."""
     root = tmp_path_factory.mktemp("data")
     (root / "FashionMNIST").mkdir()
     (root / "FashionMNIST" / "raw").symlink_to(shared_data / "fashion-mnist")
     monkeypatch.setenv("FEDRUN_DATA", str(root))
+    monkeypatch.setenv("FEDRUN_MNIST10K", str(shared_data / "mnist-train10k"))
     return root
 
 
