@@ -271,6 +271,54 @@ def _object_inside(value, path: str = "") -> str | None:
     return None
 
 
+def _lock_directory(path: Path) -> int | None:
+    """A descriptor of ``path`` holding its exclusive ``flock``; None when another process holds it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _still_there(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the directory ``fd`` was opened on (not removed, not replaced)."""
+    try:
+        now, held = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def remove_empty_run_dir(path: Path) -> bool:
+    """Remove the run directory ``path`` if it is empty and no process holds it; True if removed.
+
+    A sweep job refused before writing anything tidies away the empty directory Hydra made for it.
+    Two sweeps into one folder make the same job directories: the job refused here may be the one
+    another process has just locked and is about to write into, so the directory is removed only
+    under its lock (and :meth:`RunDirectory.open` relocks a directory removed under it)."""
+    if fcntl is None:
+        try:
+            path.rmdir()
+        except OSError:
+            return False
+        return True
+    try:
+        fd = _lock_directory(path)
+    except OSError:  # gone already, or not a directory
+        return False
+    if fd is None:
+        return False  # another process runs in it
+    try:
+        path.rmdir()  # only succeeds on an empty directory
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class RunDirectory:
     """One run's directory, locked by this process until :meth:`close`."""
 
@@ -282,19 +330,30 @@ class RunDirectory:
         path = Path(path)
         if not resume:
             refuse_existing_run(path)  # before creating anything
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):  # a file, or a link to nowhere
-            raise RunDirectoryError(f"{path}: not a directory; choose another run directory") from None
         fd = None
-        if fcntl is not None:
-            fd = os.open(path, os.O_RDONLY)
+        for _ in range(5):
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
+                path.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):  # a file, or a link to nowhere
+                raise RunDirectoryError(f"{path}: not a directory; choose another run directory") from None
+            if fcntl is None:
+                break
+            try:
+                fd = _lock_directory(path)
+            except FileNotFoundError:  # removed between mkdir and open (below): make it again
+                continue
+            if fd is None:
                 raise RunDirectoryError(f"{path}: another fedrun process is running in this run directory; "
-                                        "wait for it to finish (or stop it), then resume with resume=true") from None
+                                        "wait for it to finish (or stop it), then resume with resume=true")
+            if _still_there(fd, path):
+                break
+            # Removed between mkdir and lock: a job of another sweep into the same folder, refused this
+            # directory, tidied it away while empty (remove_empty_run_dir). Make it again and relock.
+            os.close(fd)
+            fd = None
+        else:
+            raise RunDirectoryError(f"{path}: removed again each time it was made; is another process "
+                                    "deleting it? choose another run directory")
         run = cls(path, fd)
         try:
             if not resume:

@@ -22,6 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from fedrun.errors import FedrunError
+from fedrun.rundir import remove_empty_run_dir
 
 log = logging.getLogger("fedrun")
 
@@ -110,8 +111,12 @@ def last_sweep() -> Path | None:
 def remove_if_empty(run_dir: Path) -> None:
     """Hydra creates the job's directory before fedrun runs; a job refused before writing anything
     leaves nothing behind: the empty directory and the empty parents Hydra made for it go (up to
-    the working directory; a directory holding anything is never touched)."""
+    the working directory; a directory holding anything is never touched, nor one another process
+    has locked: :func:`fedrun.rundir.remove_empty_run_dir`)."""
     cwd, path = Path.cwd().resolve(), run_dir.resolve()
+    if not (path != cwd and cwd in path.parents) or not remove_empty_run_dir(path):
+        return
+    path = path.parent
     while path != cwd and cwd in path.parents:
         try:
             path.rmdir()  # only succeeds on an empty directory

@@ -117,6 +117,55 @@ def test_two_sweeps_into_one_folder_report_their_own_jobs(tmp_path):
     assert done == {0, 1, 2}
 
 
+def test_a_refused_job_never_removes_a_directory_another_process_holds(tmp_path, monkeypatch):
+    """The race behind two sweeps into one folder: job 0's directory is locked by the sweep that runs
+    it but still empty when the other sweep, refused it, tidies up; it must stay (else the running
+    job writes into a removed directory and fails with a traceback)."""
+    from fedrun import rundir
+    from fedrun.sweeps import remove_if_empty
+
+    monkeypatch.chdir(tmp_path)
+    job = tmp_path / "sweep" / "0"
+    running = rundir.RunDirectory.open(job, resume=False)  # locked, nothing written yet
+    try:
+        with pytest.raises(RunDirectoryError, match="another fedrun process is running"):
+            rundir.RunDirectory.open(job, resume=False)
+        remove_if_empty(job)  # what the refused job does
+        assert job.is_dir()
+    finally:
+        running.close()
+    remove_if_empty(job)  # unlocked and empty: removed, with its empty parent
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("removed", ["before_open", "after_lock"])
+def test_a_run_directory_removed_before_its_lock_is_made_again(tmp_path, monkeypatch, removed):
+    """The other side of the race: a directory removed between this process's mkdir and its lock
+    (before it is opened, or opened and then removed) is made again and locked, so the run writes
+    into a directory that exists."""
+    from fedrun import rundir
+
+    lock, calls = rundir._lock_directory, []
+
+    def lock_after_removal(path):
+        calls.append(path)
+        if len(calls) > 1:
+            return lock(path)
+        if removed == "before_open":
+            path.rmdir()  # the refused job of another sweep tidies the empty directory away
+            return lock(path)
+        fd = lock(path)
+        path.rmdir()  # our descriptor now holds a directory no longer in the tree
+        return fd
+
+    monkeypatch.setattr(rundir, "_lock_directory", lock_after_removal)
+    job = tmp_path / "0"
+    with rundir.RunDirectory.open(job, resume=False) as run:
+        assert len(calls) == 2 and rundir._still_there(run._fd, job)
+        (job / "config.yaml").write_text("seed: 0\n")
+    assert (job / "config.yaml").is_file()
+
+
 # ----------------------------------------------------------------------------- job folders
 
 def test_a_sweep_with_14_overrides_runs_and_keeps_them(tmp_path):
