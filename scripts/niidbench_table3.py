@@ -31,6 +31,12 @@ Two modes:
     CSV has every cell with an empty ``accuracy_pct`` and a note, and the paper column reads ``-``.
     Fill it from the paper (``--paper-csv`` reads another copy), never from a reproduction.
 
+    Until then a second table sets ours beside another published result for the same cells, named as
+    such and never mixed into the paper column: ``scripts/paper_targets/niidbench_reference_results.csv``
+    holds the numbers of Flower's reimplementation of NIID-Bench (adap/flower, baselines/niid_bench,
+    README "Expected Results": one run, seed 42, on the whole datasets; its FedProx mu tuned over
+    {0.001, 0.01, 0.1, 1}).  The CSV's ``reference_pct`` / ``reference_source`` columns carry them.
+
 ``run --out DIR``
     Launch the grid: one ``fedrun -m experiment=niidbench/<dataset>_<partition>
     aggregator=fedavg,fedprox,scaffold,fednova`` per preset, into
@@ -89,10 +95,14 @@ PAPER_HYPERPARAMS = {"rounds": 50, "num_clients": 10, "client_fraction": 1.0, "l
                      "batch_size": 64, "lr": 0.01, "momentum": 0.9, "optimizer": "sgd"}
 PAPER_MODEL = {"_target_": "fedrun.models.SimpleCNN"}
 PAPER_CSV = "niidbench_table3_accuracy.csv"  # in scripts/paper_targets: method,dataset,partition,accuracy_pct,...
+# Other published results for the same cells, NOT the paper's: source,method,dataset,partition,accuracy_pct,...
+REFERENCE_CSV = "niidbench_reference_results.csv"
+REFERENCE_LABELS = {"flower": "Flower's NIID-Bench baseline (adap/flower baselines/niid_bench): one run, seed 42, "
+                              "the whole dataset"}
 CSV_NAME = "niidbench_table3.csv"
 CSV_COLUMNS = ["method", "dataset", "partition", "ours_pct", "paper_pct", "diff_pct", "metric",
                "final_acc_pct", "final_sd_pct", "best_acc_pct", "best_sd_pct", "paper_sd_pct", "n_runs",
-               "run_dir", "deviations"]
+               "reference_pct", "reference_source", "run_dir", "deviations"]
 NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their accuracies are not comparable "
              "with the paper's Table III (see the departures listed):")
 SUBSTITUTES = {"mnist_train10k": " (the first 10,000 MNIST training images: 8,000 train, 2,000 held out "
@@ -109,6 +119,18 @@ def paper_table(path: str | None = None) -> dict[tuple[str, str, str], tuple[flo
         if (r.get("accuracy_pct") or "").strip():
             sd = (r.get("std_pct") or "").strip()
             out[(r["method"], r["dataset"], r["partition"])] = (float(r["accuracy_pct"]), float(sd) if sd else None)
+    return out
+
+
+def reference_table(path: str | None = None) -> dict[tuple[str, str, str], tuple[float, str]]:
+    """Other published results for Table III's cells (NOT the paper's numbers) as
+    {(method, dataset, partition): (accuracy %, source)}, from ``scripts/paper_targets/`` REFERENCE_CSV
+    (or the CSV at ``path``).  Today one source: Flower's reimplementation of NIID-Bench, whose README
+    reports one run (seed 42) of every MNIST, FashionMNIST and CIFAR-10 cell on the whole datasets."""
+    out = {}
+    for r in tables.paper_csv(path, REFERENCE_CSV):
+        if (r.get("accuracy_pct") or "").strip():
+            out[(r["method"], r["dataset"], r["partition"])] = (float(r["accuracy_pct"]), r["source"])
     return out
 
 
@@ -134,9 +156,11 @@ def _sd(values: list[float]) -> float | None:
     return statistics.stdev(values) if len(values) > 1 else None
 
 
-def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final") -> list[dict]:
-    """One long-form row per Table III cell (40 rows, missing cells included), in the paper's order."""
+def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final", reference: dict | None = None) -> list[dict]:
+    """One long-form row per Table III cell (40 rows, missing cells included), in the paper's order;
+    ``reference`` (``reference_table()``) fills ``reference_pct`` / ``reference_source``."""
     cells = group(runs, cell)
+    reference = reference or {}
     rows = []
     for key in TABLE_CELLS:
         seeds = [r for r in cells.get(key, []) if r.accuracy("final") is not None]
@@ -149,7 +173,9 @@ def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final") -> list[d
             "ours_pct": ours, "paper_pct": ref, "diff_pct": tables.minus(ours, ref), "metric": f"{accuracy}_test_acc",
             "final_acc_pct": tables.mean(final), "final_sd_pct": _sd(final),
             "best_acc_pct": tables.mean(best), "best_sd_pct": _sd(best), "paper_sd_pct": ref_sd,
-            "n_runs": len(seeds), "run_dir": ";".join(str(r.path) for r in seeds),
+            "n_runs": len(seeds), "reference_pct": reference.get(key, (None, None))[0],
+            "reference_source": reference.get(key, (None, None))[1],
+            "run_dir": ";".join(str(r.path) for r in seeds),
             "deviations": "; ".join(sorted({d for r in seeds for d in deviations(r)})),
         })
     return rows
@@ -182,14 +208,48 @@ def format_table(rows: list[dict], accuracy: str = "final") -> str:
     return title + "\n" + text
 
 
+def format_reference_table(rows: list[dict]) -> str:
+    """The rows that have both a run of ours and another published result, as
+    ``ours final+-sd (reference; final - reference)``, with each source named: a second opinion while
+    the paper's numbers are missing, never a substitute for them."""
+    shown = [r for r in rows if r["n_runs"] and r["reference_pct"] is not None]
+    if not shown:
+        return ""
+    lookup = {(r["method"], r["dataset"], r["partition"]): r for r in shown}
+    body = []
+    for d in DATASETS:
+        for p in PARTITIONS:
+            if not any((m, d, p) in lookup for m in METHODS):
+                continue
+            line = [DATASET_LABELS[d], PARTITION_LABELS[p]]
+            for m in METHODS:
+                r = lookup.get((m, d, p))
+                if r is None:
+                    line.append("-")
+                    continue
+                final = round(r["final_acc_pct"], 1)
+                sd = "" if r["final_sd_pct"] is None else f"+-{r['final_sd_pct']:.1f}"
+                line.append(f"{final:.1f}{sd}{'*' if r['deviations'] else ''} "
+                            f"({r['reference_pct']:.1f}; {final - r['reference_pct']:+.1f})")
+            body.append(line)
+    sources = sorted({r["reference_source"] for r in shown})
+    named = "; ".join(f"{s} = {REFERENCE_LABELS.get(s, s)}" for s in sources)
+    title = ("Beside another published result (NOT the paper's Table III): ours final (reference; final - "
+             f"reference), * = not the paper's setting.  Reference: {named}.  Cells with no run of ours: left out.")
+    return title + "\n" + tables.render(["dataset", "partition"] + [METHOD_LABELS[m] for m in METHODS], body, labels=2)
+
+
 def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = None,
-            paper_csv: str | None = None, out=None) -> list[dict]:
+            paper_csv: str | None = None, out=None, reference_csv: str | None = None) -> list[dict]:
     """Find, file, print and write Table III for the runs under ``dirs``; return the long-form rows."""
     out = out or sys.stdout
     runs, skipped = load_runs(dirs)
     paper = paper_table(paper_csv)
-    rows = table3_rows(runs, paper, accuracy)
+    rows = table3_rows(runs, paper, accuracy, reference_table(reference_csv))
     print(format_table(rows, accuracy), file=out)
+    second = format_reference_table(rows)
+    if second:
+        print("\n" + second, file=out)
     if not paper:
         print(f"\nThe paper's numbers: none transcribed in {paper_csv or 'scripts/paper_targets/' + PAPER_CSV} "
               "(not verified where the script was written); the paper column reads -.", file=out)

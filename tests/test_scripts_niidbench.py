@@ -85,3 +85,29 @@ def test_dry_run_prints_one_sweep_per_preset(tmp_path, capsys):
                  "dataset=mnist_train10k", "scale=smoke", "hydra/launcher=population"):
         assert word in mnist_c1
     assert "dataset=" not in next(line for line in lines if "fmnist_iid:" in line)  # FashionMNIST is not substituted
+
+
+def test_reference_results_stand_beside_ours_and_never_in_the_paper_column(runs, tmp_path, capsys):
+    reference = tmp_path / "ref.csv"
+    reference.write_text("source,method,dataset,partition,accuracy_pct,std_pct,n_runs,note\n"
+                         "flower,scaffold,mnist,c2,96.6,,1,one run\nflower,fedavg,mnist,c1,10.0,,1,no run of ours\n")
+    rows = T.collect([str(runs)], reference_csv=str(reference))
+    text = capsys.readouterr().out
+    cell = {(r["method"], r["dataset"], r["partition"]): r for r in rows}
+    sc = cell["scaffold", "mnist", "c2"]
+    assert sc["reference_pct"] == 96.6 and sc["reference_source"] == "flower" and sc["paper_pct"] is None
+    assert cell["fedavg", "mnist", "c1"]["reference_pct"] == 10.0  # in the CSV even without a run of ours
+    second = text[text.index("Beside another published result"):]
+    assert "96.0+-1.4 (96.6; -0.6)" in second  # ours 96.0 = mean of 95 and 97, minus Flower's 96.6
+    assert "#C=1" not in second  # a cell with no run of ours is left out, as the title says
+    assert "NOT the paper's Table III" in second and "Flower's NIID-Bench baseline" in second
+
+
+def test_the_shipped_reference_csv_covers_every_cell_once_with_its_source():
+    with open(Path(T.tables.PAPER_TARGETS) / T.REFERENCE_CSV) as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["method"], r["dataset"], r["partition"]) for r in rows) == sorted(T.TABLE_CELLS)
+    assert all(r["source"] in T.REFERENCE_LABELS and r["note"] for r in rows)
+    ref = T.reference_table()
+    # Two numbers read by hand from Flower's README: MNIST IID FedAvg 99.1, FashionMNIST #C=2 SCAFFOLD 10.0.
+    assert ref["fedavg", "mnist", "iid"] == (99.1, "flower") and ref["scaffold", "fmnist", "c2"] == (10.0, "flower")
