@@ -24,6 +24,9 @@
 #   populationrun [overrides]  the whole 25-run grid, 100 rounds, from the
 #              CLI with hydra/launcher=population on FashionMNIST, timed (target
 #              < 5 min); overrides such as checkpoint_every=10 are added to it
+#   niidbench PARTITION  NIID-Bench Table III's FashionMNIST row for one partition
+#              (dir05, c1, c2, c3 or iid): 4 methods x seeds 0,1,2, 50 rounds,
+#              as one population (untimed: the CPU cannot hold these cells)
 #
 # Logs and CSVs go to $OUT if set, else outputs/gpu_check.
 # A GPU machine without network access, with torch but not hydra-core/omegaconf: carry them as
@@ -34,7 +37,7 @@
 #   mkdir -p .gpudata && cp ../shared/data/fashion-mnist/*.gz .gpudata/
 # and name both in the call's carry: ["./.whl", "./.gpudata"].
 set -uo pipefail
-stage=${1:?usage: bash $0 tests|bench|chunks|modes|accuracy|fullrun|bookkeeping|population|populationrun}
+stage=${1:?usage: bash $0 tests|bench|chunks|modes|accuracy|fullrun|bookkeeping|population|populationrun|niidbench}
 out=${OUT:-outputs/gpu_check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -101,6 +104,17 @@ populationrun)
     $py -c "import pandas as pd; r = pd.read_csv('$out/populationrun/0/rounds.csv').iloc[1:]; print(f'rounds 2-{len(r) + 1}: train {r.train_s.mean():.3f} s, eval {r.eval_s.mean():.3f} s, all {r.wall_s.mean():.3f} s a round for the 25 runs')" | tee -a "$out/populationrun.log"
     rm -rf "$out/populationrun"
     ;;
+niidbench)
+    # docs/reproductions.md's NIID-Bench section: the FashionMNIST cells a 2-core CPU cannot run
+    # (25-30 min a run there). Run folders come back without checkpoints; collect them with
+    # python scripts/niidbench_table3.py collect <the folder>.
+    part=${2:?usage: bash $0 niidbench dir05|c1|c2|c3|iid}
+    start=$(date +%s)
+    $py scripts/niidbench_table3.py run --population --datasets fmnist --partitions "$part" --seeds 0,1,2 \
+        --set device=cuda --out "$out/niidbench" 2>&1 | grep -v INFO | tee -a "$out/niidbench_$part.log"
+    echo "NIID-Bench fmnist_$part, 12 runs as one population: $(( $(date +%s) - start )) s wall" | tee -a "$out/niidbench_$part.log"
+    find "$out/niidbench" \( -name checkpoint.pt -o -name output_layer.csv \) -delete
+    ;;
 bookkeeping)
     for model in mlp mnist_cnn; do
         $py scripts/bench/bench_bookkeeping.py --model $model --device cuda --engine batched --clients 10,100 \
@@ -108,6 +122,6 @@ bookkeeping)
     done
     ;;
 *)
-    echo "gpu_check: stage must be one of tests, bench, chunks, modes, accuracy, fullrun, bookkeeping, population, populationrun (got '$stage')"; exit 2
+    echo "gpu_check: stage must be one of tests, bench, chunks, modes, accuracy, fullrun, bookkeeping, population, populationrun, niidbench (got '$stage')"; exit 2
     ;;
 esac
