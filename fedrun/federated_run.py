@@ -22,7 +22,8 @@ from torch import nn
 from fedrun.aggregators import Aggregator, check_finite
 from fedrun.data import FederatedData
 from fedrun.divergence import LearnerParams, round_divergence, train_vanilla
-from fedrun.errors import ConfigError, Interrupted, NoSpaceError, Terminated, check, disk_full, first_line
+from fedrun.errors import (ConfigError, DivergenceError, Interrupted, NoSpaceError, Terminated, check, disk_full,
+                           first_line)
 from fedrun.evaluation import eval_batch, evaluate_round
 from fedrun.layers import layers as model_layers
 from fedrun.local_training import LocalTraining, OptimizerStates
@@ -180,11 +181,16 @@ class FederatedRun:
 
     @contextlib.contextmanager
     def guard(self):
-        """Ctrl-C, SIGTERM and a full disk as their one-line errors, naming the last complete round."""
+        """Ctrl-C, SIGTERM and a full disk as their one-line errors, naming the last complete round;
+        a divergence closes the session in ``run.json`` with its round and error (``Recorder.stopped``)."""
         try:
             yield
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM as fedrun.errors.Terminated
             raise Interrupted(self.saved_round(), self.done, terminated=isinstance(e, Terminated)) from None
+        except DivergenceError as e:  # recorded in run.json: the run ended, not merely stopped
+            if self.recorder is not None:
+                self.recorder.stopped("diverged", str(e), self.done)
+            raise
         except Exception as e:
             if disk_full(e):  # an OSError, or torch's error raised while handling one
                 when = f"after round {self.done}" if self.done else "before the first round"

@@ -292,6 +292,20 @@ class Recorder:
             sessions = []
         return sessions if isinstance(sessions, list) else []
 
+    def stopped(self, reason: str, error: str, last_round: int) -> None:
+        """Close this process's session in ``run.json`` for a run that stopped with a one-line error
+        it cannot resume past (``reason``: ``diverged``): when, after which round, and the error, so
+        a table of runs can say "diverged at round t" instead of leaving the run out.  Best effort:
+        a failure to write never hides the error that stopped the run."""
+        sessions = self.sessions()
+        if not sessions:
+            return
+        sessions[-1].update(stopped=provenance.now(), last_round=last_round, reason=reason, error=error)
+        try:
+            write_json(sessions, self.path / provenance.RUN_FILE)
+        except OSError:
+            pass
+
     def summary(self, aggregator: str, targets: list[float], objective: str | None = None) -> dict:
         """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``, the run's
         ``objective`` and its provenance), closing this process's session in ``run.json``."""

@@ -88,6 +88,9 @@ def objective(summary: dict, run_dir: str | Path, name: str) -> float:
 RUN_FILES = ("config.yaml", "rounds.csv")
 # A run that has ended (fedrun writes summary.json last), with or without rounds.csv.
 FINISHED_FILES = ("config.yaml", "summary.json")
+# The processes that ran a run's rounds (fedrun.provenance.RUN_FILE; named here so reading results
+# needs no torch).
+RUN_FILE = "run.json"
 
 
 def find_runs(*paths: str | os.PathLike, require: Iterable[str] = RUN_FILES) -> list[Path]:
@@ -474,6 +477,24 @@ class Run:
     def finished(self) -> bool:
         """Whether the run wrote its ``summary.json`` (fedrun writes it last)."""
         return bool(self.summary)
+
+    @property
+    def stopped(self) -> dict | None:
+        """How an unfinished run ended, from its last session in ``run.json``:
+        ``{"reason": "diverged", "round": t, "error": "..."}`` with t the round that diverged (its
+        CSVs hold the rounds before); None for a finished run, one still running, or one stopped by
+        Ctrl-C, a kill or a full disk (resumable)."""
+        if self.finished:
+            return None
+        try:
+            sessions = json.loads((self.path / RUN_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        last = sessions[-1] if isinstance(sessions, list) and sessions and isinstance(sessions[-1], dict) else {}
+        if not last.get("reason"):
+            return None
+        done = last.get("last_round")
+        return {"reason": last["reason"], "round": None if done is None else int(done) + 1, "error": last.get("error")}
 
     @property
     def tags(self) -> dict:

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import group, load_tagged, setting_deviations
+from papers import DIVERGED, group, load_tagged, setting_deviations
 
 from fedrun.results import METHOD_NAMES, Run
 
@@ -102,7 +102,7 @@ REFERENCE_LABELS = {"flower": "Flower's NIID-Bench baseline (adap/flower baselin
 CSV_NAME = "niidbench_table3.csv"
 CSV_COLUMNS = ["method", "dataset", "partition", "ours_pct", "paper_pct", "diff_pct", "metric",
                "final_acc_pct", "final_sd_pct", "best_acc_pct", "best_sd_pct", "paper_sd_pct", "n_runs",
-               "reference_pct", "reference_source", "run_dir", "deviations"]
+               "n_diverged", "diverged_rounds", "reference_pct", "reference_source", "run_dir", "deviations"]
 NOT_PAPER = ("NOTE: these runs do NOT use the paper's setting, so their accuracies are not comparable "
              "with the paper's Table III (see the departures listed):")
 SUBSTITUTES = {"mnist_train10k": " (the first 10,000 MNIST training images: 8,000 train, 2,000 held out "
@@ -156,10 +156,14 @@ def _sd(values: list[float]) -> float | None:
     return statistics.stdev(values) if len(values) > 1 else None
 
 
-def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final", reference: dict | None = None) -> list[dict]:
+def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final", reference: dict | None = None,
+                diverged: list[Run] = ()) -> list[dict]:
     """One long-form row per Table III cell (40 rows, missing cells included), in the paper's order;
-    ``reference`` (``reference_table()``) fills ``reference_pct`` / ``reference_source``."""
+    ``reference`` (``reference_table()``) fills ``reference_pct`` / ``reference_source``; the runs
+    of ``diverged`` (NaN or Inf: no final model) are counted per cell (``n_diverged``, and the rounds
+    they diverged at), apart from the means, which are over the finished runs."""
     cells = group(runs, cell)
+    stopped = group(diverged, cell)
     reference = reference or {}
     rows = []
     for key in TABLE_CELLS:
@@ -173,7 +177,9 @@ def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final", reference
             "ours_pct": ours, "paper_pct": ref, "diff_pct": tables.minus(ours, ref), "metric": f"{accuracy}_test_acc",
             "final_acc_pct": tables.mean(final), "final_sd_pct": _sd(final),
             "best_acc_pct": tables.mean(best), "best_sd_pct": _sd(best), "paper_sd_pct": ref_sd,
-            "n_runs": len(seeds), "reference_pct": reference.get(key, (None, None))[0],
+            "n_runs": len(seeds), "n_diverged": len(stopped.get(key, [])),
+            "diverged_rounds": ";".join(str((r.stopped or {}).get("round")) for r in stopped.get(key, [])),
+            "reference_pct": reference.get(key, (None, None))[0],
             "reference_source": reference.get(key, (None, None))[1],
             "run_dir": ";".join(str(r.path) for r in seeds),
             "deviations": "; ".join(sorted({d for r in seeds for d in deviations(r)})),
@@ -186,12 +192,13 @@ def format_cell(row: dict) -> str:
     runs; ``-`` where there is no run or no paper number."""
     paper = "-" if row["paper_pct"] is None else f"{row['paper_pct']:.1f}" + (
         "" if row["paper_sd_pct"] is None else f"+-{row['paper_sd_pct']:.1f}")
+    div = f" +{row['n_diverged']} div" if row.get("n_diverged") else ""
     if row["n_runs"] == 0:
-        return f"- ({paper}; -)"
+        return f"-{div} ({paper}; -)"
     final = round(row["final_acc_pct"], 1)
     text = f"{final:.1f}" + ("" if row["final_sd_pct"] is None else f"+-{row['final_sd_pct']:.1f}")
     text += " / " + ("-" if row["best_acc_pct"] is None else f"{row['best_acc_pct']:.1f}")
-    text += (f" [{row['n_runs']}]" if row["n_runs"] > 1 else "") + ("*" if row["deviations"] else "")
+    text += (f" [{row['n_runs']}]" if row["n_runs"] > 1 else "") + ("*" if row["deviations"] else "") + div
     diff = "-" if row["paper_pct"] is None else f"{final - row['paper_pct']:+.1f}"
     return f"{text} ({paper}; {diff})"
 
@@ -204,6 +211,7 @@ def format_table(rows: list[dict], accuracy: str = "final") -> str:
     text = tables.render(["dataset", "partition"] + [METHOD_LABELS[m] for m in METHODS], body, labels=2)
     title = ("NIID-Bench Table III: test accuracy (%), each cell: ours final / ours best = highest over the rounds "
              "(paper; final - paper); +-sd and [n] over n runs (seeds); * = not the paper's setting (see NOTE); "
+             "+k div = k more runs diverged (NaN or Inf, listed below; not in the mean); "
              f"- = no run or no paper number.  CSV ours_pct/diff_pct: the {accuracy} test accuracy (--accuracy).")
     return title + "\n" + text
 
@@ -229,7 +237,8 @@ def format_reference_table(rows: list[dict]) -> str:
                     continue
                 final = round(r["final_acc_pct"], 1)
                 sd = "" if r["final_sd_pct"] is None else f"+-{r['final_sd_pct']:.1f}"
-                line.append(f"{final:.1f}{sd}{'*' if r['deviations'] else ''} "
+                div = f" +{r['n_diverged']} div" if r["n_diverged"] else ""
+                line.append(f"{final:.1f}{sd}{'*' if r['deviations'] else ''}{div} "
                             f"({r['reference_pct']:.1f}; {final - r['reference_pct']:+.1f})")
             body.append(line)
     sources = sorted({r["reference_source"] for r in shown})
@@ -245,7 +254,8 @@ def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = Non
     out = out or sys.stdout
     runs, skipped = load_runs(dirs)
     paper = paper_table(paper_csv)
-    rows = table3_rows(runs, paper, accuracy, reference_table(reference_csv))
+    diverged = [Run.load(path) for path, why in skipped if why.startswith(DIVERGED)]
+    rows = table3_rows(runs, paper, accuracy, reference_table(reference_csv), diverged)
     print(format_table(rows, accuracy), file=out)
     second = format_reference_table(rows)
     if second:

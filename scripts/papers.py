@@ -2,8 +2,9 @@
 how they are filed into a table's cells, and how they depart from the paper's setting.
 
 Runs are found and read by :mod:`fedrun.results` (:class:`~fedrun.results.Run`,
-:func:`~fedrun.results.load_runs`: the finished runs, folders holding both ``summary.json`` and
-``config.yaml``); this module only filters and files them.  The papers' presets label their runs
+:func:`~fedrun.results.load_runs`: every folder holding a ``config.yaml``; the tables use the
+finished ones, which hold ``summary.json`` too, and name the others); this module only filters and
+files them.  The papers' presets label their runs
 with ``tags`` (``paper``, ``dataset`` and a column such as ``condition`` or ``scenario``), and
 ``summary.json`` names the aggregator, so every run can be filed under a cell of a paper's table
 without parsing directory names.
@@ -24,9 +25,17 @@ from fedrun.results import Run, load_runs
 DATA_SIZE_KEYS = ("max_train", "max_test")
 
 
+# The reasons load_tagged gives for a paper's runs that have no summary.json: nothing is left out of a
+# table without a line saying so (tables.report prints them apart from the other skipped folders).
+DIVERGED = "diverged at round"
+UNFINISHED = "not finished (still running, or stopped by Ctrl-C, a kill or a full disk: resume=true continues it)"
+
+
 def load_tagged(paths: Iterable[str | os.PathLike], paper: str, keys: Iterable[str] = ("dataset",)):
     """The runs of a paper's presets: tagged ``paper``, with a method and every tag in ``keys``.
-    Returns ``(runs, skipped)``."""
+    Returns ``(runs, skipped)``: the finished runs, and ``(path, why)`` for the folders passed over,
+    among them the paper's runs that did not finish, as ``diverged at round t: <error>`` (from
+    ``run.json``, :attr:`fedrun.results.Run.stopped`) or :data:`UNFINISHED`."""
     keys = tuple(keys)
 
     def reject(run: Run) -> str:
@@ -34,9 +43,15 @@ def load_tagged(paths: Iterable[str | os.PathLike], paper: str, keys: Iterable[s
             return f"not tagged paper={paper}"
         if run.method is None or any(run.tags.get(k) is None for k in keys):
             return f"no method or no tags {'/'.join(keys)}"
+        if not run.finished:
+            stopped = run.stopped
+            if stopped and stopped["reason"] == "diverged":
+                what = str(stopped["error"] or "").split(": ", 1)[-1].split(";")[0]  # "round t: <what>; ..."
+                return f"{DIVERGED} {stopped['round']}" + (f": {what}" if what else "")
+            return UNFINISHED
         return ""
 
-    return load_runs(paths, reject)
+    return load_runs(paths, reject, require=("config.yaml",))
 
 
 def group(runs: Iterable[Run], key: Callable[[Run], Hashable]) -> dict:

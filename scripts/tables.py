@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import grid
-from papers import count_notes, missing_dirs
+from papers import DIVERGED, UNFINISHED, count_notes, missing_dirs
 
 from fedrun.errors import FedrunError
 from fedrun.results import Run
@@ -105,9 +105,17 @@ def report(runs: list[Run], skipped: list, rows: list[dict], dirs: list[str], *,
     if unknown:
         print(f"not in {table} (ignored): {unknown}", file=out)
     damaged = [s for s in skipped if s[1].startswith("unreadable")]
-    skipped = [s for s in skipped if not s[1].startswith("unreadable")]
+    diverged = [s for s in skipped if s[1].startswith(DIVERGED)]
+    unfinished = [s for s in skipped if s[1] == UNFINISHED]
+    skipped = [s for s in skipped if s not in damaged + diverged + unfinished]
     if damaged:  # a damaged config.yaml or summary.json, named by fedrun.results
         print(f"{directories(len(damaged))} unreadable (skipped): {listing(damaged, 5)}", file=out)
+    if diverged:  # a NaN/Inf model: no final accuracy to average; the cell's means leave them out
+        print(f"{len(diverged)} {paper} run(s) diverged (NaN or Inf; no final accuracy, so left out of the "
+              f"means): {listing(diverged, 20)}", file=out)
+    if unfinished:
+        print(f"{len(unfinished)} {paper} run(s) {UNFINISHED}, left out: "
+              f"{'; '.join(str(p) for p, _ in unfinished[:20])}{' ...' if len(unfinished) > 20 else ''}", file=out)
     if skipped:
         print(f"{directories(len(skipped))} skipped (not {paper} preset runs): {listing(skipped, 5)}", file=out)
     print_notes("\n" + not_paper, count_notes(deviations(r) for r in runs), out)

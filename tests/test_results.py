@@ -1,12 +1,13 @@
 """fedrun.results' finding and reading of single run directories: find_runs(require=...),
 read_config, read_summary, read_csv, Run and load_runs, and what they say of damaged files (one
 line naming the file, never a traceback; fedrun-plot prints it and exits 2).  Tiny hand-made
-folders; fast, CPU, offline."""
+folders, and one tiny diverging run from the CLI; fast, CPU, offline."""
 from __future__ import annotations
 
 import json
 
 import pytest
+from conftest import TINY, fedrun_ok, run_fedrun
 
 from fedrun import results
 from fedrun.errors import RunDirectoryError
@@ -191,3 +192,19 @@ def test_fedrun_plot_says_which_file_is_damaged(tree, tmp_path, capsys, name, da
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"fedrun-plot: {tree['done'] / name}: ")
     assert not (tmp_path / "figs").exists()
+
+
+def test_a_diverged_run_says_so_in_run_json_and_results(tmp_path):
+    """A run that diverges closes its run.json session with the reason, the last complete round and
+    the error, so tables can report "diverged at round t" rather than leave the run out."""
+    run_dir = tmp_path / "div"
+    proc = run_fedrun([*TINY, "aggregator=fedavg", "hyperparams.lr=1e30", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert proc.returncode == 3
+    session = json.loads((run_dir / "run.json").read_text())[-1]
+    assert session["reason"] == "diverged" and session["last_round"] == 0 and "stopped" in session
+    assert session["error"].startswith("round 1: ") and "NaN or Inf" in session["error"]
+    run = results.Run.load(run_dir)
+    assert not run.finished and run.stopped == {"reason": "diverged", "round": 1, "error": session["error"]}
+    ok = tmp_path / "ok"
+    fedrun_ok([*TINY, f"hydra.run.dir={ok}"], tmp_path)
+    assert results.Run.load(ok).stopped is None

@@ -36,6 +36,16 @@ def runs(tmp_path):
     make_run(top / "fmnist_iid" / "fednova_seed0", "fednova", "fmnist", "iid", 0.88, 0.89,
              hyperparams={**PAPER_SCALE, "rounds": 3, "local_epochs": 2})
     make_run(top / "mnist_dir05" / "fedavg_seed0", "fedavg", "mnist", "dir05", 0.98, 0.985, data_name="mnist_train10k")
+    # SCAFFOLD seed 2 in #C=2 diverged at round 7 (run.json says so), seed 3 is still running: both
+    # without summary.json, neither in the mean, each named under the table.
+    stopped = make_run(top / "mnist_c2" / "scaffold_seed2", "scaffold", "mnist", "c2", 0.1, 0.1, 2)
+    (stopped / "summary.json").unlink()
+    (stopped / "run.json").write_text(json.dumps([{"started": "x", "first_round": 1, "stopped": "y", "last_round": 6,
+                                                   "reason": "diverged", "error": "round 7: parameter fc1.weight of "
+                                                   "the sent model is NaN or Inf after aggregation with scaffold; "
+                                                   "the CSVs hold rounds before 7. Try a smaller hyperparams.lr"}]))
+    running = make_run(top / "mnist_c2" / "scaffold_seed3", "scaffold", "mnist", "c2", 0.1, 0.1, 3)
+    (running / "summary.json").unlink()
     other = top / "other"
     other.mkdir()
     (other / "config.yaml").write_text(yaml.safe_dump({"tags": {"paper": "fednnnn"}}))
@@ -54,14 +64,18 @@ def test_collect_files_runs_into_cells(runs, tmp_path, capsys):
     assert len(rows) == 40
     sc = cell["scaffold", "mnist", "c2"]
     assert sc["n_runs"] == 2 and sc["final_acc_pct"] == pytest.approx(96.0)
+    assert sc["n_diverged"] == 1 and sc["diverged_rounds"] == "7"
     assert sc["final_sd_pct"] == pytest.approx(2 ** 0.5) and sc["best_acc_pct"] == pytest.approx(96.75)
     assert sc["paper_pct"] == 95.0 and sc["diff_pct"] == pytest.approx(1.0) and not sc["deviations"]
-    assert T.format_cell(sc) == "96.0+-1.4 / 96.8 [2] (95.0+-0.5; +1.0)"
+    assert T.format_cell(sc) == "96.0+-1.4 / 96.8 [2] +1 div (95.0+-0.5; +1.0)"
     assert cell["fedavg", "mnist", "c1"]["paper_pct"] is None  # an empty accuracy: not a number of the paper
     nova = cell["fednova", "fmnist", "iid"]
     assert "rounds=3 (paper 50)" in nova["deviations"] and T.format_cell(nova).startswith("88.0 / 89.0*")
     assert "data substituted: mnist_train10k instead of mnist" in cell["fedavg", "mnist", "dir05"]["deviations"]
     assert "p_k~Dir(0.5)" in text and "#C=2" in text and "NOTE" in text and "not tagged paper=niidbench" in text
+    assert ("1 NIID-Bench run(s) diverged" in text and "scaffold_seed2 (diverged at round 7: parameter fc1.weight "
+            "of the sent model is NaN or Inf after aggregation with scaffold)" in text)
+    assert "1 NIID-Bench run(s) not finished" in text and "scaffold_seed3" in text
     with open(out_csv) as f:
         written = list(csv.DictReader(f))
     assert len(written) == 40 and written[0].keys() == set(T.CSV_COLUMNS)
@@ -98,7 +112,7 @@ def test_reference_results_stand_beside_ours_and_never_in_the_paper_column(runs,
     assert sc["reference_pct"] == 96.6 and sc["reference_source"] == "flower" and sc["paper_pct"] is None
     assert cell["fedavg", "mnist", "c1"]["reference_pct"] == 10.0  # in the CSV even without a run of ours
     second = text[text.index("Beside another published result"):]
-    assert "96.0+-1.4 (96.6; -0.6)" in second  # ours 96.0 = mean of 95 and 97, minus Flower's 96.6
+    assert "96.0+-1.4 +1 div (96.6; -0.6)" in second  # ours 96.0 = mean of 95 and 97, minus Flower's 96.6
     assert "#C=1" not in second  # a cell with no run of ours is left out, as the title says
     assert "NOT the paper's Table III" in second and "Flower's NIID-Bench baseline" in second
 
