@@ -254,7 +254,8 @@ def fedlap(q: float = 0.5, form: str = "linear", weighting: str = "examples", ve
 
 # ----------------------------------------------------------------------------- client drift (NIID-Bench's baselines)
 
-def scaffold(eta_g: float = 1.0, weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
+def scaffold(eta_g: float = 1.0, weighting: str = "examples", evaluate: str = "sent",
+             correction: str = "gradient") -> Aggregator:
     """SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020, Algorithm 1, option II).
 
     Every client k keeps a control variate ``c_k`` and the server one, ``c``, zero at the start and
@@ -276,12 +277,20 @@ def scaffold(eta_g: float = 1.0, weighting: str = "examples", evaluate: str = "s
       weighting: ``examples`` (``n_k / n``) or ``uniform`` (``1/|S|``, Algorithm 1).
       evaluate: with ``eta_g != 1``, which model ``test_acc`` reports: ``sent`` (the server's x) or
         ``average`` (``x + mean update``).
+      correction: how line 10's correction meets client momentum (Algorithm 1 has plain SGD, where
+        the two agree): ``gradient`` (the corrected gradient ``g - c_k + c`` goes through the
+        optimizer, and option II divides by ``eta_l ||a_k||_1``) or ``after_step`` (NIID-Bench's
+        code: the optimizer steps on ``g``, then ``y <- y - eta_l (c - c_k)``, and option II divides
+        by ``eta_l K_k``; docs/decisions.md).
     """
     check(isinstance(eta_g, (int, float)) and not isinstance(eta_g, bool) and math.isfinite(eta_g) and eta_g > 0,
           "aggregator.eta_g", eta_g, "must be a finite number > 0 (SCAFFOLD's global step size; the paper: 1)")
+    check(correction in ControlVariate.CORRECTIONS, "aggregator.correction", correction,
+          f"must be one of {', '.join(ControlVariate.CORRECTIONS)} (gradient: through the client optimizer, "
+          "Algorithm 1; after_step: after each optimizer step, NIID-Bench's code)")
     server = T.identity() if eta_g == 1 else T.scale(eta_g, "aggregator.eta_g")
-    return Aggregator("scaffold", server, base_rule(weighting), ControlVariate(), evaluate,
-                      correction=control_variates(), client_optimizers=("sgd",))
+    return Aggregator("scaffold", server, base_rule(weighting), ControlVariate(correction), evaluate,
+                      correction=control_variates(counted=correction == "after_step"), client_optimizers=("sgd",))
 
 
 def fednova(weighting: str = "examples") -> Aggregator:

@@ -349,6 +349,7 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     torch.manual_seed(derive_seed(lead.seed, "forward-batched", shares[0].round_, shares[0].clients[0]))
 
     regularized = [n for n, reg in enumerate(regs) if reg is not None]
+    stepping = [n for n in regularized if regs[n].acts_after_step]
     for s in range(max(schedule.steps)):
         groups: dict[int, list[int]] = {}
         if schedule.table is not None:
@@ -395,6 +396,12 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
                 weights = [p_g[k].detach() for k in names]
                 for cohort in cohorts:
                     _step(cohort, rows, weights, list(grads), whole and single, single)
+                for n in stepping:  # a change after the optimizer's step (SCAFFOLD as NIID-Bench applies it)
+                    i0, i1 = bisect.bisect_left(rows, spans[n][0]), bisect.bisect_left(rows, spans[n][1])
+                    if i0 < i1:
+                        lr_n = shares[n].engine.local.lr if shares[n].lr is None else shares[n].lr
+                        regs[n].after_step(reg_states[n], {k: w[i0:i1] for k, w in zip(names, weights)},
+                                           idx[i0:i1] - spans[n][0], lr_n)
                 if not whole:
                     for k, w in zip(names, weights):
                         stacked[k][idx] = w

@@ -36,16 +36,17 @@ class ClientCorrection(NamedTuple):
     update: Callable[[dict, ClientResults], dict]
 
 
-def _steps(results: ClientResults) -> torch.Tensor:
+def _steps(results: ClientResults, counted: bool = False) -> torch.Tensor:
     """``eta_l ||a_k||_1`` per client, float64: the number of gradients the update is worth, at the
-    round's learning rate (``eta_l K_k`` for plain SGD)."""
-    steps = results.steps.to(torch.float64) if results.effective_steps is None else results.effective_steps
+    round's learning rate (``eta_l K_k`` for plain SGD); with ``counted``, ``eta_l K_k`` whatever
+    the optimizer (NIID-Bench's ``cnt * lr``)."""
+    steps = results.steps if counted or results.effective_steps is None else results.effective_steps
     if results.lr is None:
         raise ValueError("ClientResults.lr is needed by a client correction (the engines fill it)")
     return results.lr.to(torch.float64) * steps.to(torch.float64)
 
 
-def control_variates() -> ClientCorrection:
+def control_variates(counted: bool = False) -> ClientCorrection:
     """SCAFFOLD's control variates (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020,
     Algorithm 1), with option II for the clients' update:
 
@@ -60,6 +61,10 @@ def control_variates() -> ClientCorrection:
       would be counted ``1 / (1 - rho)`` times over and the control variates would oscillate);
     * update, lines 16-17: ``c <- c + |S|/N (1/|S|) sum_{k in S} (c_k+ - c_k)``, N the federation's
       clients, S the round's (reporting) clients.
+
+    ``counted=True`` divides by ``K_k eta_l`` even under momentum: NIID-Bench's reading, where the
+    correction is applied after each momentum step (``ControlVariate("after_step")``), so ``c_k``
+    estimate the momentum-amplified gradients the clients stepped with.
 
     The server's model step, lines 16-17's ``x <- x + eta_g (1/|S|) sum_k (y_k - x)``, is the
     aggregator's weighting and server transform (:func:`fedrun.aggregators.scaffold`).
@@ -79,7 +84,7 @@ def control_variates() -> ClientCorrection:
         first = next(iter(c.values()))
         idx = torch.as_tensor(results.clients, dtype=torch.long, device=first.device)
         total = next(iter(c_k.values())).shape[0]  # N
-        denominator = _steps(results)
+        denominator = _steps(results, counted)
         new_c, new_c_k = {}, {}
         for k, old in c.items():
             delta = results.deltas[k]  # y_k - x, [m, *shape]

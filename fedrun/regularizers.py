@@ -28,8 +28,13 @@ class Regularizer:
       coefficients here;
     * ``penalty(state, stacked, anchor, rows) -> [g]``: each client's term, added to its loss at
       every local step; separable over clients, so one backward serves them all;
-    * ``metrics(state) -> {name: [m] tensor}``: per-client diagnostics for ``clients.csv``.
+    * ``metrics(state) -> {name: [m] tensor}``: per-client diagnostics for ``clients.csv``;
+    * ``after_step(state, stacked, rows, lr)``: only where ``acts_after_step`` is True, a change to
+      the clients' parameters after each optimizer step, outside the optimizer (SCAFFOLD as
+      NIID-Bench's code applies it); the engines call it under ``torch.no_grad``.
     """
+
+    acts_after_step = False
 
     def init(self, anchor: Params, m: int, inputs: Params | None = None) -> dict:
         return {}
@@ -43,6 +48,9 @@ class Regularizer:
 
     def metrics(self, state: dict) -> dict[str, torch.Tensor]:
         return {}
+
+    def after_step(self, state: dict, stacked: Params, rows: torch.Tensor, lr: float) -> None:
+        pass
 
 
 class Proximal(Regularizer):
@@ -182,6 +190,18 @@ class ControlVariate(Regularizer):
     reference learner, which is no client) the correction is 0.
     """
 
+    CORRECTIONS = ("gradient", "after_step")
+
+    def __init__(self, correction: str = "gradient"):
+        """``correction``: ``gradient`` (Algorithm 1: the corrected gradient goes through the client
+        optimizer, momentum and weight decay included) or ``after_step`` (NIID-Bench's code: after
+        each optimizer step on the plain gradient, ``y <- y - eta_l (c - c_k)``, outside the momentum;
+        the penalty's value is still reported, without its gradient)."""
+        if correction not in self.CORRECTIONS:
+            raise ValueError(f"correction must be one of {', '.join(self.CORRECTIONS)} (got {correction!r})")
+        self.correction = correction
+        self.acts_after_step = correction == "after_step"
+
     def init(self, anchor, m, inputs=None):
         return {"correction": inputs}
 
@@ -189,4 +209,13 @@ class ControlVariate(Regularizer):
         correction = state["correction"]
         if correction is None:
             return next(iter(stacked.values())).new_zeros(len(rows))
-        return sum((correction[k][rows] * (stacked[k] - anchor[k])).flatten(1).sum(1) for k in anchor)
+        value = sum((correction[k][rows] * (stacked[k] - anchor[k])).flatten(1).sum(1) for k in anchor)
+        return value.detach() if self.acts_after_step else value
+
+    def after_step(self, state, stacked, rows, lr):
+        """``after_step`` only: ``y <- y - eta_l (c - c_k)`` for the clients ``rows``, in place."""
+        correction = state["correction"]
+        if correction is None:
+            return
+        for k, v in stacked.items():
+            v.sub_(correction[k][rows].to(v.dtype), alpha=lr)

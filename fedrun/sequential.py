@@ -139,6 +139,7 @@ class SequentialEngine:
         steps = 0
         one = torch.zeros(1, dtype=torch.long, device=idx.device)  # the regularizer's row: this client
         reg_state = reg.init(params, 1, inputs) if reg is not None else None
+        after_step = reg is not None and reg.acts_after_step
         for epoch in range(epochs):
             if reg is not None:
                 reg.start_epoch(reg_state, one, torch.tensor([epoch == 0], device=idx.device), live, params)
@@ -156,6 +157,9 @@ class SequentialEngine:
                     reg_sum += penalty.detach()
                 grads = torch.autograd.grad(total, weights)
                 optimizer.step(weights, grads, opt_state, lr)
+                if after_step:
+                    with torch.no_grad():
+                        reg.after_step(reg_state, live, one, local.lr if lr is None else lr)
                 loss_sum += loss.detach() * len(batch)
                 steps += 1
         metrics = {} if reg is None else {"reg_loss": float(reg_sum) / max(steps, 1),

@@ -14,6 +14,7 @@ is [0.5, 0.5], so the cross-entropy gradient is ``(p - e_y) x^T``:
 """
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import logging
@@ -134,9 +135,12 @@ G0 = [[-0.5, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0]]
 G1 = [[0.0, 1.0, 0.0, 0.0], [0.0, -1.0, 0.0, 0.0]]
 
 
+@pytest.mark.parametrize("correction", ["gradient", "after_step"])
 @pytest.mark.parametrize("make", [SequentialEngine, BatchedEngine])
-def test_scaffold_round_on_a_linear_model_by_hand(make):
-    """Inputs c - c_k of 0.2 (client 0) and -0.4 (client 1) everywhere (c = 0, c_0 = -0.2, c_1 = 0.4):
+def test_scaffold_round_on_a_linear_model_by_hand(make, correction):
+    """Inputs c - c_k of 0.2 (client 0) and -0.4 (client 1) everywhere (c = 0, c_0 = -0.2, c_1 = 0.4),
+    one step each, so both corrections take the same step (after_step: y = x - 0.5 g_k, then
+    y -= 0.5 (c - c_k)) and divide by the same K_k = ||a_k||_1 = 1:
 
     line 10  y_k = x - 0.5 (g_k + c - c_k):
       client 0: -0.5 ([[-0.5, 0, 0, 0], [0.5, 0, 0, 0]] + 0.2) = [[0.15, -0.1, -0.1, -0.1], [-0.35, -0.1, -0.1, -0.1]]
@@ -145,7 +149,7 @@ def test_scaffold_round_on_a_linear_model_by_hand(make):
     c = 0 + (1/2) ((g_0 + 0.2) + (g_1 - 0.4)); x = the mean of the two updates (n = 1, 1).
     """
     model, x, y, idx = linear_clients()
-    agg = A.scaffold()
+    agg = A.scaffold(correction=correction)
     local = LocalTraining(epochs=1, batch_size=1, lr=0.5)
     params, buffers = split_state(model)
     state = agg.init({"1.weight": params["1.weight"]}, 2, [Layer("fc", "fc", ("1.weight",))])
@@ -170,6 +174,63 @@ def test_scaffold_round_on_a_linear_model_by_hand(make):
     assert res.extras["reg_loss"].tolist() == [0.0, 0.0]
 
 
+def niidbench_scaffold_client(model, x, y, c, c_k, epochs, lr, rho, wd):
+    """NIID-Bench's ``train_net_scaffold`` (experiments.py), written out again: ``torch.optim.SGD``
+    with momentum and weight decay on the plain loss, then ``w -= lr (c - c_k)`` after every step;
+    option II over the counted steps: ``c_k+ = c_k - c + (x - y) / (cnt lr)``.  Returns ``y - x``
+    and ``c_k+``."""
+    net = copy.deepcopy(model)
+    start = {k: v.detach().clone() for k, v in net.named_parameters()}
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=rho, weight_decay=wd)
+    cnt = 0
+    for _ in range(epochs):  # one batch an epoch: the client's whole data
+        opt.zero_grad()
+        # The loss in float32, as fedrun's engines take it (for bf16 autocast): the only numerical
+        # difference left, so the comparison can be to float64 rounding.
+        torch.nn.functional.cross_entropy(net(x).float(), y).backward()
+        opt.step()
+        with torch.no_grad():
+            for k, p in net.named_parameters():
+                p -= lr * (c[k] - c_k[k])
+        cnt += 1
+    delta = {k: p.detach() - start[k] for k, p in net.named_parameters()}
+    return delta, {k: c_k[k] - c[k] - delta[k] / (cnt * lr) for k in delta}
+
+
+@pytest.mark.parametrize("make", [SequentialEngine, BatchedEngine])
+def test_scaffold_after_step_is_niidbenchs_client_loop(make):
+    """``aggregator.correction=after_step`` under momentum 0.9 and weight decay, 4 steps: each
+    client's update and its new control variate equal NIID-Bench's loop, written out above (float64,
+    one batch an epoch, so the batch order does not matter); the ``gradient`` reading differs."""
+    torch.manual_seed(0)
+    dtype, sizes = torch.float64, (5, 3)
+    x, y = torch.randn(8, 1, 4, 4, dtype=dtype), torch.randint(0, 3, (8,))
+    idx = [torch.arange(0, 5), torch.arange(5, 8)]
+    model = MLP(in_channels=1, image_size=4, num_classes=3, hidden=[6]).to(dtype)
+    reference = copy.deepcopy(model)  # w_t: the engines overwrite the model they train
+    params, buffers = split_state(model)
+    c = {k: 0.1 * torch.randn(v.shape, dtype=dtype) for k, v in params.items()}
+    c_k = {k: 0.1 * torch.randn(2, *v.shape, dtype=dtype) for k, v in params.items()}
+    local = LocalTraining(epochs=4, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-5)
+    agg = A.scaffold(correction="after_step")
+    state = {"c": c, "c_k": c_k}
+    inputs = {k: c[k].unsqueeze(0) - c_k[k] for k in c}
+    with default_dtype(dtype):
+        res = on_partition(make, model, x, y, idx, local, agg.regularizer, 0).train(
+            params, buffers, [0, 1], 1, None, None, None, inputs)
+        other = on_partition(make, model, x, y, idx, local, ControlVariate("gradient"), 0).train(
+            params, buffers, [0, 1], 1, None, None, None, inputs)
+    new = agg.correction.update(state, res)["c_k"]
+    for j in range(2):
+        want_delta, want_c = niidbench_scaffold_client(reference, x[idx[j]], y[idx[j]], c,
+                                                       {k: v[j] for k, v in c_k.items()}, 4, 0.05, 0.9, 1e-5)
+        for k in params:
+            torch.testing.assert_close(res.deltas[k][j], want_delta[k], rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(new[k][j], want_c[k], rtol=1e-9, atol=1e-10)
+    assert res.steps.tolist() == [4, 4]
+    assert relative_difference(res.deltas, other.deltas) > 1e-3  # the two readings part from step 2 on
+
+
 def test_control_variate_without_inputs_is_no_correction():
     reg = ControlVariate()
     state = reg.init({"w": torch.zeros(2)}, 3, None)
@@ -177,10 +238,11 @@ def test_control_variate_without_inputs_is_no_correction():
     assert pen.tolist() == [0.0, 0.0, 0.0]
 
 
-def test_both_engines_agree_with_control_variates_and_chunks():
+@pytest.mark.parametrize("correction", ["gradient", "after_step"])
+def test_both_engines_agree_with_control_variates_and_chunks(correction):
     """Random inputs c - c_k, unbalanced clients, stragglers' epochs, momentum, chunks of 2 that
     cut the round (a regularizer's rows index its chunk's clients): the engines agree in float64 to
-    rounding and in float32 within the usual bound."""
+    rounding and in float32 within the usual bound, for either correction."""
     for dtype, bound in ((torch.float64, F64_RTOL), (torch.float32, F32_RTOL)):
         torch.manual_seed(0)
         sizes, n = (13, 40, 7, 25), 85
@@ -192,9 +254,9 @@ def test_both_engines_agree_with_control_variates_and_chunks():
         with default_dtype(dtype):
             params, buffers = split_state(model)
             inputs = {k: 0.3 * torch.randn(4, *v.shape, dtype=dtype) for k, v in params.items()}
-            seq = on_partition(SequentialEngine, model, x, y, idx, local, ControlVariate(), 0).train(
+            seq = on_partition(SequentialEngine, model, x, y, idx, local, ControlVariate(correction), 0).train(
                 params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2], None, None, inputs)
-            bat = on_partition(BatchedEngine, model, x, y, idx, local, ControlVariate(), 0, 2).train(
+            bat = on_partition(BatchedEngine, model, x, y, idx, local, ControlVariate(correction), 0, 2).train(
                 params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2], None, None, inputs)
             plain = on_partition(SequentialEngine, model, x, y, idx, local, None, 0).train(
                 params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2])
@@ -294,8 +356,9 @@ def test_scaffold_first_round_is_fedavgs(tmp_path, data):
     assert not np.array_equal(later(scaffold["rounds"]), later(avg["rounds"]))  # then the correction acts
 
 
-@pytest.mark.parametrize("aggregator", [A.scaffold(), A.fednova(), A.scaffold(eta_g=0.5, weighting="uniform")],
-                         ids=["scaffold", "fednova", "scaffold-eta"])
+@pytest.mark.parametrize("aggregator", [A.scaffold(), A.fednova(), A.scaffold(eta_g=0.5, weighting="uniform"),
+                                       A.scaffold(correction="after_step")],
+                         ids=["scaffold", "fednova", "scaffold-eta", "scaffold-after-step"])
 def test_whole_runs_match_in_both_engines(tmp_path, data, aggregator):
     local = LocalTraining(epochs=2, batch_size=10, lr=0.02, momentum=0.5)
     skew = functools.partial(P.iid, sizes="powerlaw")
@@ -371,6 +434,12 @@ def test_bad_global_step_size_is_refused(eta_g):
     with pytest.raises(ConfigError) as info:
         A.scaffold(eta_g=eta_g)
     assert info.value.setting == "aggregator.eta_g"
+
+
+def test_an_unknown_correction_is_refused():
+    with pytest.raises(ConfigError) as info:
+        A.scaffold(correction="outside")
+    assert info.value.setting == "aggregator.correction" and "gradient, after_step" in str(info.value)
 
 
 def test_bad_settings_are_one_line_from_the_cli(tmp_path):
