@@ -1,9 +1,9 @@
 """Where fedrun's own files are (the Hydra configs), and whether a folder it will write can be.
 
 :func:`conf_dir` is the folder of ``config.yaml`` and the config groups (``dataset/``,
-``model/``, ``scale/``, ...): the ``fedrun.conf`` package that ``pip install`` ships, or, in a
-source checkout run without installing (``PYTHONPATH=<checkout>``), the checkout's top-level
-``conf/``.  Scripts read the options of a config group from here, not from the repository layout.
+``model/``, ``scale/``, ...): the ``fedrun/conf`` folder that ``pip install`` ships, or, in a source
+checkout (an editable install, or ``PYTHONPATH=<checkout>``), the checkout's top-level ``conf/``:
+the configs of the code that is running.  Scripts read the options of a config group from here, not from the repository layout.
 """
 from __future__ import annotations
 
@@ -15,14 +15,26 @@ from fedrun.errors import ConfigError
 
 
 def conf_dir() -> Path:
-    """The folder holding fedrun's ``config.yaml`` and config groups."""
+    """The folder holding fedrun's ``config.yaml`` and config groups: always the one that belongs
+    to the fedrun code imported, so code and configs never come from two copies.
+
+    In order: ``fedrun/conf`` inside the imported package (an installed wheel); the top-level
+    ``conf/`` beside the imported package (a checkout: editable install, or ``PYTHONPATH``); then
+    whatever ``fedrun.conf`` resolves to.  Asking ``importlib.resources`` first would be wrong for a
+    checkout run with ``PYTHONPATH`` in an environment holding an editable install of another
+    checkout: the editable finder maps ``fedrun.conf`` to the other checkout's ``conf/``, and a
+    sweep would compose that checkout's YAML for this checkout's code."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "conf", here.parent / "conf"):
+        if (folder / "config.yaml").is_file():
+            return folder
     try:
         packaged = Path(str(importlib.resources.files("fedrun.conf")))
-    except (ModuleNotFoundError, TypeError):  # a checkout on PYTHONPATH: no fedrun/conf package
+    except (ModuleNotFoundError, TypeError):
         packaged = None
     if packaged is not None and (packaged / "config.yaml").is_file():
         return packaged
-    return Path(__file__).resolve().parents[1] / "conf"
+    return here.parent / "conf"
 
 
 def conf_options(group: str) -> list[str]:

@@ -8,6 +8,8 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -244,3 +246,17 @@ def test_results_load_joins_runs_with_what_differs(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RunDirectoryError, match="no run directories"):
         results.load(tmp_path / "empty")
+
+
+def test_a_checkout_on_pythonpath_composes_its_own_configs(tmp_path):
+    """Code and configs come from one copy: a second checkout run with ``PYTHONPATH`` reads its own
+    ``conf/``, even where the environment holds an (editable) install of another checkout, whose
+    finder would hand ``fedrun.conf`` to the other copy."""
+    other = tmp_path / "checkout"
+    shutil.copytree(REPO_ROOT / "fedrun", other / "fedrun", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "conf", other / "conf")
+    env = {**_cli_env(), "PYTHONPATH": str(other)}
+    code = "from fedrun.paths import conf_dir; import fedrun; print(conf_dir()); print(fedrun.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == [str((other / "conf").resolve()), str((other / "fedrun" / "__init__.py").resolve())]
