@@ -16,7 +16,8 @@ row per group:
   the range [min-max];
 * ``--mean-to R`` (optional): each seed's mean accuracy over rounds 1..R, averaged (the area under
   the curve: a claim such as "higher accuracy in the first 20 rounds");
-* the final accuracy at the last round compared.
+* the final accuracy at the last round compared, over the seeds that did not diverge; and, when
+  any did, the round each seed's model became NaN or Inf (``run.json``; ``-``: it did not).
 
 ``--upto T`` compares every run over its first T rounds only (readings run for 15 rounds beside a
 preset run for 30); ``--ignore KEY`` leaves a setting out of the group labels (``--ignore rounds``
@@ -35,9 +36,10 @@ import tables
 from papers import missing_dirs, one_line_errors
 
 from fedrun import results
+from fedrun.results import Run
 
-COLUMNS = ["group", "n", "seeds", "target", "rounds_to_target", "mean_rounds_to_target", "at_round", "mean_pct",
-           "min_pct", "max_pct", "mean_to_round", "mean_to_pct", "upto", "final_pct"]
+COLUMNS = ["group", "n", "seeds", "target", "rounds_to_target", "mean_rounds_to_target", "diverged", "at_round",
+           "mean_pct", "min_pct", "max_pct", "mean_to_round", "mean_to_pct", "upto", "final_pct"]
 
 
 def relabel(df: pd.DataFrame, ignore: list[str]) -> pd.DataFrame:
@@ -71,13 +73,19 @@ def reading_rows(df: pd.DataFrame, metric: str, target: float, at: list[int], me
     for group, runs in df.groupby("group", sort=False):
         curves = {seed: part.set_index("round")[metric].sort_index() for seed, part in runs.groupby("seed", dropna=False)}
         seeds = sorted(curves, key=str)
+        # A run that diverged (NaN or Inf) has no final model: its last row is the round before, so
+        # it is named (the round it diverged at) and left out of the final accuracy's mean.
+        stopped = {seed: (Run.load(part["run_dir"].iloc[0]).stopped or {}).get("round")
+                   for seed, part in runs.groupby("seed", dropna=False)}
+        ended = [s for s in seeds if stopped.get(s) is None]
         reach = [first_reach(curves[s], target) for s in seeds]
         got = [r for r in reach if r is not None]
         row = {"group": group, "n": len(seeds), "seeds": ";".join(str(s) for s in seeds), "target": target,
                "rounds_to_target": ";".join("-" if r is None else str(r) for r in reach),
                "mean_rounds_to_target": sum(got) / len(got) if got else None, "at": {}, "mean_to_pct": None,
                "mean_to_round": mean_to, "upto": upto,
-               "final_pct": 100 * sum(curves[s].iloc[-1] for s in seeds) / len(seeds)}
+               "diverged": ";".join("-" if stopped.get(s) is None else str(stopped[s]) for s in seeds),
+               "final_pct": 100 * sum(curves[s].iloc[-1] for s in ended) / len(ended) if ended else None}
         for r in at:
             values = [curves[s].get(r) for s in seeds]
             values = [100 * v for v in values if v is not None and pd.notna(v)]
@@ -99,6 +107,8 @@ def format_table(rows: list[dict], metric: str, target: float, at: list[int], me
 
     head = ["Reading (group)", "n", f"rounds to {100 * target:g}% (each seed)", "mean"]
     head += [f"@{r} (%)" for r in at] + ([f"mean 1-{mean_to} (%)"] if mean_to else []) + ["final (%)"]
+    diverged = any(row["diverged"].strip("-;") for row in rows)
+    head += ["diverged at (each seed)"] if diverged else []
     body = []
     for row in rows:
         mean = row["mean_rounds_to_target"]
@@ -107,11 +117,15 @@ def format_table(rows: list[dict], metric: str, target: float, at: list[int], me
         line += [at_cell(row["at"][r]) for r in at]
         if mean_to:
             line.append("-" if row["mean_to_pct"] is None else f"{row['mean_to_pct']:.1f}")
-        line.append(f"{row['final_pct']:.1f}")
+        line.append("-" if row["final_pct"] is None else f"{row['final_pct']:.1f}")
+        if diverged:
+            line.append(row["diverged"].replace(";", ", "))
         body.append(line)
     title = (f"Readings x outcome on {metric}: one row per group of runs that differ only in their seed; "
              f"rounds to {100 * target:g}% per seed in seed order (- = not reached"
-             f"{f' within {upto} rounds' if upto else ''}); accuracies: mean over seeds [min-max]")
+             f"{f' within {upto} rounds' if upto else ''}); accuracies: mean over seeds [min-max]"
+             + ("; diverged at: the round each seed's model became NaN or Inf (- = it did not), such seeds "
+                "left out of final" if diverged else ""))
     return title + "\n" + tables.render(head, body, labels=1, align_head=str.rjust)
 
 

@@ -4,6 +4,7 @@ mean over the first rounds, --upto and --ignore.  Numbers checked by hand."""
 from __future__ import annotations
 
 import csv
+import json
 
 import readings  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
 from test_scripts_fedlayerwise_fedlap import make_run
@@ -61,3 +62,19 @@ def test_readings_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert readings.main([str(tmp_path / "empty")]) == 2
     assert "readings: no run directories" in capsys.readouterr().err
+
+
+def test_a_diverged_seed_is_named_and_left_out_of_final(tmp_path, capsys):
+    """Reading A's seed 1 diverged at round 5 (run.json says so): its last row (round 4, 0.93) is no
+    final accuracy, so final is seed 0's 97.0 alone, and the new column names round 5."""
+    top = _grid(tmp_path)
+    (top / "a1" / "summary.json").unlink()  # a diverged run writes none
+    (top / "a1" / "run.json").write_text(json.dumps([{"first_round": 1, "last_round": 4, "reason": "diverged",
+                                                      "error": "round 5: parameter w is NaN or Inf"}]))
+    assert readings.main([str(top), "--at", "1"]) == 0
+    text = capsys.readouterr().out
+    rows = _lines(text)
+    a = next(v for k, v in rows.items() if "lr=0.005" in k)
+    b = next(v for k, v in rows.items() if "lr=0.001" in k)
+    assert a[-2:] == ["97.0", "-, 5"] and b[-2:] == ["97.5", "-, -"]
+    assert "diverged at" in text
