@@ -220,7 +220,7 @@ def format_reference_table(rows: list[dict]) -> str:
     """The rows that have both a run of ours and another published result, as
     ``ours final+-sd (reference; final - reference)``, with each source named: a second opinion while
     the paper's numbers are missing, never a substitute for them."""
-    shown = [r for r in rows if r["n_runs"] and r["reference_pct"] is not None]
+    shown = [r for r in rows if (r["n_runs"] or r["n_diverged"]) and r["reference_pct"] is not None]
     if not shown:
         return ""
     lookup = {(r["method"], r["dataset"], r["partition"]): r for r in shown}
@@ -235,16 +235,20 @@ def format_reference_table(rows: list[dict]) -> str:
                 if r is None:
                     line.append("-")
                     continue
+                div = f" +{r['n_diverged']} div" if r["n_diverged"] else ""
+                if not r["n_runs"]:  # every run of the cell diverged: nothing to compare
+                    line.append(f"-{div} ({r['reference_pct']:.1f}; -)")
+                    continue
                 final = round(r["final_acc_pct"], 1)
                 sd = "" if r["final_sd_pct"] is None else f"+-{r['final_sd_pct']:.1f}"
-                div = f" +{r['n_diverged']} div" if r["n_diverged"] else ""
                 line.append(f"{final:.1f}{sd}{'*' if r['deviations'] else ''}{div} "
                             f"({r['reference_pct']:.1f}; {final - r['reference_pct']:+.1f})")
             body.append(line)
     sources = sorted({r["reference_source"] for r in shown})
     named = "; ".join(f"{s} = {REFERENCE_LABELS.get(s, s)}" for s in sources)
     title = ("Beside another published result (NOT the paper's Table III): ours final (reference; final - "
-             f"reference), * = not the paper's setting.  Reference: {named}.  Cells with no run of ours: left out.")
+             "reference), * = not the paper's setting, +k div = k runs diverged.  "
+             f"Reference: {named}.  Cells with no run of ours: left out.")
     return title + "\n" + tables.render(["dataset", "partition"] + [METHOD_LABELS[m] for m in METHODS], body, labels=2)
 
 

@@ -114,6 +114,9 @@ def test_reference_results_stand_beside_ours_and_never_in_the_paper_column(runs,
     second = text[text.index("Beside another published result"):]
     assert "96.0+-1.4 +1 div (96.6; -0.6)" in second  # ours 96.0 = mean of 95 and 97, minus Flower's 96.6
     assert "#C=1" not in second  # a cell with no run of ours is left out, as the title says
+    # A cell whose every run diverged still stands beside the reference, with nothing to subtract.
+    assert T.format_reference_table([{**sc, "n_runs": 0, "n_diverged": 3}]).splitlines()[-1].split("|")[4].strip() \
+        == "- +3 div (96.6; -)"
     assert "NOT the paper's Table III" in second and "Flower's NIID-Bench baseline" in second
 
 
