@@ -3,7 +3,8 @@
 :func:`conf_dir` is the folder of ``config.yaml`` and the config groups (``dataset/``,
 ``model/``, ``scale/``, ...): the ``fedrun/conf`` folder that ``pip install`` ships, or, in a source
 checkout (an editable install, or ``PYTHONPATH=<checkout>``), the checkout's top-level ``conf/``:
-the configs of the code that is running.  Scripts read the options of a config group from here, not from the repository layout.
+the configs of the code that is running.  Scripts read the options of a config group from here,
+not from the repository layout.
 """
 from __future__ import annotations
 
