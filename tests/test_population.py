@@ -62,6 +62,9 @@ MEMBERS = {
     # Control variates for all 10 clients, each round's clients' c - c_k cut into the population's chunks.
     "scaffold_stragglers": ["aggregator=scaffold", "hyperparams.stragglers=0.5", "hyperparams.local_epochs=2",
                             "hyperparams.momentum=0.5", "seed=6"],
+    # NIID-Bench's reading: the correction after each momentum step, in the population's shares.
+    "scaffold_after_step": ["aggregator=scaffold", "aggregator.correction=after_step", "hyperparams.local_epochs=2",
+                            "hyperparams.momentum=0.9"],
     "fednova_momentum": ["aggregator=fednova", "hyperparams.stragglers=0.5", "hyperparams.local_epochs=3",
                          "hyperparams.momentum=0.9", "hyperparams.batch_size=16"],
 }
