@@ -24,7 +24,7 @@ import fedrun
 RUN_FILE = "run.json"
 # summary.json's values that say when and where a run ran, not what it computed: two runs of one
 # config and seed differ in these alone.
-VOLATILE = ("round_seconds", "provenance", "started", "finished", "sessions")
+VOLATILE = ("round_seconds", "provenance", "started", "finished", "processes")
 
 
 def now() -> str:
@@ -79,9 +79,9 @@ def describe(device) -> dict:
 
 
 def summary_fields(sessions: list[dict]) -> dict:
-    """What ``summary.json`` says of the run's sessions: the last one's provenance, the first
-    one's start, the last one's end, and how many processes ran it."""
+    """What ``summary.json`` says of the processes that ran the run (``run.json``'s entries): the
+    last one's provenance, the first one's start, the last one's end, and how many there were."""
     last = sessions[-1] if sessions else {}
     keep = ("fedrun", "git_commit", "git_dirty", "python", "torch", "cuda", "device", "host")
     return {"provenance": {k: last.get(k) for k in keep}, "started": sessions[0].get("started") if sessions else None,
-            "finished": last.get("finished"), "sessions": len(sessions)}
+            "finished": last.get("finished"), "processes": len(sessions)}

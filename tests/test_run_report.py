@@ -48,7 +48,7 @@ def test_provenance_in_run_json_summary_and_results(finished):
     assert {"git_commit", "git_dirty", "python", "torch", "cuda", "device", "host", "started", "finished"} <= set(session)
     assert session["started"] <= session["finished"]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["provenance"]["torch"] == session["torch"] and summary["sessions"] == 1
+    assert summary["provenance"]["torch"] == session["torch"] and summary["processes"] == 1
     assert summary["started"] == session["started"] and summary["finished"] == session["finished"]
     assert summary["objective"] == "mean_test_acc_last_2"
     rounds = results.load(run)

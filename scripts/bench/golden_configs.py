@@ -61,7 +61,7 @@ POPULATION = ["-m", "aggregator=fedavg,fednnnn", "seed=0,1", "hydra/launcher=pop
 TIMING = ("train_s", "eval_s", "wall_s")
 # What differs from one process to the next: when and where a run ran (fedrun.provenance).
 VOLATILE_FILES = ("checkpoint.pt", "mlflow.json", "run.json", "fedrun.log")
-VOLATILE_SUMMARY = ("started", "finished", "round_seconds", "provenance", "sessions")  # fedrun.provenance.VOLATILE
+VOLATILE_SUMMARY = ("started", "finished", "round_seconds", "provenance", "processes")  # fedrun.provenance.VOLATILE
 
 
 def base(extra: list[str]) -> list[str]:
