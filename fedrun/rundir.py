@@ -298,25 +298,22 @@ def remove_empty_run_dir(path: Path) -> bool:
     Two sweeps into one folder make the same job directories: the job refused here may be the one
     another process has just locked and is about to write into, so the directory is removed only
     under its lock (and :meth:`RunDirectory.open` relocks a directory removed under it)."""
-    if fcntl is None:
+    fd = None
+    if fcntl is not None:
         try:
-            path.rmdir()
-        except OSError:
+            fd = _lock_directory(path)
+        except OSError:  # gone already, or not a directory
             return False
-        return True
-    try:
-        fd = _lock_directory(path)
-    except OSError:  # gone already, or not a directory
-        return False
-    if fd is None:
-        return False  # another process runs in it
+        if fd is None:
+            return False  # another process runs in it
     try:
         path.rmdir()  # only succeeds on an empty directory
         return True
     except OSError:
         return False
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 class RunDirectory:

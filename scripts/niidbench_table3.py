@@ -187,17 +187,23 @@ def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final", reference
     return rows
 
 
+def _ours(row: dict) -> tuple[float | None, str, str]:
+    """A cell's final accuracy rounded to one decimal, its ``+-sd`` (over several runs) and its
+    `` +k div`` (k runs diverged); the text is empty where there is none."""
+    sd = "" if row["final_sd_pct"] is None else f"+-{row['final_sd_pct']:.1f}"
+    div = f" +{row['n_diverged']} div" if row.get("n_diverged") else ""
+    return (None if row["final_acc_pct"] is None else round(row["final_acc_pct"], 1)), sd, div
+
+
 def format_cell(row: dict) -> str:
     """``final / best [n] (paper; final - paper)`` in % with one decimal, ``final+-sd`` over several
     runs; ``-`` where there is no run or no paper number."""
     paper = "-" if row["paper_pct"] is None else f"{row['paper_pct']:.1f}" + (
         "" if row["paper_sd_pct"] is None else f"+-{row['paper_sd_pct']:.1f}")
-    div = f" +{row['n_diverged']} div" if row.get("n_diverged") else ""
+    final, sd, div = _ours(row)
     if row["n_runs"] == 0:
         return f"-{div} ({paper}; -)"
-    final = round(row["final_acc_pct"], 1)
-    text = f"{final:.1f}" + ("" if row["final_sd_pct"] is None else f"+-{row['final_sd_pct']:.1f}")
-    text += " / " + ("-" if row["best_acc_pct"] is None else f"{row['best_acc_pct']:.1f}")
+    text = f"{final:.1f}{sd} / " + ("-" if row["best_acc_pct"] is None else f"{row['best_acc_pct']:.1f}")
     text += (f" [{row['n_runs']}]" if row["n_runs"] > 1 else "") + ("*" if row["deviations"] else "") + div
     diff = "-" if row["paper_pct"] is None else f"{final - row['paper_pct']:+.1f}"
     return f"{text} ({paper}; {diff})"
@@ -235,12 +241,10 @@ def format_reference_table(rows: list[dict]) -> str:
                 if r is None:
                     line.append("-")
                     continue
-                div = f" +{r['n_diverged']} div" if r["n_diverged"] else ""
+                final, sd, div = _ours(r)
                 if not r["n_runs"]:  # every run of the cell diverged: nothing to compare
                     line.append(f"-{div} ({r['reference_pct']:.1f}; -)")
                     continue
-                final = round(r["final_acc_pct"], 1)
-                sd = "" if r["final_sd_pct"] is None else f"+-{r['final_sd_pct']:.1f}"
                 line.append(f"{final:.1f}{sd}{'*' if r['deviations'] else ''}{div} "
                             f"({r['reference_pct']:.1f}; {final - r['reference_pct']:+.1f})")
             body.append(line)
