@@ -13,8 +13,9 @@ The panels are rounds.csv columns against integer rounds, ``--metrics`` (default
 test_loss, N_over_E, server_step; the list is below), ``--cols`` to a row.  The figure fits one
 column of a two-column paper by default (3.5 in wide, rows of 2.6 in; ``--figsize 7.16,2.6`` a
 page's width, ``--figsize 20,4.2`` one wide row for a screen), in 8-pt text with TrueType fonts
-(no Type 3 fonts in the PDF), the legend above the panels and a caption line below with the
-runs' setting (dataset, partition, K clients, C and clients a round, E, B, rounds; "varies" where
+(no Type 3 fonts in the PDF), the legend above the panels (a label wider than the figure breaks
+between its settings, and a legend of many groups makes a default-sized figure taller, never
+its panels smaller) and a caption line below with the runs' setting (dataset, partition, K clients, C and clients a round, E, B, rounds; "varies" where
 the runs differ; ``--no-caption`` leaves it out).  Writes ``runs.png`` (300 dpi) and ``runs.pdf``
 (``--formats png,pdf,svg``) to ``--out``, with ``runs.csv`` beside them: the numbers drawn (group,
 method, metric, round, mean, band bounds low/high, runs n, in rounds.csv's units).  It prints one
@@ -219,6 +220,31 @@ def layout(panels: int, cols: int | None = None, figsize: tuple[float, float] | 
     return rows, cols, tuple(figsize) if figsize else (COLUMN_WIDTH, ROW_HEIGHT * rows)
 
 
+# A legend of this many text lines (its title included) fits above the panels of a default-sized
+# figure; each line more makes the figure taller by a line, so the panels keep their size.
+LEGEND_ROOM_LINES = 3
+LINE_HEIGHT = 1.3 * (FONT_SIZE - 1) / 72  # inches: one legend line, with matplotlib's spacing
+
+
+def legend_layout(labels: list[str], width: float, title: str | None = None) -> tuple[list[str], int, int]:
+    """(labels wrapped at ", " to fit ``width`` inches, columns, text lines) for the legend above
+    the panels: as many columns as the longest label allows, rows as full as each other; a label
+    longer than the figure is wide (runs of unrelated presets, whose labels name every setting
+    that differs) is broken into lines between its settings rather than running off the page.
+    The text lines count each row at its tallest entry, plus one for ``title``."""
+    # Points a character of the legend's font takes, on average, and the handle's width in characters.
+    char, handle = 0.55 * (FONT_SIZE - 1), 4
+    fits = max(10, int(width * 72 * 0.95 / char) - handle)  # characters a line of one column
+    wrapped = [textwrap.fill(label, width=fits, break_on_hyphens=False, subsequent_indent="  ")
+               if len(label) > fits else label for label in labels]
+    longest = max((len(line) for label in wrapped for line in label.split("\n")), default=1)
+    ncols = max(1, min(len(labels), int(width * 72 * 0.95 // ((longest + handle) * char))))
+    ncols = math.ceil(len(labels) / math.ceil(len(labels) / ncols)) if labels else 1
+    rows = [wrapped[i:i + ncols] for i in range(0, len(wrapped), ncols)]
+    lines = sum(max(label.count("\n") + 1 for label in row) for row in rows) + (1 if title else 0)
+    return wrapped, ncols, lines
+
+
 def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf"),
          log=print, metrics: tuple[str, ...] = DEFAULT_METRICS, cols: int | None = None,
          figsize: tuple[float, float] | None = None, caption: bool = True) -> list[Path]:
@@ -285,12 +311,12 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
             labels = [mean_label(key, int(runs[key])) for key in groups]
             title = results.BANDS[band].capitalize()
         if handles:
-            longest = max(len(label) for label in labels)
-            per_entry = (longest * 0.55 + 4) * (FONT_SIZE - 1)  # points: text and handle
-            ncols = max(1, min(len(labels), int(size[0] * 72 * 0.95 // per_entry)))
-            ncols = math.ceil(len(labels) / math.ceil(len(labels) / ncols))  # rows as full as each other
             shown = [(handles[k], label) for k, label in zip(groups, labels) if k in handles]
-            fig.legend(*zip(*shown), loc="outside upper center", ncols=ncols, frameon=False, title=title)
+            wrapped, ncols, lines = legend_layout([label for _, label in shown], size[0], title)
+            fig.legend([h for h, _ in shown], wrapped, loc="outside upper center", ncols=ncols, frameon=False,
+                       title=title)
+            if figsize is None and lines > LEGEND_ROOM_LINES:  # a tall legend: a taller figure, not squeezed panels
+                fig.set_size_inches(size[0], size[1] + (lines - LEGEND_ROOM_LINES) * LINE_HEIGHT)
         if caption and text:
             fig.supxlabel(textwrap.fill(text, width=int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))),
                           fontsize=FONT_SIZE - 1)

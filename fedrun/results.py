@@ -275,10 +275,15 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
     configs = [read_config(run) for run in runs]
     settings = [_flatten({k: v for k, v in c.items() if k not in NOT_SETTINGS}) for c in configs]
     keys = sorted(set().union(*settings)) if settings else []
-    # Left out: mirrors of hyperparams (the objects built from them) and _target_s (the group's
-    # option, a column of its own, names them).
+    _fill_later_settings(configs, settings, keys)
+    # Left out: mirrors of hyperparams (the objects built from them), _target_s (the group's
+    # option, a column of its own, names them), a preset's ``tuned`` values (inputs to the
+    # settings that use them, which show the value where it acts: ``aggregator.mu``, not
+    # ``tuned.fedprox.mu`` on a SCAFFOLD run) and its ``tags`` (the paper scripts' labels; the
+    # ``experiment`` column names the preset).
     differ = [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1
-              and not k.startswith(("federation.", "local.", "participation.")) and not k.endswith("._target_")]
+              and not k.startswith(("federation.", "local.", "participation.", "tuned.", "tags."))
+              and not k.endswith("._target_")]
     groups = sorted(set().union(*(c.get("choices", {}) for c in configs))) if configs else []
     rows = []
     for run, config, flat in zip(runs, configs, settings):
@@ -293,6 +298,46 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
     identity.attrs["varied"] = [k for k in differ if k not in groups]
     identity.attrs["swept"] = _swept(configs)
     return identity
+
+
+def _fill_later_settings(configs: list[dict], settings: list[dict], keys: list[str]) -> None:
+    """Give a run made before a config group's setting existed that setting's value from the
+    group's YAML (``aggregator.correction: gradient`` for a SCAFFOLD run made before
+    ``correction`` was added), in place.
+
+    A setting is added to a group with the default that keeps the earlier behaviour, so an older
+    run *is* a run at the default; without this, its label would read ``correction unset`` and
+    split one method's seeds into two groups.  Only a plain value of the run's own option's YAML
+    fills a gap (``conf/<group>/<option>.yaml``; not an interpolation such as ``${oc.select:..}``,
+    whose value depends on the rest of the config); a setting the run's option does not have stays
+    absent (FedAvg has no ``correction``)."""
+    defaults: dict[tuple[str, str], dict] = {}
+    for config, flat in zip(configs, settings):
+        for key in keys:
+            group = key.split(".", 1)[0]
+            option = (config.get("choices") or {}).get(group)
+            if key in flat or "." not in key or not isinstance(option, str):
+                continue
+            if (group, option) not in defaults:
+                defaults[group, option] = _group_yaml(group, option)
+            value = defaults[group, option].get(key)
+            if value is not None and not (isinstance(value, str) and "${" in value):
+                flat[key] = value
+
+
+def _group_yaml(group: str, option: str) -> dict:
+    """The settings that ``conf/<group>/<option>.yaml`` sets itself, flattened under ``group.``
+    (``{}`` when there is no such file or it cannot be read)."""
+    from fedrun.paths import conf_dir
+
+    path = conf_dir() / group / f"{option}.yaml"
+    try:
+        node = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError, ValueError):
+        return {}
+    if not isinstance(node, dict):
+        return {}
+    return _flatten({group: {k: v for k, v in node.items() if k != "defaults"}})
 
 
 def _swept(configs: list[dict]) -> list[str]:

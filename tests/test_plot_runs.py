@@ -143,6 +143,23 @@ def test_writes_png_pdf_and_the_data_drawn(tmp_path, capsys):
     assert fedrun_plot.main([str(tmp_path / "empty"), "--out", str(tmp_path / "figs")]) == 2
 
 
+def test_the_legend_wraps_long_labels_and_the_figure_grows_to_hold_it(tmp_path):
+    # 3.5 in at 7 pt: 3.5 * 72 * 0.95 / (0.55 * 7) = 62 characters, 58 after the handle's 4.
+    short, ncols, lines = fedrun_plot.legend_layout(["FedAvg", "FedNNNN, beta=0.7"], 3.5, "Mean (n = 2)")
+    assert short == ["FedAvg", "FedNNNN, beta=0.7"] and ncols == 2 and lines == 2  # one row and the title
+    long = ", ".join(f"setting{i}=value{i}" for i in range(6))  # 6 x 16 + 5 x 2 = 106 characters
+    wrapped, ncols, lines = fedrun_plot.legend_layout(["FedAvg", long], 3.5)
+    assert ncols == 1 and wrapped[0] == "FedAvg" and wrapped[1].replace("\n  ", " ") == long
+    assert max(len(line) for line in wrapped[1].split("\n")) <= 58 and lines == 1 + 2
+    # Nine groups of one run each (no title): two columns of up to 17 characters, five rows, two
+    # lines more than a default figure holds, so the figure is two lines taller (the panels keep 5.2 in).
+    for beta in range(9):
+        fake_run(tmp_path / "runs" / str(beta), "fednnnn", 0, [0.5, 0.6], beta=beta / 10)
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "figs")]) == 0
+    width, height = png_size(tmp_path / "figs" / "runs.png")
+    assert width == 1050 and height == pytest.approx(300 * (5.2 + 2 * fedrun_plot.LINE_HEIGHT), abs=1)
+
+
 def test_a_group_without_values_is_a_warning_not_a_silent_gap(tmp_path, capsys):
     fake_run(tmp_path / "a", "fedavg", 0, [0.5, 0.6])
     run = fake_run(tmp_path / "b", "momentum", 0, [0.5, 0.6], gamma=0.9)
