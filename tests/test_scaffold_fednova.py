@@ -313,6 +313,34 @@ def test_fednova_with_equal_steps_is_fedavg_exactly():
         assert torch.equal(nova.weights, avg.weights) and torch.equal(nova.sent["w"], avg.sent["w"])
 
 
+def test_fednova_removes_fedavgs_objective_inconsistency_on_quadratics():
+    """Wang et al.'s quadratic case: client i minimizes F_i(x) = (x - e_i)^2 / 2, e = (0, 1),
+    p = (0.5, 0.5), with tau = (2, 10) steps of gradient descent at lr 0.01 a round.  tau steps
+    from x end at e_i + 0.99^tau (x - e_i), so dx_i = c_i (e_i - x), c_i = 1 - 0.99^tau_i =
+    (0.0199, 0.0956179...).  The rounds' fixed points:
+
+    * FedAvg: sum_i p_i c_i (e_i - x) = 0, x = c_1 / (c_0 + c_1) = 0.82773: the minimizer of the
+      surrogate sum p_i tau_i F_i (10/12 = 0.8333 as lr -> 0), not of the true objective;
+    * FedNova: sum_i p_i (c_i / tau_i) (e_i - x) = 0, x = 0.0095618 / (0.00995 + 0.0095618) = 0.49005:
+      the true objective's minimizer 0.5 (exactly, as lr -> 0).
+    """
+    e, p, tau, lr = torch.tensor([[0.0], [1.0]], dtype=torch.float64), (1, 1), (2, 10), 0.01
+    c = 1 - (1 - lr) ** torch.tensor(tau, dtype=torch.float64)
+    limits = {}
+    for name, agg in (("fedavg", A.fedavg()), ("fednova", A.fednova())):
+        x, state = w(0.25), None
+        for _ in range(600):  # each round contracts x - x* by about 0.94
+            out = aggregate(agg, x, {"w": c[:, None] * (e - x["w"])}, p, W_LAYERS, state=state, steps=tau)
+            x, state = out.sent, out.state
+        limits[name] = x["w"].item()
+    assert limits["fedavg"] == pytest.approx((c[1] / c.sum()).item(), rel=1e-9)
+    assert limits["fedavg"] == pytest.approx(0.82773, abs=1e-5)
+    nova = c / torch.tensor(tau, dtype=torch.float64)
+    assert limits["fednova"] == pytest.approx((nova[1] / nova.sum()).item(), rel=1e-9)
+    assert limits["fednova"] == pytest.approx(0.49005, abs=1e-5)
+    assert abs(limits["fednova"] - 0.5) < 0.01 < abs(limits["fedavg"] - 0.5)
+
+
 # ----------------------------------------------------------------------------- whole runs
 
 @pytest.fixture(scope="module")
