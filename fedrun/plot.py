@@ -14,9 +14,9 @@ test_loss, N_over_E, server_step; the list is below), ``--cols`` to a row.  The 
 column of a two-column paper by default (3.5 in wide, rows of 2.6 in; ``--figsize 7.16,2.6`` a
 page's width, ``--figsize 20,4.2`` one wide row for a screen), in 8-pt text with TrueType fonts
 (no Type 3 fonts in the PDF), the legend above the panels (a label wider than the figure breaks
-between its settings, and a legend of many groups makes a default-sized figure taller, never
-its panels smaller) and a caption line below with the runs' setting (dataset, partition, K clients, C and clients a round, E, B, rounds; "varies" where
-the runs differ; ``--no-caption`` leaves it out).  Writes ``runs.png`` (300 dpi) and ``runs.pdf``
+between its settings, and a legend of many groups makes a default-sized figure taller, never its
+panels smaller) and a caption line below with the runs' setting (dataset, partition, K clients, C
+and clients a round, E, B, rounds; "varies" where the runs differ; ``--no-caption`` leaves it out).  Writes ``runs.png`` (300 dpi) and ``runs.pdf``
 (``--formats png,pdf,svg``) to ``--out``, with ``runs.csv`` beside them: the numbers drawn (group,
 method, metric, round, mean, band bounds low/high, runs n, in rounds.csv's units).  It prints one
 line per group drawn, a warning for every group or panel left without values, and the setting.
