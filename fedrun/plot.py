@@ -16,10 +16,11 @@ page's width, ``--figsize 20,4.2`` one wide row for a screen), in 8-pt text with
 (no Type 3 fonts in the PDF), the legend above the panels (a label wider than the figure breaks
 between its settings, and a legend of many groups makes a default-sized figure taller, never its
 panels smaller) and a caption line below with the runs' setting (dataset, partition, K clients, C
-and clients a round, E, B, rounds; "varies" where the runs differ; ``--no-caption`` leaves it out).  Writes ``runs.png`` (300 dpi) and ``runs.pdf``
-(``--formats png,pdf,svg``) to ``--out``, with ``runs.csv`` beside them: the numbers drawn (group,
-method, metric, round, mean, band bounds low/high, runs n, in rounds.csv's units).  It prints one
-line per group drawn, a warning for every group or panel left without values, and the setting.
+and clients a round, E, B, rounds; "varies" where the runs differ; ``--no-caption`` leaves it out).
+Writes ``runs.png`` (300 dpi) and ``runs.pdf`` (``--formats png,pdf,svg``) to ``--out``, with
+``runs.csv`` beside them: the numbers drawn (group, method, metric, round, mean, band bounds
+low/high, runs n, in rounds.csv's units).  It prints one line per group drawn, a warning for every
+group or panel left without values, and the setting.
 
     fedrun-plot outputs/multirun/2026-11-23 --out outputs/figs
     fedrun-plot outputs/multirun/2026-11-23 --out figs --band ci --metrics test_acc,N_over_E --figsize 7.16,2.2
