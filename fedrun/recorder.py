@@ -33,6 +33,7 @@ from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.layers import Layer
 from fedrun.params import Params
 from fedrun.rundir import open_run_file, write_atomic
+from fedrun.sweeps import SWEEP_ID
 
 if TYPE_CHECKING:  # rundir reads CSV headers; the recorder only holds the open directory
     from fedrun.rundir import RunDirectory
@@ -236,7 +237,10 @@ class Recorder:
         if self.dashboard is not None:  # first: a store it cannot reach leaves no results behind
             self.dashboard.start(self.path, config, first_round)
         sessions = self.sessions()
-        sessions.append({**provenance.describe(self.device), "started": provenance.now(), "first_round": first_round})
+        # A sweep's job says which sweep ran it: the sweep's closing table lists its own jobs by it.
+        sweep = {"sweep": os.environ[SWEEP_ID]} if os.environ.get(SWEEP_ID) else {}
+        sessions.append({**provenance.describe(self.device), **sweep, "started": provenance.now(),
+                         "first_round": first_round})
         write_json(sessions, self.path / provenance.RUN_FILE)
         write_partition(self.path / "partition.csv", class_counts)
         self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))

@@ -126,28 +126,31 @@ def remove_if_empty(run_dir: Path) -> None:
 
 
 def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
-    """The lines a sweep ends with: one per job (its number, the settings the sweep varied, its
-    objective, done or failed), then where the results are.  Jobs are the numbered folders that
-    hold a ``config.yaml`` and the failure notes; at most ``limit`` rows, the rest counted."""
+    """The lines a sweep ends with: one per job (its folder, the settings the sweep varied, its
+    objective, done or failed), then where the results are.  Jobs are this sweep's folders
+    (:func:`sweep_jobs`) and its failure notes; at most ``limit`` rows, the rest counted."""
     from fedrun import results
 
     sweep_dir = Path(sweep_dir)
-    failed = {note["job"]: note for note in sweep_failures(sweep_dir)}
-    folders = {int(p.name): p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()} \
-        if sweep_dir.is_dir() else {}
-    jobs = sorted(set(folders) | set(failed))
-    overrides = {n: _given(folders[n]) if n in folders else {} for n in jobs}
-    swept = sorted({k for n in jobs for k in overrides[n]
+    failed = {Path(note["run_dir"]).resolve() if note["run_dir"] != "?" else f"?{note['job']}": note
+              for note in sweep_failures(sweep_dir)}
+    folders = sweep_jobs(sweep_dir)
+    names = {**{path: name for name, path in folders.items()},
+             **{key: _relative(key, sweep_dir) if isinstance(key, Path) else str(note["job"])
+                for key, note in failed.items() if key not in {p for p in folders.values()}}}
+    # Numbered folders in job order, then the others (``fedavg_seed0``) by name.
+    jobs = sorted(names, key=lambda key: (0, int(names[key]), "") if names[key].isdigit() else (1, 0, names[key]))
+    overrides = {key: _given(key) if isinstance(key, Path) and key in folders.values() else {} for key in jobs}
+    swept = sorted({k for key in jobs for k in overrides[key]
                     if len({overrides[m].get(k) for m in jobs}) > 1})
-    objective = next((results.read_summary(folders[n]).get("objective") for n in folders
-                      if results.read_summary(folders[n]).get("objective")), None) or "objective"
+    summaries = {key: results.read_summary(key) if key in folders.values() else {} for key in jobs}
+    objective = next((s.get("objective") for s in summaries.values() if s.get("objective")), None) or "objective"
     rows = [("job", *swept, objective, "status")]
-    for n in jobs:
-        summary = results.read_summary(folders[n]) if n in folders else {}
-        value = summary.get("objective_value")
-        status = "failed" if n in failed else "done" if summary else "not finished"
-        rows.append((str(n), *(overrides[n].get(k, "-") for k in swept), "-" if value is None else f"{value:.4f}",
-                     status))
+    for key in jobs:
+        value = summaries[key].get("objective_value")
+        status = "failed" if key in failed else "done" if summaries[key] else "not finished"
+        rows.append((names[key], *(overrides[key].get(k, "-") for k in swept),
+                     "-" if value is None else f"{value:.4f}", status))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows[: limit + 1]]
     if len(rows) > limit + 1:
@@ -155,6 +158,44 @@ def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
     done = sum(row[-1] == "done" for row in rows[1:])
     lines.append(f"{done} of {len(jobs)} jobs done, {len(failed)} failed; results in {sweep_dir.resolve()}")
     return lines
+
+
+def sweep_jobs(sweep_dir: Path) -> dict[str, Path]:
+    """This sweep's job folders by name (their path below ``sweep_dir``): the numbered folders
+    (``hydra.sweep.subdir``'s default, ``0``, ``1``, ...) and, whatever ``hydra.sweep.subdir``
+    names them (``fedavg_seed0``), every run directory below ``sweep_dir`` whose ``run.json``
+    says this sweep ran it (:data:`SWEEP_ID`), so a sweep into a folder that another sweep writes
+    to lists its own jobs only."""
+    from fedrun import results
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return {}
+    jobs = {p.name: p.resolve() for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+    mine = os.environ.get(SWEEP_ID)
+    if mine:
+        for run in results.find_runs(sweep_dir, require=("config.yaml", results.RUN_FILE)):
+            if run not in jobs.values() and any(s.get("sweep") == mine for s in _sessions(run)):
+                jobs[_relative(run, sweep_dir)] = run
+    return jobs
+
+
+def _sessions(run_dir: Path) -> list[dict]:
+    """``run.json``'s entries, ``[]`` when it cannot be read."""
+    from fedrun import results
+
+    try:
+        sessions = json.loads((run_dir / results.RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [s for s in sessions if isinstance(s, dict)] if isinstance(sessions, list) else []
+
+
+def _relative(path: Path, sweep_dir: Path) -> str:
+    try:
+        return str(Path(path).relative_to(Path(sweep_dir).resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _given(run_dir: Path) -> dict[str, str]:

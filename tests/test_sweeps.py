@@ -119,6 +119,29 @@ def test_two_sweeps_into_one_folder_report_their_own_jobs(tmp_path):
     assert done == {0, 1, 2}
 
 
+def test_a_sweep_with_named_job_folders_lists_its_own_jobs(tmp_path):
+    """``hydra.sweep.subdir`` naming the folders (``fedavg_seed0``, as the paper scripts do): the
+    closing table lists the sweep's jobs by folder name, and a later sweep into the same folder
+    lists only its own (``run.json`` records the sweep that ran each job)."""
+    sweep = tmp_path / "sweep"
+    named = [f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"]
+    first = run_fedrun(["-m", *TINY, "aggregator=fedavg,fednnnn", *named], tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = [line.split() for line in first.stdout.splitlines()]
+    head = next(i for i, row in enumerate(rows) if row[:1] == ["job"])
+    assert [(r[0], r[1], r[-1]) for r in rows[head + 1: head + 3]] == [("fedavg_seed0", "fedavg", "done"),
+                                                                          ("fednnnn_seed0", "fednnnn", "done")]
+    assert f"2 of 2 jobs done, 0 failed; results in {sweep.resolve()}" in first.stdout
+    second = run_fedrun(["-m", *TINY, "aggregator=fedprox", "seed=0,1", *named], tmp_path, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    rows = [line.split() for line in second.stdout.splitlines()]
+    head = next(i for i, row in enumerate(rows) if row[:1] == ["job"])
+    assert [r[0] for r in rows[head + 1: head + 3]] == ["fedprox_seed0", "fedprox_seed1"]
+    assert f"2 of 2 jobs done, 0 failed; results in {sweep.resolve()}" in second.stdout
+    sessions = json.loads((sweep / "fedprox_seed1" / "run.json").read_text())
+    assert sessions[0]["sweep"] != json.loads((sweep / "fedavg_seed0" / "run.json").read_text())[0]["sweep"]
+
+
 def test_a_refused_job_never_removes_a_directory_another_process_holds(tmp_path, monkeypatch):
     """The race behind two sweeps into one folder: job 0's directory is locked by the sweep that runs
     it but still empty when the other sweep, refused it, tidies up; it must stay (else the running
