@@ -132,18 +132,19 @@ def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
     from fedrun import results
 
     sweep_dir = Path(sweep_dir)
-    failed = {Path(note["run_dir"]).resolve() if note["run_dir"] != "?" else f"?{note['job']}": note
-              for note in sweep_failures(sweep_dir)}
-    folders = sweep_jobs(sweep_dir)
-    names = {**{path: name for name, path in folders.items()},
-             **{key: _relative(key, sweep_dir) if isinstance(key, Path) else str(note["job"])
-                for key, note in failed.items() if key not in {p for p in folders.values()}}}
+    folders = {path: name for name, path in sweep_jobs(sweep_dir).items()}
+    names, failed = dict(folders), {}
+    for note in sweep_failures(sweep_dir):
+        # A job refused its folder (or whose folder is gone) is known by its note alone.
+        key = Path(note["run_dir"]).resolve() if note["run_dir"] != "?" else f"job {note['job']}"
+        failed[key] = note
+        names.setdefault(key, _relative(key, sweep_dir) if isinstance(key, Path) else str(note["job"]))
     # Numbered folders in job order, then the others (``fedavg_seed0``) by name.
     jobs = sorted(names, key=lambda key: (0, int(names[key]), "") if names[key].isdigit() else (1, 0, names[key]))
-    overrides = {key: _given(key) if isinstance(key, Path) and key in folders.values() else {} for key in jobs}
+    overrides = {key: _given(key) if key in folders else {} for key in jobs}
     swept = sorted({k for key in jobs for k in overrides[key]
                     if len({overrides[m].get(k) for m in jobs}) > 1})
-    summaries = {key: results.read_summary(key) if key in folders.values() else {} for key in jobs}
+    summaries = {key: results.read_summary(key) if key in folders else {} for key in jobs}
     objective = next((s.get("objective") for s in summaries.values() if s.get("objective")), None) or "objective"
     rows = [("job", *swept, objective, "status")]
     for key in jobs:
