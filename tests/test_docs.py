@@ -135,11 +135,13 @@ def check_fedrun(args: list[str], folder: Path, env: dict, monkeypatch) -> None:
 
 
 def check_plot(args: list[str], folder: Path, monkeypatch) -> None:
-    """fedrun-plot on two methods x two seeds placed in the folders it is given."""
+    """fedrun-plot on two methods x two seeds placed in each folder it is given (the DIR
+    arguments, before the first option)."""
     monkeypatch.chdir(folder)
-    dirs = [a for a in args if not a.startswith("-")][: 1]
-    for n, (aggregator, seed) in enumerate([("fedavg", 0), ("fedavg", 1), ("fednnnn", 0), ("fednnnn", 1)]):
-        fake_run(folder / dirs[0] / str(n), aggregator, seed)
+    dirs = args[: next((i for i, a in enumerate(args) if a.startswith("-")), len(args))]
+    for top in dirs:
+        for n, (aggregator, seed) in enumerate([("fedavg", 0), ("fedavg", 1), ("fednnnn", 0), ("fednnnn", 1)]):
+            fake_run(folder / top / str(n), aggregator, seed)
     assert plot.main(args) == 0
 
 
