@@ -280,10 +280,11 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
     # option, a column of its own, names them), a preset's ``tuned`` values (inputs to the
     # settings that use them, which show the value where it acts: ``aggregator.mu``, not
     # ``tuned.fedprox.mu`` on a SCAFFOLD run) and its ``tags`` (the paper scripts' labels; the
-    # ``experiment`` column names the preset).
+    # ``experiment`` column names the preset), empty ones included; and ``dataset.load.root``,
+    # where ``data_root`` (a launch setting) lands.
     differ = [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1
               and not k.startswith(("federation.", "local.", "participation.", "tuned.", "tags."))
-              and not k.endswith("._target_")]
+              and k not in ("tuned", "tags", "dataset.load.root") and not k.endswith("._target_")]
     groups = sorted(set().union(*(c.get("choices", {}) for c in configs))) if configs else []
     rows = []
     for run, config, flat in zip(runs, configs, settings):

@@ -214,7 +214,8 @@ def test_a_diverged_run_says_so_in_run_json_and_results(tmp_path):
 def test_a_run_made_before_a_setting_existed_counts_as_its_default(tmp_path):
     """A SCAFFOLD run whose config.yaml predates ``aggregator.correction`` reads as the YAML's
     default (``gradient``, the earlier behaviour): one group with the newer runs at the default,
-    apart from runs at another value; FedAvg (no such setting) gains nothing."""
+    apart from runs at another value; FedAvg (no such setting) gains nothing.  Empty ``tags`` and
+    ``tuned`` and another data root are not settings that tell runs apart."""
     def config(method, seed, extra=""):
         return (f"seed: {seed}\nchoices: {{aggregator: {method}}}\n"
                 f"aggregator: {{_target_: fedrun.aggregators.{method}, weighting: examples{extra}}}\n")
@@ -222,7 +223,8 @@ def test_a_run_made_before_a_setting_existed_counts_as_its_default(tmp_path):
     _folder(tmp_path / "old", "config.yaml", "rounds.csv", config=config("scaffold", 0))
     _folder(tmp_path / "new", "config.yaml", "rounds.csv", config=config("scaffold", 1, ", correction: gradient"))
     _folder(tmp_path / "other", "config.yaml", "rounds.csv", config=config("scaffold", 0, ", correction: after_step"))
-    _folder(tmp_path / "fedavg", "config.yaml", "rounds.csv", config=config("fedavg", 0))
+    _folder(tmp_path / "fedavg", "config.yaml", "rounds.csv",
+            config=config("fedavg", 0) + "tags: {}\ntuned: {}\ndataset: {load: {root: /elsewhere}}\n")
     identity = results.run_identity(results.find_runs(tmp_path)).set_index("run_dir")
     group = {Path(k).name: v for k, v in identity["group"].items()}
     assert group == {"old": "SCAFFOLD, correction=gradient", "new": "SCAFFOLD, correction=gradient",
