@@ -1,7 +1,7 @@
 """The engines on a GPU: the same numbers as on the CPU, chunking from real free memory, precision.
 
-Skipped where there is no CUDA (CI never has one); ``scripts/bench/gpu_check.sh tests`` runs them on a
-GPU machine.  The CPU suite proves the engines equal; these prove that nothing CUDA-specific
+Skipped where there is no CUDA (CI never has one); ``scripts/bench/gpu_check.sh draw`` runs them on a
+GPU machine (its first step).  The CPU suite proves the engines equal; these prove that nothing CUDA-specific
 (cuDNN kernels, TF32 defaults, ``mem_get_info``, device-side generators, autocast to bf16)
 breaks that.
 """

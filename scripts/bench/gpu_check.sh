@@ -1,127 +1,202 @@
 #!/usr/bin/env bash
-# The GPU measurements and checks of the batched engine, one stage per call on a GPU machine
-# (each stage is sized to end within its 10-minute limit on one H100), from the repository root:
-# bash scripts/bench/gpu_check.sh STAGE, with STAGE one of
+# fedrun on a GPU: the checks and measurements a lent GPU machine runs, one stage per call.
 #
-#   tests      CUDA tests: engines on the GPU == on the CPU, auto chunk from
-#              real free memory, TF32/bf16 bounds, a CLI run (~2 min)
-#   bench      bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both
-#              engines side by side, with a profile of a round (~6 min)
-#   chunks     the batched engine with 10, 25, 50 clients a step and auto (all
-#              that fit), both FedNNNN workloads: is all-at-once fastest? (~4 min)
-#   modes      TF32, bf16 and torch.compile vs FP32 (speed and first-round
-#              updates), batched engine, both FedNNNN workloads (~6 min)
-#   accuracy   precision_check.py: FedNNNN's MNIST preset on FashionMNIST,
-#              30 rounds per mode, test accuracy of each mode vs FP32 (~5 min)
-#   fullrun    the full FedNNNN MNIST run (100 rounds, K = 100, E = 5) from
-#              the CLI on FashionMNIST (same shapes): its wall time and the
-#              share of each round outside training and evaluation (~1-5 min)
-#   bookkeeping  bench_bookkeeping.py: aggregation, diagnostics, rows and
-#              checkpoint per round (and host transfers), MLP and MNIST CNN,
-#              10 and 100 clients a round, batched engine (~3 min)
-#   population  bench.py population: FedNNNN's 25-run MNIST grid (beta x gamma),
-#              3 rounds one by one vs as one population (~5-8 min)
-#   populationrun [overrides]  the whole 25-run grid, 100 rounds, from the
-#              CLI with hydra/launcher=population on FashionMNIST, timed (target
-#              < 5 min); overrides such as checkpoint_every=10 are added to it
-#   niidbench PARTITION  NIID-Bench Table III's FashionMNIST row for one partition
-#              (dir05, c1, c2, c3 or iid): 4 methods x seeds 0,1,2, 50 rounds,
-#              as one population (untimed: the CPU cannot hold these cells)
+# A GPU is lent for 15 minutes of device time in all (the machine's start, the copy of the working
+# tree, every call and idle wait count), so one loan runs one stage: `draw`.  It does in at most
+# 9 minutes on one H100 what matters most (scripts/bench/gpu_draw.py):
+#   draw [STEP ...]  cuda     tests/test_cuda.py: engines on CUDA == each other and the CPU, auto
+#                             chunk, TF32/bf16 bounds, a population, a CLI run         (<= 150 s)
+#                    preset   FedNNNN's MNIST non-IID-UB preset, 100 rounds, whole MNIST,
+#                             engine=auto: wall time, per-round split, accuracy vs Table 2 (<= 150 s)
+#                    engines  the same workload 3 rounds, batched vs sequential: the ratio (<= 90 s)
+#                    column   Table 2's column (5 methods) as one population, 100 rounds (the rest)
+#                    Name steps to rerun only those (e.g. `draw column`), with GPU_CHECK_BUDGET=<s>.
 #
-# Logs and CSVs go to $OUT if set, else outputs/gpu_check.
-# A GPU machine without network access, with torch but not hydra-core/omegaconf: carry them as
-# wheels in .whl/ and FashionMNIST's four .gz files in .gpudata/ (both ignored by git), e.g.
-#   mkdir -p .git/info && printf '/.whl/\n/.gpudata/\n' >> .git/info/exclude
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl hydra-core==1.3.8 omegaconf==2.3.1
-#   pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
-#   mkdir -p .gpudata && cp ../shared/data/fashion-mnist/*.gz .gpudata/
-# and name both in the call's carry: ["./.whl", "./.gpudata"].
+# Later loans (one stage each, each within 9 minutes; synthetic data or the carried MNIST):
+#   bench        bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both engines side by side,
+#                with a profile of a round (~6 min)
+#   chunks       the batched engine with 10, 25, 50 clients a step and auto, both FedNNNN workloads (~4 min)
+#   modes        TF32, bf16 and torch.compile vs FP32 (speed, first-round updates), batched engine (~6 min)
+#   accuracy     precision_check.py: FedNNNN's MNIST preset, 30 rounds per mode, accuracy vs FP32 (~5 min)
+#   bookkeeping  bench_bookkeeping.py: aggregation, diagnostics, rows, checkpoint per round (~3 min)
+#   population   bench.py population: FedNNNN's 25-run MNIST grid, 3 rounds one by one vs as one
+#                population (~5-8 min)
+#   niidbench PARTITION  NIID-Bench Table III's whole-MNIST row for one partition (dir05, c1, c2, c3,
+#                iid): 4 methods x seeds 0,1,2, 50 rounds, one population (untimed: cut at the budget)
+# Every stage runs under `timeout` at GPU_CHECK_BUDGET seconds (default 540) and writes at most 8
+# files to $OUT (else outputs/gpu_check/<stage>).
+#
+# Preparation, once, here on the CPU, from the repository root (needs PyPI and ../shared/data/mnist):
+#   bash scripts/bench/gpu_check.sh prepare
+# It puts the wheels of hydra-core 1.3.8, omegaconf 2.3.1 and antlr4-python3-runtime 4.9.3 in .whl/
+# and MNIST's four .gz files in .gpudata/mnist/ (both ignored by git), checks that the wheels
+# install and import offline, and that the working tree plus both folders stay under the 64 MiB a
+# call carries, then prints the device call.  The device call (device tool, verb `run`):
+#   command:   bash scripts/bench/gpu_check.sh draw
+#   carry:     [".whl", ".gpudata"]
+#   timeout_s: 600
+# then `give_back` at once.  The GPU machine has torch but not hydra-core/omegaconf and no network;
+# stages install the carried wheels into a temporary folder.
+#
+# Environment: GPU_CHECK_DEVICE=cuda|cpu (cpu: the CPU check, tests/test_gpu_check.py),
+# GPU_CHECK_SIZE=full|tiny, GPU_CHECK_DATA (default .gpudata/mnist), GPU_CHECK_WHEELS (default .whl),
+# GPU_CHECK_BUDGET (seconds, default 540), PYTHON (default python3).
 set -uo pipefail
-stage=${1:?usage: bash $0 tests|bench|chunks|modes|accuracy|fullrun|bookkeeping|population|populationrun|niidbench}
-out=${OUT:-outputs/gpu_check}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
+stage=${1:-}
+usage="usage: bash $0 prepare|draw|bench|chunks|modes|accuracy|bookkeeping|population|niidbench"
+cd "$(dirname "$0")/../.." || exit 2
 py=${PYTHON:-python3}
+device=${GPU_CHECK_DEVICE:-cuda}
+data=${GPU_CHECK_DATA:-.gpudata/mnist}
+wheels=${GPU_CHECK_WHEELS:-.whl}
+budget=${GPU_CHECK_BUDGET:-540}
+WHEELS=(hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3)
+WHEEL_FILES=(hydra_core-1.3.8-py3-none-any.whl omegaconf-2.3.1-py3-none-any.whl
+             antlr4_python3_runtime-4.9.3-py3-none-any.whl)
+IDX=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
+LIMIT_MIB=64
 
-if ! $py -c "import hydra, omegaconf" 2>/dev/null; then
-    [ -d .whl ] || { echo "gpu_check: hydra-core/omegaconf missing and no .whl/ folder to install them from"; exit 2; }
-    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # fedrun from this checkout, not installed
-[ -d .gpudata ] && export FEDRUN_DATA=$PWD/.gpudata
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$out/device.txt"
-$py -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
+fail() { echo "gpu_check: $*" >&2; exit 2; }
 
 case $stage in
-tests)
-    $py -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_augment.py -k "cuda" 2>&1 | tee "$out/tests.log"
-    # The CPU equivalence suite of the engines, on this machine too (fast, and a second platform).
-    $py -m pytest -q -p no:cacheprovider tests/test_batched.py 2>&1 | tail -3 | tee -a "$out/tests.log"
-    ;;
+prepare|draw|bench|chunks|modes|accuracy|bookkeeping|population|niidbench) ;;
+"") fail "$usage" ;;
+*) fail "stage must be one of prepare, draw, bench, chunks, modes, accuracy, bookkeeping, population, niidbench (got '$stage')" ;;
+esac
+
+check_data() {
+    for f in "${IDX[@]}"; do
+        [ -f "$data/$f.gz" ] || [ -f "$data/$f" ] || fail "$data lacks $f.gz (MNIST's four IDX files): run 'bash scripts/bench/gpu_check.sh prepare' and carry .gpudata"
+    done
+}
+
+# hydra-core and omegaconf: from the wheels folder when there is one (the device has neither), else
+# from this environment.  An incomplete wheels folder is an error here as it would be there.
+install_wheels() {
+    if [ -e "$wheels" ]; then
+        [ -d "$wheels" ] || fail "$wheels is not a folder of wheels"
+        for w in "${WHEEL_FILES[@]}"; do
+            [ -f "$wheels/$w" ] || fail "$wheels lacks $w (run 'bash scripts/bench/gpu_check.sh prepare')"
+        done
+        site=$(mktemp -d "${TMPDIR:-/tmp}/fedrun-gpu-site.XXXXXX")
+        if ! err=$($py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+                  "${WHEEL_FILES[@]/#/$wheels/}" 2>&1); then
+            fail "pip could not install the wheels in $wheels: $(echo "$err" | grep -v '^\s*$' | tail -1)"
+        fi
+        export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+    elif ! $py -c "import hydra, omegaconf" 2>/dev/null; then
+        fail "hydra-core and omegaconf are not installed and there is no $wheels folder of their wheels (run 'bash scripts/bench/gpu_check.sh prepare' and carry .whl)"
+    fi
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # fedrun from this checkout, not installed
+    err=$($py -c "import hydra, omegaconf, fedrun, pandas, tqdm, matplotlib" 2>&1) \
+        || fail "fedrun cannot be imported here: $(echo "$err" | tail -1)"
+    if [ "$device" != cpu ]; then
+        $py -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
+            || fail "torch sees no CUDA device here (GPU_CHECK_DEVICE=cpu runs the CPU check)"
+    fi
+}
+
+# The size a device call carries: tracked and untracked-not-ignored files, plus the carried folders.
+travel_mib() {
+    { git ls-files -z --cached --others --exclude-standard; find .whl .gpudata -type f -print0 2>/dev/null; } \
+        | du -bc --files0-from=- 2>/dev/null | tail -1 | awk '{printf "%.1f", $1 / 1048576}'
+}
+
+if [ "$stage" = prepare ]; then
+    src=${GPU_CHECK_MNIST:-../shared/data/mnist}
+    git check-ignore -q .whl/x && git check-ignore -q .gpudata/x || fail ".whl/ and .gpudata/ must be ignored by git (.gitignore)"
+    mkdir -p .whl .gpudata/mnist
+    for i in 0 1; do
+        [ -f ".whl/${WHEEL_FILES[$i]}" ] || $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --implementation cp -d .whl "${WHEELS[$i]}" 2>&1 | grep -v "^WARNING: Location" >&2
+    done
+    # antlr4-python3-runtime 4.9.3 is published as source only: build its (pure-Python) wheel here.
+    [ -f ".whl/${WHEEL_FILES[2]}" ] || $py -m pip wheel -q --no-deps -w .whl "${WHEELS[2]}" 2>&1 \
+        | grep -v "^WARNING: Location" >&2
+    for f in "${IDX[@]}"; do
+        [ -f "$src/$f.gz" ] || fail "$src lacks $f.gz (set GPU_CHECK_MNIST to the folder of MNIST's .gz files)"
+        install -m 0644 "$src/$f.gz" .gpudata/mnist/
+    done
+    data=.gpudata/mnist wheels=.whl
+    check_data
+    # The wheels must install and import on their own (no index, as on the device).
+    site=$(mktemp -d)
+    $py -m pip install -q --no-index --no-deps --no-compile --target "$site" "${WHEEL_FILES[@]/#/.whl/}" \
+        || fail "the wheels in .whl do not install offline"
+    where=$(PYTHONPATH=$site $py -c "import hydra, omegaconf; print(hydra.__file__)") || fail "hydra does not import from the wheels"
+    case $where in "$site"/*) ;; *) fail "hydra imported from $where, not from the wheels";; esac
+    rm -rf "$site"
+    size=$(travel_mib)
+    echo "prepared: .whl ($(ls .whl | wc -l) wheels), .gpudata/mnist (4 files); the call carries ${size} MiB of ${LIMIT_MIB}"
+    awk -v s="$size" -v l="$LIMIT_MIB" 'BEGIN { exit !(s < l - 2) }' \
+        || fail "${size} MiB would travel: over the ${LIMIT_MIB} MiB a call takes (less 2 MiB of margin)"
+    cat <<EOF
+The device call (device tool, verb run), then give_back at once:
+  command:   bash scripts/bench/gpu_check.sh draw
+  carry:     [".whl", ".gpudata"]
+  timeout_s: 600
+EOF
+    exit 0
+fi
+
+out=${OUT:-outputs/gpu_check/$stage}
+export PYTHONUNBUFFERED=1
+check_data
+install_wheels  # both refuse before anything is written
+data=$(cd "$data" && pwd)
+if [ "$stage" = draw ]; then  # its steps are checked, and $out made, by gpu_draw.py
+    exec $py scripts/bench/gpu_draw.py --device "$device" --data "$data" --out "$out" --budget "$budget" "${@:2}"
+fi
+mkdir -p "$out"
+# Every run reads the carried MNIST and never downloads.
+mnist=(dataset=mnist "dataset.load.search=[$data]" dataset.load.download=false)
+limit() { timeout --signal=TERM --kill-after=15 "$budget" "$@"; }
+pack() {  # run folders into one archive (checkpoints and model files left out): $1 folder, $2 archive
+    tar -czf "$2" -C "$1" --exclude=checkpoint.pt --exclude=output_layer.csv --exclude=models . && rm -rf "$1"
+}
+
+case $stage in
 bench)
-    $py scripts/bench/bench.py small fednnnn_mnist fednnnn_cifar10 --device cuda --profile 2>&1 \
+    limit $py scripts/bench/bench.py small fednnnn_mnist fednnnn_cifar10 --device "$device" --profile 2>&1 \
         | grep -v -e '^USDT' -e 'profiler_st' | tee "$out/bench.log"
     ;;
 chunks)
-    $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched \
+    limit $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device "$device" --engines batched \
         --clients-per-step auto,10,25,50 2>&1 | tee "$out/chunks.log"
     ;;
 modes)
     for mode in "--precision tf32" "--precision bf16" "--compile"; do
-        $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device cuda --engines batched $mode 2>&1 \
+        # shellcheck disable=SC2086 # $mode is two words on purpose
+        limit $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device "$device" --engines batched $mode 2>&1 \
             | tee -a "$out/modes.log"
     done
     ;;
 accuracy)
-    $py scripts/bench/precision_check.py --out "$out/precision" device=cuda engine=batched \
-        experiment=fednnnn/mnist_noniid_b dataset=fmnist aggregator=fedavg hyperparams.rounds=30 2>&1 \
+    limit $py scripts/bench/precision_check.py --out "$out/precision" device="$device" engine=batched \
+        experiment=fednnnn/mnist_noniid_b "${mnist[@]}" aggregator=fedavg hyperparams.rounds=30 2>&1 \
         | grep -v INFO | tee "$out/accuracy.log"
     cp "$out/precision/precision_check.csv" "$out/" 2>/dev/null
-    rm -rf "$out/precision"  # run dirs: too many files to bring back
-    ;;
-fullrun)
-    start=$(date +%s)
-    $py -m fedrun experiment=fednnnn/mnist_iid_b dataset=fmnist device=cuda progress=false \
-        hydra.run.dir="$out/fullrun" 2>&1 | tail -5 | tee "$out/fullrun.log"
-    echo "full FedNNNN MNIST-shaped run: $(( $(date +%s) - start )) s wall, process start to exit" | tee -a "$out/fullrun.log"
-    $py -c "import pandas as pd; r = pd.read_csv('$out/fullrun/rounds.csv').iloc[1:]; rest = r.wall_s - r.train_s - r.eval_s; print(f'rounds 2-{len(r) + 1}: train {r.train_s.mean():.3f} s, eval {r.eval_s.mean():.3f} s, bookkeeping {rest.mean():.3f} s a round ({rest.sum() / r.wall_s.sum():.1%} of the wall time)')" | tee -a "$out/fullrun.log"
-    cp "$out/fullrun/rounds.csv" "$out/fullrun_rounds.csv" && rm -rf "$out/fullrun"
-    ;;
-population)
-    # 25 runs of FedNNNN's MNIST grid (beta x gamma): 3 rounds each one by one, then as a population.
-    $py scripts/bench/bench.py population --workload grid --rounds 3 --repeat 1 --device cuda 2>&1 \
-        | grep -v 'round/s' | tee "$out/population.log"
-    ;;
-populationrun)
-    # The whole 25-run grid from the CLI as one population, 100 rounds (FashionMNIST: MNIST's shapes).
-    start=$(date +%s)
-    $py -m fedrun -m experiment=fednnnn/mnist_iid_b dataset=fmnist device=cuda progress=false aggregator=fednnnn \
-        aggregator.beta=0.5,0.6,0.7,0.8,0.9 aggregator.gamma=0.5,0.6,0.7,0.8,0.9 hydra/launcher=population \
-        hydra.sweep.dir="$out/populationrun" "${@:2}" 2>&1 | grep -e 'population of' -e 'runs alone' -e 'error' | tee "$out/populationrun.log"
-    echo "25-run FedNNNN MNIST-shaped grid as a population: $(( $(date +%s) - start )) s wall, process start to exit" \
-        | tee -a "$out/populationrun.log"
-    $py -c "import pandas as pd; r = pd.read_csv('$out/populationrun/0/rounds.csv').iloc[1:]; print(f'rounds 2-{len(r) + 1}: train {r.train_s.mean():.3f} s, eval {r.eval_s.mean():.3f} s, all {r.wall_s.mean():.3f} s a round for the 25 runs')" | tee -a "$out/populationrun.log"
-    rm -rf "$out/populationrun"
-    ;;
-niidbench)
-    # docs/reproductions.md's NIID-Bench section: the FashionMNIST cells a 2-core CPU cannot run
-    # (25-30 min a run there). Run folders come back without checkpoints; collect them with
-    # python scripts/niidbench_table3.py collect <the folder>.
-    part=${2:?usage: bash $0 niidbench dir05|c1|c2|c3|iid}
-    start=$(date +%s)
-    $py scripts/niidbench_table3.py run --population --datasets fmnist --partitions "$part" --seeds 0,1,2 \
-        --set device=cuda --out "$out/niidbench" 2>&1 | grep -v INFO | tee -a "$out/niidbench_$part.log"
-    echo "NIID-Bench fmnist_$part, 12 runs as one population: $(( $(date +%s) - start )) s wall" | tee -a "$out/niidbench_$part.log"
-    find "$out/niidbench" \( -name checkpoint.pt -o -name output_layer.csv \) -delete
+    pack "$out/precision" "$out/accuracy_runs.tar.gz"
     ;;
 bookkeeping)
     for model in mlp mnist_cnn; do
-        $py scripts/bench/bench_bookkeeping.py --model $model --device cuda --engine batched --clients 10,100 \
+        limit $py scripts/bench/bench_bookkeeping.py --model $model --device "$device" --engine batched --clients 10,100 \
             --aggregators fedavg,fednnnn,fedlayerwise --vanilla 2>&1 | tee -a "$out/bookkeeping.log"
     done
     ;;
-*)
-    echo "gpu_check: stage must be one of tests, bench, chunks, modes, accuracy, fullrun, bookkeeping, population, populationrun, niidbench (got '$stage')"; exit 2
+population)
+    limit $py scripts/bench/bench.py population --workload grid --rounds 3 --repeat 1 --device "$device" 2>&1 \
+        | grep -v 'round/s' | tee "$out/population.log"
+    ;;
+niidbench)
+    # docs/reproductions.md's NIID-Bench MNIST rows on the whole MNIST (the CPU ran 10,000 images).
+    # Collect the unpacked archive with python scripts/niidbench_table3.py collect <folder>.
+    part=${2:?usage: bash $0 niidbench dir05|c1|c2|c3|iid}
+    start=$(date +%s)
+    limit $py scripts/niidbench_table3.py run --population --datasets mnist --partitions "$part" --seeds 0,1,2 \
+        --set device="$device" --set "dataset.load.search=[$data]" --set dataset.load.download=false \
+        --out "$out/niidbench" 2>&1 | grep -v INFO | tee -a "$out/niidbench_$part.log"
+    echo "NIID-Bench mnist_$part, 12 runs as one population: $(( $(date +%s) - start )) s wall" | tee -a "$out/niidbench_$part.log"
+    pack "$out/niidbench" "$out/niidbench_$part.tar.gz"
     ;;
 esac

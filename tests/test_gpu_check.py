@@ -1,0 +1,150 @@
+"""``bash scripts/bench/gpu_check.sh draw``, the GPU draw, proven on the CPU before a GPU is lent.
+
+A lent GPU has 15 minutes of device time in all and must not be spent on a typo, so the whole
+script runs here end to end (``GPU_CHECK_DEVICE=cpu``, ``GPU_CHECK_SIZE=tiny``: every step, every
+run, at ``scale=tiny``), on MNIST-format files the test writes, and brings back what the device
+tool would: at most 8 files, at most two folders down, none over 16 MiB.  Its refusals (no wheels,
+an incomplete wheels folder, no data, an unknown stage or step) are single lines before anything
+is written.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO_ROOT, _cli_env
+from test_models_data import write_idx
+
+SCRIPT = "scripts/bench/gpu_check.sh"
+IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def mnist_files(folder: Path, n_train: int = 300, n_test: int = 100) -> Path:
+    """MNIST's four files (gzip, torchvision's names) of random images, every class in both sets."""
+    rng = np.random.default_rng(0)
+    arrays = {IDX[0]: rng.integers(0, 256, (n_train, 28, 28)), IDX[1]: np.arange(n_train) % 10,
+              IDX[2]: rng.integers(0, 256, (n_test, 28, 28)), IDX[3]: np.arange(n_test) % 10}
+    for name, array in arrays.items():
+        write_idx(folder / f"{name}.gz", array)
+    return folder
+
+
+def gpu_check(tmp_path: Path, *args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    environment = {**_cli_env(), "PYTHON": sys.executable, "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_SIZE": "tiny",
+                   "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels"), "OUT": str(tmp_path / "out"),
+                   "TMPDIR": str(tmp_path), **env}
+    return subprocess.run(["bash", SCRIPT, *args], cwd=REPO_ROOT, env=environment, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def hidden_hydra(tmp_path: Path) -> str:
+    """A PYTHONPATH on which hydra and omegaconf fail to import, as on the GPU machine."""
+    for name in ("hydra", "omegaconf"):
+        (tmp_path / "hide" / name).mkdir(parents=True)
+        (tmp_path / "hide" / name / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    return str(tmp_path / "hide")
+
+
+@pytest.mark.slow
+def test_the_draw_runs_end_to_end_and_brings_back_what_the_device_returns(tmp_path):
+    data = mnist_files(tmp_path / "mnist")
+    done = gpu_check(tmp_path, "draw", GPU_CHECK_DATA=str(data))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    # What the device tool brings back: at most 8 plain files, at most 2 folders down, 16 MiB each,
+    # names of letters, digits, '.', '_' and '-'.
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert sorted(p.name for p in files) == ["draw.log", "figures.csv", "report.md", "runs.tar.gz"]
+    for p in files:
+        assert len(p.relative_to(out).parts) <= 3 and p.stat().st_size <= 16 * 2**20
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", p.name)
+
+    figures = {(r["step"], r["figure"]): r for r in csv.DictReader(open(out / "figures.csv"))}
+    assert {s: figures[s, "status"]["value"] for s in ("cuda", "preset", "engines", "column")} == dict.fromkeys(
+        ("cuda", "preset", "engines", "column"), "ok")
+    # cuda: tests/test_cuda.py was collected and ran (here every test skips: no CUDA)
+    assert int(figures["cuda", "tests_skipped"]["value"]) >= 10 and figures["cuda", "tests_failed"]["value"] == "0"
+    # preset: timed from process start to exit, split per round, accuracy beside Table 2's 98.9
+    assert float(figures["preset", "wall_s"]["value"]) > 0 and figures["preset", "wall_s"]["target"] == "60"
+    assert figures["preset", "engine"]["value"] == "SequentialEngine"  # engine=auto on a CPU
+    parts = [float(figures["preset", f]["value"]) for f in ("train_s_per_round", "eval_s_per_round",
+                                                            "bookkeeping_s_per_round", "round_s")]
+    assert abs(sum(parts[:3]) - parts[3]) < 1e-3
+    assert figures["preset", "final_acc_pct"]["target"] == "98.9" and figures["preset", "rounds_done"]["value"] == "3"
+    # engines: both engines' training time and the ratio of the two; equal results
+    seq, bat = (float(figures["engines", f"{e}_train_s_per_round"]["value"]) for e in ("sequential", "batched"))
+    assert float(figures["engines", "train_ratio"]["value"]) == pytest.approx(seq / bat, rel=1e-2)
+    assert float(figures["engines", "max_test_acc_diff_pct"]["value"]) == 0.0
+    # column: the five methods as one population, each beside its Table 2 number; the population's
+    # FedNNNN equals the engines step's batched run (population == alone)
+    papers = {"fedavg": "93.5", "fedprox": "87.9", "normnorm": "97.1", "momentum": "96.9", "fednnnn": "98.9"}
+    for method, paper in papers.items():
+        assert figures["column", f"{method}_final_acc_pct"]["target"] == paper
+        assert figures["column", f"{method}_rounds_done"]["value"] == "3"
+    assert float(figures["column", "fednnnn_member_vs_alone_max_test_acc_diff_pct"]["value"]) == 0.0
+    log = (out / "draw.log").read_text()
+    assert "population of 5 runs" in log
+
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        names = tar.getnames()
+    runs = {str(Path(n).parent) for n in names if n.endswith("rounds.csv")}
+    assert runs == {"preset", "engines/batched", "engines/sequential", *(f"column/{m}" for m in papers)}
+    assert not [n for n in names if n.endswith(("checkpoint.pt", "output_layer.csv"))]
+    report = (out / "report.md").read_text()
+    assert "| fednnnn |" in report and "98.9" in report and "torch " in report
+    assert done.stdout.rstrip().endswith(report.rstrip().splitlines()[-1])  # printed at the end
+
+
+def test_a_rerun_of_one_step_runs_only_that_step(tmp_path):
+    data = mnist_files(tmp_path / "mnist")
+    done = gpu_check(tmp_path, "draw", "preset", GPU_CHECK_DATA=str(data))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "out" / "figures.csv")))
+    assert [r["step"] for r in rows if r["figure"] == "status"] == ["preset"]
+
+
+@pytest.mark.parametrize("case", ["no wheels", "incomplete wheels", "no data", "unknown stage", "unknown step",
+                                  "no stage", "no CUDA"])
+def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
+    data = str(mnist_files(tmp_path / "mnist"))
+    env, args = {"GPU_CHECK_DATA": data}, ["draw"]
+    expected = {"no wheels": "hydra-core and omegaconf are not installed and there is no",
+                "incomplete wheels": "lacks antlr4_python3_runtime-4.9.3-py3-none-any.whl",
+                "no data": "lacks train-images-idx3-ubyte.gz",
+                "unknown stage": "stage must be one of prepare, draw,",
+                "unknown step": "unknown step 'colum'; choose from cuda, preset, engines, column",
+                "no stage": "usage: bash",
+                "no CUDA": "torch sees no CUDA device here"}[case]
+    if case == "no wheels":
+        env["PYTHONPATH"] = hidden_hydra(tmp_path)
+    elif case == "incomplete wheels":
+        wheels = tmp_path / "whl"
+        wheels.mkdir()
+        for name in ("hydra_core-1.3.8-py3-none-any.whl", "omegaconf-2.3.1-py3-none-any.whl"):
+            (wheels / name).write_bytes(b"")
+        env["GPU_CHECK_WHEELS"] = str(wheels)
+    elif case == "no data":
+        os.remove(Path(data) / "train-images-idx3-ubyte.gz")
+    elif case == "unknown stage":
+        args = ["drw"]
+    elif case == "unknown step":
+        args = ["draw", "colum"]
+    elif case == "no stage":
+        args = []
+    elif case == "no CUDA":
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+        env["GPU_CHECK_DEVICE"] = "cuda"
+    done = gpu_check(tmp_path, *args, timeout=120, **env)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()
