@@ -150,7 +150,12 @@ fi
 mkdir -p "$out"
 # Every run reads the carried MNIST and never downloads.
 mnist=(dataset=mnist "dataset.load.search=[$data]" dataset.load.download=false)
-limit() { timeout --signal=TERM --kill-after=15 "$budget" "$@"; }
+t0=$(date +%s)
+limit() {  # run "$@" within what is left of the stage's budget (all its commands together)
+    local left=$(( budget - ($(date +%s) - t0) ))
+    if [ "$left" -le 5 ]; then echo "gpu_check: budget of $budget s spent; skipped: $*"; return 124; fi
+    timeout --signal=TERM --kill-after=15 "$left" "$@"
+}
 pack() {  # run folders into one archive (checkpoints and model files left out): $1 folder, $2 archive
     tar -czf "$2" -C "$1" --exclude=checkpoint.pt --exclude=output_layer.csv --exclude=models . && rm -rf "$1"
 }

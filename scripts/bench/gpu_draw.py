@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -211,8 +212,11 @@ def timing_figures(draw: Draw, step: str, rounds, prefix: str = "") -> None:
 
 def step_cuda(draw: Draw, limit: float) -> str:
     xml = draw.work / "cuda_tests.xml"
-    command = [draw.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", f"--junitxml={xml}",
-               "tests/test_cuda.py", "tests/test_augment.py::test_cuda_matches_cpu"]
+    # Four pytest workers where pytest-xdist is installed (the GPU machine has 16 cores): the
+    # population and CLI tests start processes of their own and wait on them.
+    workers = ["-n", "4"] if draw.device != "cpu" and importlib.util.find_spec("xdist") else []
+    command = [draw.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", *workers,
+               f"--junitxml={xml}", "tests/test_cuda.py", "tests/test_augment.py::test_cuda_matches_cpu"]
     status, wall = run_command(draw, "cuda", command, limit)
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failed = []
