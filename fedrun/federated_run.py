@@ -33,7 +33,7 @@ from fedrun.params import split_state
 from fedrun.participation import Participation
 from fedrun.partition import class_counts, fingerprint
 from fedrun.recorder import Recorder, RoundRecord
-from fedrun.rundir import CHECKPOINT, RunDirectory, refuse_existing_run
+from fedrun.rundir import CHECKPOINT, RunDirectory, refuse_existing_run, settings_digest
 from fedrun.seeding import clients_per_round, sample_clients
 from fedrun.sequential import SequentialEngine
 
@@ -136,7 +136,7 @@ class FederatedRun:
         self.dir = RunDirectory.open(self.run_dir, self.resume)
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
-                                     self.device)
+                                     self.device, settings_digest(self.config))
             self.dir.write_config(self.config, self.resume)  # first: on resume, refuses settings that differ
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
             self.finished = self.recorder.resume(ckpt, self.federation.rounds)

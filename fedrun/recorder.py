@@ -6,16 +6,18 @@ outcome, the parameter divergence, the evaluation, the timings), the model snaps
 checkpoint and ``summary.json``.  The round loop (:func:`fedrun.simulation.simulate`) computes;
 the recorder writes.
 
-CSV files are only ever appended to; the checkpoint records their sizes after each complete
-round, and a resumed run truncates them back to those sizes before going on, so an interrupted
-run (even one killed mid-write, or stopped by a full disk half-way through a row) ends with the
-same bytes as an uninterrupted one.  Every other file (the checkpoint, the snapshots,
+CSV files are only ever appended to; the checkpoint records their sizes and the SHA-256 of those
+bytes after each complete round (and of the run's settings), and a resumed run checks them, then
+truncates the CSVs back to those sizes before going on, so an interrupted run (even one killed
+mid-write, or stopped by a full disk half-way through a row) ends with the same bytes as an
+uninterrupted one, and an edited one is refused rather than continued.  Every other file (the checkpoint, the snapshots,
 ``summary.json``, ``run.json``, ``partition.csv``) is replaced whole, atomically
 (:func:`fedrun.rundir.write_atomic`); no file is opened through a symbolic link.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -69,29 +71,43 @@ def _fmt(v) -> str:
 
 
 class CsvLog:
-    """An append-only CSV with a fixed header (opened without following a symbolic link)."""
+    """An append-only CSV with a fixed header (opened without following a symbolic link), and the
+    SHA-256 of everything written to it so far (:meth:`digest`, kept as it goes: a checkpoint
+    records it without reading the file again)."""
 
     def __init__(self, path: Path, columns: list[str], truncate_to: int | None = None):
         self.path, self.columns = Path(path), columns
         if truncate_to is None or not self.path.exists():
-            with open_run_file(self.path, "w", newline="") as f:
-                f.write(",".join(columns) + "\n")
+            header = (",".join(columns) + "\n").encode()
+            with open_run_file(self.path, "wb") as f:
+                f.write(header)
+            self._digest = hashlib.sha256(header)
         else:
             with open_run_file(self.path, "r+b") as f:
                 f.truncate(truncate_to)
+            self._digest = hashlib.sha256()
+            with open(self.path, "rb") as f:  # the bytes kept, which the checkpoint vouched for
+                while chunk := f.read(1 << 20):
+                    self._digest.update(chunk)
 
     def append(self, rows: list[dict]) -> None:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         for row in rows:
             writer.writerow([_fmt(row.get(c)) for c in self.columns])
-        with open_run_file(self.path, "a", newline="") as f:
-            f.write(buf.getvalue())
+        data = buf.getvalue().encode()
+        with open_run_file(self.path, "ab") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        self._digest.update(data)
 
     def size(self) -> int:
         return self.path.stat().st_size
+
+    def digest(self) -> str:
+        """SHA-256 of the file's bytes so far (:func:`fedrun.rundir.prefix_digest` of its size)."""
+        return self._digest.copy().hexdigest()
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -186,12 +202,15 @@ class Recorder:
       fingerprint: the partition's fingerprint, stored in the checkpoint and the summary.
       dashboard: mirrors every round's values to TensorBoard or MLflow (:mod:`fedrun.dashboards`), or None.
       device: the run's device, named in ``run.json`` (:mod:`fedrun.provenance`).
+      settings: :func:`fedrun.rundir.settings_digest` of the run's config, recorded in every
+        checkpoint and checked by a resume (None: no config, nothing checked).
     """
 
     def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
-                 device="cpu"):
+                 device="cpu", settings: str | None = None):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
         self.dashboard, self.device = dashboard, device
+        self.settings = settings  # the run's settings digest (fedrun.rundir.settings_digest), or None
         self.types = np.array([layer.type for layer in layers])
         self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
         self.output_layer = output_layer(layers)
@@ -217,7 +236,14 @@ class Recorder:
         if ckpt.get("partition") != self.fingerprint:
             raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
                               f"from this config's ({self.fingerprint}); use the run's original settings")
-        self.run.check_csvs(COLUMNS, ckpt["offsets"])
+        recorded = ckpt.get("settings")  # absent from checkpoints of fedrun before it was recorded
+        if recorded is not None and self.settings is not None and recorded != self.settings:
+            # The settings equal config.yaml's (checked first), so config.yaml is not what the checkpoint ran.
+            raise RunDirectoryError(f"{self.path / 'config.yaml'}: its settings are not those the checkpoint's "
+                                    f"{ckpt['round']} rounds ran with (edited since); restore it or start a new "
+                                    "run directory (nothing was written)")
+        digests = ckpt.get("digests")
+        self.run.check_csvs(COLUMNS, ckpt["offsets"], digests if isinstance(digests, dict) else None)
         self.step_sum = ckpt["step_sum"]
         if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():
             try:
@@ -285,7 +311,9 @@ class Recorder:
         """Everything needed to continue after round t, with the CSVs' sizes at this point."""
         atomic_save({"round": t, "params": params, "buffers": buffers, "aggregator": aggregator_state,
                      "optimizer_state": optimizer_state, "step_sum": self.step_sum, "partition": self.fingerprint,
-                     "offsets": {name: lg.size() for name, lg in self.logs.items()}}, self.run.checkpoint_path)
+                     "offsets": {name: lg.size() for name, lg in self.logs.items()},
+                     "digests": {name: lg.digest() for name, lg in self.logs.items()},
+                     "settings": self.settings}, self.run.checkpoint_path)
 
     def sessions(self) -> list[dict]:
         """``run.json``: the processes that ran this run's rounds, oldest first (:mod:`fedrun.provenance`)."""

@@ -8,9 +8,11 @@ run never blocks its resume), and then decides, before writing a byte:
 * a new run refuses a directory that holds an earlier run's results;
 * a resumed run loads ``checkpoint.pt`` with ``torch.load(weights_only=True)`` (tensors and plain
   containers only: a crafted file cannot run code), and refuses a checkpoint that cannot be read
-  that way, a config that differs from the run's ``config.yaml``, and CSVs that are missing,
-  shorter than the sizes the checkpoint recorded, or written with other columns (appending to
-  any of them would corrupt the run);
+  that way, a config that differs from the run's ``config.yaml``, a ``config.yaml`` whose settings
+  are not those the checkpoint was written with (:func:`settings_digest`), and CSVs that are
+  missing, shorter than the sizes the checkpoint recorded, different in those first bytes from
+  what it recorded (a SHA-256 of each, :func:`prefix_digest`), or written with other columns
+  (appending to any of them would corrupt the run, or make one run of two);
 * ``resume=true`` with no checkpoint starts from round 1, unless results are there without one.
 
 Only then does it write ``config.yaml`` (a new run) and start ``fedrun.log``.
@@ -33,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
+import hashlib
 import importlib
+import json
 import logging
 import os
 import sys
@@ -183,6 +187,29 @@ def _settings(config: dict) -> dict:
         else:
             parent.pop(last, None)
     return out
+
+
+def settings_digest(config: dict | None) -> str | None:
+    """SHA-256 of a run's settings (``config`` without the :data:`RESUMABLE_DIFFERENCES`), as the
+    checkpoint records them: a resume whose settings hash otherwise ran other settings than the
+    rounds before it (``config.yaml`` edited to match new overrides)."""
+    if config is None:
+        return None
+    text = json.dumps(_settings(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def prefix_digest(path: Path, size: int) -> str:
+    """SHA-256 of the first ``size`` bytes of ``path`` (a CSV as a checkpoint vouches for it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while size > 0:
+            chunk = f.read(min(size, 1 << 20))
+            if not chunk:
+                break
+            digest.update(chunk)
+            size -= len(chunk)
+    return digest.hexdigest()
 
 
 def header_matches(path: Path, columns: list[str]) -> bool:
@@ -383,10 +410,12 @@ class RunDirectory:
                                     "restore it or start a new run directory (nothing was written)")
         return ckpt
 
-    def check_csvs(self, columns: dict[str, list[str]], offsets: dict[str, int]) -> None:
+    def check_csvs(self, columns: dict[str, list[str]], offsets: dict[str, int],
+                   digests: dict[str, str] | None = None) -> None:
         """Refuse to resume unless every CSV the checkpoint recorded is there, at least as long
-        as recorded (rows after that are an interrupted round's and get cut) and with this
-        version's header."""
+        as recorded (rows after that are an interrupted round's and get cut), with this version's
+        header, and, where the checkpoint recorded ``digests`` (fedrun 0.1.0 since resume checks
+        them), with the very bytes it recorded up to that size: an edit of the same length too."""
         for name, cols in columns.items():
             path = self.path / f"{name}.csv"
             recorded = offsets.get(name)
@@ -403,6 +432,10 @@ class RunDirectory:
                 raise RunDirectoryError(f"{path}: {size} bytes, shorter than the {recorded} the checkpoint "
                                         "records (truncated or edited); restore it or start a new run "
                                         "directory (nothing was written)")
+            if digests and name in digests and prefix_digest(path, recorded) != digests[name]:
+                raise RunDirectoryError(f"{path}: its first {recorded} bytes are not those the checkpoint "
+                                        "records (edited since); restore it or start a new run directory "
+                                        "(nothing was written)")
 
     def write_config(self, config: dict | None, resume: bool) -> None:
         """Write ``config.yaml``; on resume, refuse a config that differs from the run's own."""

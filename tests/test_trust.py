@@ -300,23 +300,59 @@ def test_second_process_on_a_running_directory_is_refused(tmp_path):
 
 # ----------------------------------------------------------------------------- resume never corrupts
 
-@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def edit_same_length(path: Path) -> None:
+    """Change one digit of the file's last row: the same size, other numbers."""
+    data = bytearray(path.read_bytes())
+    at = max(i for i in range(data.rindex(b"\n", 0, len(data) - 1), len(data)) if chr(data[i]).isdigit())
+    data[at] = ord("7") if data[at] != ord("7") else ord("3")
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted", "edited"])
 def test_resume_refuses_a_damaged_csv_and_touches_nothing(finished, tmp_path, damage):
     run = copy_of(finished, tmp_path)
     (run / "summary.json").unlink()
     clients = run / "clients.csv"
+    size = clients.stat().st_size
     if damage == "truncated":
         clients.write_bytes(clients.read_bytes()[: clients.stat().st_size // 2])
-    else:
+    elif damage == "deleted":
         clients.unlink()
+    else:
+        edit_same_length(clients)
+        assert clients.stat().st_size == size
     before = snapshot(run)
     proc = run_fedrun([*TINY, f"hydra.run.dir={run}", "resume=true"], tmp_path)
     assert proc.returncode == 2
     line = one_line(proc)
     assert line.startswith(f"fedrun: error: {clients}: ")
-    assert ("shorter than the" if damage == "truncated" else "missing, but the checkpoint records") in line
+    assert {"truncated": "shorter than the", "deleted": "missing, but the checkpoint records",
+            "edited": f"its first {size} bytes are not those the checkpoint records (edited since)"}[damage] in line
     assert snapshot(run) == before
     assert not any(b"\0" in data for name, data in before.items() if name.endswith(".csv"))  # no padding
+
+
+def test_resume_refuses_a_config_yaml_edited_to_match_new_settings(finished, tmp_path):
+    """Editing config.yaml's lr and resuming with that lr would make one run of two learning rates,
+    recorded as one: the checkpoint's digest of the settings refuses it."""
+    import yaml
+
+    run = copy_of(finished, tmp_path)
+    (run / "summary.json").unlink()
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    lr = config["hyperparams"]["lr"]
+    config["hyperparams"]["lr"] = config["local"]["lr"] = lr * 2  # both places config.yaml records it
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    before = snapshot(run)
+    proc = run_fedrun([*TINY, f"hydra.run.dir={run}", "resume=true", f"hyperparams.lr={lr * 2}"], tmp_path)
+    assert proc.returncode == 2
+    assert one_line(proc) == (f"fedrun: error: {run / 'config.yaml'}: its settings are not those the checkpoint's "
+                              "2 rounds ran with (edited since); restore it or start a new run directory (nothing "
+                              "was written)")
+    assert snapshot(run) == before
+    # With the original settings on both sides the run resumes (and is complete).
+    (run / "config.yaml").write_bytes((finished / "config.yaml").read_bytes())
+    assert run_fedrun([*TINY, f"hydra.run.dir={run}", "resume=true"], tmp_path).returncode == 0
 
 
 def test_finished_run_resumed_again_is_left_alone(finished, tmp_path):
