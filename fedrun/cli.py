@@ -111,7 +111,7 @@ def precheck(overrides: list[str], sweep: bool = False) -> None:
     from hydra.errors import HydraException
 
     from fedrun.build import build
-    from fedrun.rundir import refuse_existing_run
+    from fedrun.rundir import check_sweep_folder, refuse_existing_run
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
@@ -132,6 +132,7 @@ def precheck(overrides: list[str], sweep: bool = False) -> None:
     folder = _output_folder(cfg, sweep)
     if sweep:
         _check_launcher(cfg)
+        check_sweep_folder(folder)  # before Hydra writes multirun.yaml into it
     with open_dict(cfg):
         del cfg["hydra"]
     build(cfg)

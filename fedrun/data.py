@@ -14,6 +14,7 @@ listed in ``search``), compressed or not.
 from __future__ import annotations
 
 import gzip
+import logging
 import math
 import re
 import struct
@@ -28,6 +29,8 @@ import torch
 
 from fedrun.errors import ConfigError, DataError, check
 from fedrun.seeding import torch_generator
+
+log = logging.getLogger(__name__)
 
 IDX_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -190,12 +193,45 @@ def read_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
 
 
-def _find(name: str, folders: list[Path]) -> Path | None:
-    for folder in folders:
-        for candidate in (folder / name, folder / f"{name}.gz"):
-            if candidate.is_file():
-                return candidate
+def _find(name: str, folder: Path) -> Path | None:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
     return None
+
+
+def _data_root(root: str) -> Path:
+    """The data root as a folder; an empty one (``FEDRUN_DATA`` set to nothing) would be the
+    working directory, where a download would scatter its folders: refused in one line."""
+    if not str(root).strip():
+        raise ConfigError("data_root", repr(str(root)), "is empty (FEDRUN_DATA set to nothing?); name a folder, "
+                          "or unset FEDRUN_DATA to use ./data")
+    return Path(root).expanduser()
+
+
+def _snapshot(root: Path) -> tuple[Path, set[Path]]:
+    """The nearest existing folder at or above ``root``, and every path below ``root`` now."""
+    existing = next(p for p in (root, *root.absolute().parents) if p.exists())
+    return existing, set(root.rglob("*")) if root.is_dir() else set()
+
+
+def _undo(root: Path, before: tuple[Path, set[Path]]) -> None:
+    """Remove what a failed download made below (and of) ``root``: every path that was not there
+    before, deepest first, then the folders made up to the one that existed."""
+    existing, paths = before
+    made = set(root.rglob("*")) - paths if root.is_dir() else set()
+    for path in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        try:
+            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        except OSError:
+            pass
+    folder = root.absolute()
+    while folder != existing.absolute() and existing.absolute() in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        folder = folder.parent
 
 
 def _check_images(array: np.ndarray, where) -> None:
@@ -244,28 +280,42 @@ _DOWNLOAD = "dataset.load.download"
 
 def _mnist_like(folder_name: str, torchvision_class: str, root: str, download: bool,
                 search: list[str] | None, system_dirs: list[str]) -> RawData:
-    root_path = Path(root).expanduser()
-    folders = [root_path / folder_name / "raw", root_path]
-    folders += [Path(s).expanduser() for s in (search or [])] + [Path(s) for s in system_dirs]
-    files = {split: [_find(n, folders) for n in names] for split, names in IDX_FILES.items()}
+    """The four IDX files of MNIST or FashionMNIST, all four from one folder: the first of
+    ``<root>/<folder_name>/raw``, the ``search`` folders and ``system_dirs`` that holds them all
+    (never train files from one folder and test files from another; never the bare data root,
+    which may hold the other dataset's files under the same names).  Else torchvision's download
+    into ``<root>/<folder_name>/raw``; a failed download leaves nothing behind."""
+    root_path = _data_root(root)
+    folders = [root_path / folder_name / "raw"] + [Path(s).expanduser() for s in (search or [])]
+    folders += [Path(s) for s in system_dirs]
+    names = [n for ns in IDX_FILES.values() for n in ns]
+
+    def complete(folder: Path) -> list[Path] | None:
+        found = [_find(n, folder) for n in names]
+        return found if all(found) else None
+
+    chosen = next(((f, paths) for f in folders if (paths := complete(f))), None)
     reason = f"download is disabled: {_DOWNLOAD}=true would fetch them"
-    if not all(p for ps in files.values() for p in ps) and download:
+    if chosen is None and download:
         reason = "the download reported no error but left no files there"
         import torchvision
 
+        before = _snapshot(root_path)
         try:
             for train in (True, False):
-                getattr(torchvision.datasets, torchvision_class)(str(root_path), train=train,
-                                                                 download=True)
+                getattr(torchvision.datasets, torchvision_class)(str(root_path), train=train, download=True)
         except Exception as e:  # noqa: BLE001 - any network or disk failure means "not here"
-            reason = f"the download failed ({_first_line(e, 120)})"
-        files = {split: [_find(n, folders) for n in names] for split, names in IDX_FILES.items()}
-    if not all(p for ps in files.values() for p in ps):
-        names = ", ".join(n for ns in IDX_FILES.values() for n in ns)
+            reason = f"the download failed ({_first_line(e, 120)}); nothing was left behind"
+            _undo(root_path, before)
+        chosen = next(((f, paths) for f in folders[:1] if (paths := complete(f))), None)
+    if chosen is None:
+        partial = [f"{f} holds {n} of the 4" for f in folders
+                   if 0 < (n := sum(_find(name, f) is not None for name in names)) < 4]
         where = ", ".join(str(f) for f in folders)
-        raise DataError(f"{folder_name} not found: expected {names} (optionally .gz) in one of "
-                        f"{where}; {reason}")
-    (trx, try_), (tex, tey) = files["train"], files["test"]
+        raise DataError(f"{folder_name} not found: expected {', '.join(names)} (optionally .gz), all four in one "
+                        f"of {where}{' (' + '; '.join(partial) + ')' if partial else ''}; {reason}")
+    folder, (trx, try_, tex, tey) = chosen
+    log.info("%s: reading %s", folder_name, folder)
     train_x, train_y = _pair(trx, try_, "training")
     test_x, test_y = _pair(tex, tey, "test")
     for path, y in ((try_, train_y), (tey, test_y)):
@@ -285,20 +335,23 @@ def fashion_mnist(root: str = "data", download: bool = True,
                        ["/usr/share/datasets/fashion-mnist"])
 
 
-def _torchvision_or_fail(make, name: str, download: bool, folder: Path, expected: str,
+def _torchvision_or_fail(make, name: str, download: bool, root: Path, folder: Path, expected: str,
                          files: list[tuple[Path, str]], read):
     """``make(download)`` a torchvision dataset, or a :class:`DataError` saying which case failed.
 
-    ``files`` are the (path, md5) pairs it needs in ``folder`` (``expected`` describes them);
+    ``files`` are the (path, md5) pairs it needs in ``folder`` (``expected`` describes them), a
+    folder at or below the data ``root``, where a failed download leaves nothing behind;
     ``read(path)`` reads one the way torchvision does, raising on a bad one.  The three failures:
     files missing with download off, the download failed, files present but unreadable.
     """
     download_error = None
     if download:
+        before = _snapshot(root)
         try:
             return make(True)
         except Exception as e:  # noqa: BLE001 - offline: fall back to the files already on disk
             download_error = e
+            _undo(root, before)  # a failed download leaves nothing behind
     try:
         return make(False)
     except Exception as e:  # noqa: BLE001
@@ -350,14 +403,14 @@ def cifar10(root: str = "data", download: bool = True) -> RawData:
     import torchvision
 
     cls = torchvision.datasets.CIFAR10
-    folder = Path(root).expanduser() / cls.base_folder
+    folder = _data_root(root) / cls.base_folder
     files = [(folder / n, md5) for n, md5 in cls.train_list + cls.test_list]
     files.append((folder / cls.meta["filename"], cls.meta["md5"]))
     expected = "data_batch_1..5, test_batch and batches.meta: the python version"
     sets = []
     for train in (True, False):
         make = lambda dl, train=train: cls(root, train=train, download=dl)  # noqa: E731
-        sets.append(_torchvision_or_fail(make, "CIFAR-10", download, folder, expected, files,
+        sets.append(_torchvision_or_fail(make, "CIFAR-10", download, folder.parent, folder, expected, files,
                                          _read_cifar_batch))
     tr, te = sets
     out = []
@@ -398,12 +451,12 @@ def svhn(root: str = "data", download: bool = True, extra: int = 0) -> RawData:
     except ImportError as e:
         raise DataError("SVHN is stored as .mat files: pip install scipy (or fedrun[svhn])") from e
     cls = torchvision.datasets.SVHN
-    folder = Path(root).expanduser()
+    folder = _data_root(root)
     out = []
     for split in ("train", "test", "extra") if extra else ("train", "test"):
         _, filename, md5 = cls.split_list[split]
         make = lambda dl, split=split: cls(root, split=split, download=dl)  # noqa: E731
-        ds = _torchvision_or_fail(make, "SVHN", download, folder, filename, [(folder / filename, md5)],
+        ds = _torchvision_or_fail(make, "SVHN", download, folder, folder, filename, [(folder / filename, md5)],
                                   _read_svhn)
         where = folder / filename
         keep = slice(extra) if split == "extra" else slice(None)  # float32 of all 531,131 would be 6.5 GB

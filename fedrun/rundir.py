@@ -91,19 +91,49 @@ def link_refused(run_dir: Path, name: str) -> RunDirectoryError:
                              "directory")
 
 
+def special_refused(folder: Path, name: str) -> RunDirectoryError:
+    return RunDirectoryError(f"{folder} holds {name}, which is not a regular file or folder (a named pipe, "
+                             "socket or device); fedrun reads and writes only regular files there: remove it")
+
+
 def check_no_links(run_dir: str | Path) -> None:
     """Refuse a run directory holding a symbolic link, directly or in one of :data:`LINK_CHECKED`:
-    fedrun would write (or resume from) wherever it points.  The run directory itself may be a
-    link, or lie below one."""
+    fedrun would write (or resume from) wherever it points; and one holding anything that is not a
+    regular file or folder (a named pipe would hang the resume that opens it).  The run directory
+    itself may be a link, or lie below one."""
     run_dir = Path(run_dir)
     for folder in (run_dir, *(run_dir / name for name in LINK_CHECKED)):
         try:
-            with os.scandir(folder) as entries:
-                names = sorted(entry.name for entry in entries if entry.is_symlink())
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if names:
-            raise link_refused(run_dir, names[0] if folder == run_dir else f"{folder.name}/{names[0]}")
+        shown = (lambda name: name) if folder == run_dir else (lambda name: f"{folder.name}/{name}")
+        links = [e.name for e in entries if e.is_symlink()]
+        if links:
+            raise link_refused(run_dir, shown(links[0]))
+        special = [e.name for e in entries if not e.is_dir(follow_symlinks=False) and not e.is_file(follow_symlinks=False)]
+        if special:
+            raise special_refused(run_dir, shown(special[0]))
+
+
+def check_sweep_folder(sweep_dir: str | Path) -> None:
+    """Refuse, before Hydra writes the sweep's ``multirun.yaml``, a sweep folder that holds a
+    symbolic link anywhere below it (``multirun.yaml`` itself, a job folder, a file in one: Hydra
+    or a job would write through it, outside the folder) or anything that is not a regular file
+    or folder.  The sweep folder itself may be a link, or lie below one."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return
+    for folder, dirs, files in os.walk(sweep_dir):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            shown = path.relative_to(sweep_dir)
+            if path.is_symlink():
+                raise RunDirectoryError(f"{sweep_dir} holds a symbolic link {shown}; fedrun does not follow links "
+                                        "in a sweep folder (Hydra or a job would write through it): remove it")
+            if not path.is_dir() and not path.is_file():
+                raise special_refused(sweep_dir, str(shown))
 
 
 def _open_fd(path: Path, flags: int, mode: int = 0o666) -> int:

@@ -173,8 +173,8 @@ def test_mnist_like_missing_files(tmp_path, loader, monkeypatch):
 
 
 def _find_except_system(find):
-    def wrapped(name, folders):
-        return find(name, [f for f in folders if not str(f).startswith("/usr/share")])
+    def wrapped(name, folder):
+        return None if str(folder).startswith("/usr/share") else find(name, folder)
     return wrapped
 
 
@@ -430,8 +430,93 @@ def test_mnist_missing_says_how_to_download(tmp_path, monkeypatch):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://x/, got:\n<urlopen error>")
     monkeypatch.setattr(torchvision.datasets, "MNIST", offline)
     with pytest.raises(DataError, match=r"; the download failed \(RuntimeError: Error downloading "
-                                        r"train-images-idx3-ubyte\.gz: Tried https://x/, got:\)$"):
+                                        r"train-images-idx3-ubyte\.gz: Tried https://x/, got:\); nothing was "
+                                        r"left behind$"):
         D.mnist(root=str(tmp_path), download=True)
+
+
+def mnist_folder(folder: Path, names=("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                                      "t10k-labels-idx1-ubyte"), n: int = 20) -> Path:
+    arrays = {"train-images-idx3-ubyte": np.zeros((n, 28, 28)), "train-labels-idx1-ubyte": np.arange(n) % 10,
+              "t10k-images-idx3-ubyte": np.ones((n, 28, 28)), "t10k-labels-idx1-ubyte": np.arange(n) % 10}
+    for name in names:
+        write_idx(folder / f"{name}.gz", arrays[name])
+    return folder
+
+
+def test_the_bare_data_root_is_never_read_as_another_dataset(tmp_path, monkeypatch):
+    """MNIST's files lying in the data root itself are not FashionMNIST (nor read as MNIST: only
+    <root>/MNIST/raw and the search folders are)."""
+    monkeypatch.setattr(D, "_find", _find_except_system(D._find))
+    mnist_folder(tmp_path)
+    for loader in (D.fashion_mnist, D.mnist):
+        with pytest.raises(DataError, match="not found"):
+            loader(root=str(tmp_path), download=False)
+
+
+def test_the_four_files_come_from_one_folder_which_is_logged(tmp_path, caplog):
+    mnist_folder(tmp_path / "MNIST" / "raw", names=("train-images-idx3-ubyte", "train-labels-idx1-ubyte"))
+    other = mnist_folder(tmp_path / "elsewhere", names=("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
+    with pytest.raises(DataError) as info:
+        D.mnist(root=str(tmp_path), download=False, search=[str(other)])
+    assert f"{tmp_path / 'MNIST' / 'raw'} holds 2 of the 4; {other} holds 2 of the 4" in str(info.value)
+    assert "all four in one of" in str(info.value)
+    whole = mnist_folder(tmp_path / "whole")
+    with caplog.at_level("INFO", logger="fedrun.data"):
+        raw = D.mnist(root=str(tmp_path), download=False, search=[str(other), str(whole)])
+    assert f"MNIST: reading {whole}" in caplog.text
+    assert float(raw.test_x.mean()) == pytest.approx(1 / 255)  # the test images of `whole`, not of `other`
+
+
+def test_a_failed_download_leaves_nothing_behind(tmp_path, monkeypatch):
+    import torchvision
+
+    root = tmp_path / "new" / "data"
+    (tmp_path / "kept").mkdir()
+
+    class HalfDownload:
+        def __init__(self, root, train=True, download=False, **kwargs):
+            raw = Path(root) / "MNIST" / "raw"
+            raw.mkdir(parents=True, exist_ok=True)
+            (raw / "train-images-idx3-ubyte.gz.part").write_bytes(b"half")
+            raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", HalfDownload)
+    with pytest.raises(DataError, match="the download failed .* nothing was left behind"):
+        D.mnist(root=str(root), download=True)
+    assert not (tmp_path / "new").exists()
+    # A data root that existed keeps what it held, and only that.
+    root.mkdir(parents=True)
+    (root / "mine.txt").write_text("kept")
+    with pytest.raises(DataError):
+        D.mnist(root=str(root), download=True)
+    assert sorted(p.name for p in root.rglob("*")) == ["mine.txt"]
+
+
+def test_a_failed_cifar10_download_leaves_nothing_behind(tmp_path, monkeypatch):
+    import torchvision
+
+    real = torchvision.datasets.CIFAR10
+
+    class HalfDownload(real):
+        def __init__(self, root, train=True, download=False, **kwargs):
+            if download:
+                Path(root).mkdir(parents=True, exist_ok=True)
+                (Path(root) / "cifar-10-python.tar.gz").write_bytes(b"half")
+                (Path(root) / real.base_folder).mkdir(exist_ok=True)
+                raise RuntimeError("Error downloading cifar-10-python.tar.gz")
+            super().__init__(root, train=train, download=False, **kwargs)
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", HalfDownload)
+    with pytest.raises(DataError, match="the download failed"):
+        D.cifar10(root=str(tmp_path / "data"), download=True)
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("loader", [D.mnist, D.fashion_mnist, D.cifar10])
+def test_an_empty_data_root_is_refused(loader):
+    with pytest.raises(ConfigError, match=r"^data_root='': is empty \(FEDRUN_DATA set to nothing\?\)"):
+        loader(root="", download=True)
 
 
 def test_idx_dataset_bad_inputs(tmp_path):
