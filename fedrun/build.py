@@ -117,7 +117,30 @@ def build(cfg: DictConfig) -> dict:
           f"aggregator={objects['aggregator'].name} needs at least {least} clients a round, and "
           f"{hp['client_fraction']} of {hp['num_clients']} clients is {per_round}: raise "
           f"hyperparams.client_fraction or hyperparams.num_clients (or lower the aggregator's f)")
-    return dict(objects, device=resolve_device(values["device"]), seed=values["seed"], validation=validation)
+    selects = objects["aggregator"].weighting.selects
+    check(selects <= per_round, "aggregator.multi", selects, f"must be at most the clients a round: "
+          f"{hp['client_fraction']} of {hp['num_clients']} clients is {per_round}")
+    return dict(objects, device=resolve_device(values["device"]), seed=values["seed"], validation=validation,
+                notes=no_effect(values, objects))
+
+
+def no_effect(values: dict, objects: dict) -> list[str]:
+    """Settings that are valid alone but do nothing, or only approximately what they say, in this
+    combination: one line each, logged as warnings when the run starts (console and fedrun.log).
+    They are not refused, so a sweep over them (stragglers x local epochs, ...) still runs whole."""
+    hp, local, aggregator = values["hyperparams"], objects["local"], objects["aggregator"]
+    notes = []
+    if hp["stragglers"] > 0 and hp["local_epochs"] == 1:
+        notes.append(f"hyperparams.stragglers={hp['stragglers']}: has no effect with hyperparams.local_epochs=1 "
+                     "(a straggler trains between 1 and E epochs)")
+    if local.optimizer_state != "reset" and not local.carries_state:
+        notes.append(f"hyperparams.optimizer_state={local.optimizer_state}: has no effect: the client optimizer "
+                     f"({local.optimizer}, momentum {local.momentum}) keeps no state between steps")
+    elif local.carries_state and aggregator.client_optimizers:
+        notes.append(f"hyperparams.optimizer_state={local.optimizer_state}: aggregator={aggregator.name} counts "
+                     "each client's steps from a zero momentum buffer (||a_k||_1); a buffer carried over from "
+                     "earlier rounds makes that count approximate")
+    return notes
 
 
 def complete_dataset(cfg: DictConfig) -> None:
@@ -238,7 +261,7 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
                         objects["aggregator"], objects["local"], objects["federation"], objects["participation"],
                         make_engine, seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
                         targets=tuple(cfg.targets), config=config, dashboard=objects["logger"],
-                        objective=str(cfg.objective))
+                        objective=str(cfg.objective), notes=tuple(objects["notes"]))
 
 
 def check_partition(cfg: DictConfig, data: dict) -> None:

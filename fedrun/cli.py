@@ -133,11 +133,20 @@ def precheck(overrides: list[str], sweep: bool = False) -> None:
     if sweep:
         _check_launcher(cfg)
         check_sweep_folder(folder)  # before Hydra writes multirun.yaml into it
+    else:
+        launcher = OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/launcher")
+        if launcher not in (None, "basic") and launcher not in _WARNED:
+            _WARNED.add(launcher)  # a launcher only launches a sweep's jobs: a single run ignores it
+            print(f"fedrun: warning: hydra/launcher={launcher}: has no effect without -m (a single run); "
+                  "add -m to launch a sweep", file=sys.stderr)
     with open_dict(cfg):
         del cfg["hydra"]
     build(cfg)
     if not sweep and not cfg.resume:
         refuse_existing_run(folder)
+
+
+_WARNED: set = set()  # the launcher warnings printed by this process (precheck runs once per run)
 
 
 def _check_launcher(cfg: DictConfig) -> None:

@@ -105,11 +105,12 @@ class FederatedRun:
                  local: LocalTraining, federation: Federation, participation: Participation = Participation(),
                  make_engine: Callable = SequentialEngine, seed: int = 0, device="cpu", resume: bool = False,
                  targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), config: dict | None = None,
-                 dashboard=None, objective: str | None = None):
+                 dashboard=None, objective: str | None = None, notes: tuple[str, ...] = ()):
         self.run_dir, self.data, self.aggregator, self.local = Path(run_dir), data, aggregator, local
         self.federation, self.participation, self.seed, self.device = federation, participation, seed, device
         self.resume, self.targets, self.config, self.dashboard = resume, targets, config, dashboard
         self.objective = objective  # the summary's value a sweep optimizes (fedrun.results.objective)
+        self.notes = tuple(notes)  # settings without effect here (fedrun.build.no_effect): warned at the start
         self.population = False  # trained with other runs: its round lines go to its fedrun.log only
         if not resume:
             refuse_existing_run(self.run_dir)  # fail before the work below
@@ -165,6 +166,8 @@ class FederatedRun:
         log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
                  f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
                  sum(p.numel() for p in self.params.values()))
+        for note in self.notes:
+            log.warning(note)
         held = tensor_bytes(self.state)
         if held > STATE_NOTE_BYTES:  # SCAFFOLD's control variates: K x the model's parameters
             log.info("%s keeps %.1f GiB of server state%s, on %s and in every checkpoint.pt", self.aggregator.name,

@@ -55,6 +55,7 @@ class WeightingRule(NamedTuple):
     update: Callable[..., tuple[torch.Tensor, Any, dict]]  # (stats, base, clients, state, grams, steps=None)
     per_layer: bool = False
     min_clients: int = 1  # the fewest clients a round the rule can weigh (Krum: 2f + 3), checked before a run
+    selects: int = 1  # updates the rule picks from each round (Multi-Krum's multi), checked before a run too
 
 
 def _examples(num_examples: torch.Tensor) -> torch.Tensor:
@@ -220,7 +221,7 @@ def krum_rule(f: int = 1, multi: int = 1, weighting: str = "examples") -> Weight
         weights[chosen] = 1.0 / multi
         return weights, state, {"krum_score": scores}
 
-    return WeightingRule(base_weights, init, update, min_clients=2 * f + 3)
+    return WeightingRule(base_weights, init, update, min_clients=2 * f + 3, selects=multi)
 
 
 # ----------------------------------------------------------------------------- FedNova (local steps)
