@@ -149,7 +149,9 @@ def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
     rows = [("job", *swept, objective, "status")]
     for key in jobs:
         value = summaries[key].get("objective_value")
-        status = "failed" if key in failed else "done" if summaries[key] else "not finished"
+        stopped = _stopped(key) if key in folders and not summaries[key] else None
+        status = (f"diverged at round {stopped['round']}" if stopped and stopped["reason"] == "diverged" and stopped["round"]
+                  else "failed" if key in failed else "done" if summaries[key] else "not finished")
         rows.append((names[key], *(overrides[key].get(k, "-") for k in swept),
                      "-" if value is None else f"{value:.4f}", status))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -157,8 +159,20 @@ def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
     if len(rows) > limit + 1:
         lines.append(f"... and {len(rows) - limit - 1} more jobs")
     done = sum(row[-1] == "done" for row in rows[1:])
-    lines.append(f"{done} of {len(jobs)} jobs done, {len(failed)} failed; results in {sweep_dir.resolve()}")
+    diverged = sum(row[-1].startswith("diverged") for row in rows[1:])
+    failed_too = f" ({diverged} diverged)" if diverged else ""
+    lines.append(f"{done} of {len(jobs)} jobs done, {len(failed)} failed{failed_too}; results in {sweep_dir.resolve()}")
     return lines
+
+
+def _stopped(run_dir: Path) -> dict | None:
+    """How an unfinished job ended (:attr:`fedrun.results.Run.stopped`): diverged at round t, or None."""
+    from fedrun import results
+
+    try:
+        return results.Run.load(run_dir).stopped
+    except Exception:  # noqa: BLE001 - a table line must never stop the table
+        return None
 
 
 def sweep_jobs(sweep_dir: Path) -> dict[str, Path]:

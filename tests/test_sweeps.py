@@ -74,6 +74,10 @@ def test_a_failed_job_is_listed_and_the_others_finish(launcher, tmp_path):
     assert proc.returncode == 3, proc.stderr[-2000:]  # the failed job's own exit code (divergence)
     assert "fedrun: error: job 1: round 1: " in proc.stderr and "NaN or Inf" in proc.stderr
     assert "1 job(s) of the sweep failed" in proc.stderr and "Traceback" not in proc.stderr
+    # The closing table says how the job ended, not only that it failed.
+    table = proc.stdout + proc.stderr
+    assert re.search(r"^1\s+1e\+30\s+-\s+diverged at round 1$", table, re.M), table[-2000:]
+    assert "2 of 3 jobs done, 1 failed (1 diverged)" in table
     assert (sweep / "0" / "summary.json").is_file() and (sweep / "2" / "summary.json").is_file()
     assert not (sweep / "1" / "summary.json").exists()
 
