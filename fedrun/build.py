@@ -87,6 +87,10 @@ def build(cfg: DictConfig) -> dict:
                   f"data (hyperparams.{key}={one}); use mode=federated for {key}={hp[key]}")
     check(all(0 <= t <= 1 for t in values["targets"]), "targets", values["targets"], "accuracies, each in [0, 1]")
     results.check_objective(values["objective"])
+    last = results.LAST_N.match(values["objective"])
+    check(not last or int(last.group(1)) <= hp["rounds"], "objective", values["objective"],
+          f"averages the last n evaluated rounds, and the run has {hp['rounds']} (hyperparams.rounds): choose "
+          f"n <= {hp['rounds']}")
     check(not values["objective"].endswith("_val_acc") or hp["validation_fraction"] > 0, "objective",
           values["objective"], "a validation accuracy needs hyperparams.validation_fraction > 0; choose another "
           "objective (best_test_acc, ...) or hold out a validation split")

@@ -104,9 +104,10 @@ def _on_sigterm(signum, frame):
 
 # ----------------------------------------------------------------------------- checking first
 
-def precheck(overrides: list[str], sweep: bool = False) -> None:
-    """Compose and validate a single run's config (a sweep's job's with ``sweep``), and the folder
-    it will write to; raise ConfigError with a one-line message."""
+def precheck(overrides: list[str], sweep: bool = False, swept: list[str] | None = None) -> None:
+    """Compose and validate a single run's config (a sweep's job's with ``sweep``; ``swept``: the
+    keys the sweep varies), and the folder it will write to; raise ConfigError with a one-line
+    message."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
@@ -132,6 +133,7 @@ def precheck(overrides: list[str], sweep: bool = False) -> None:
     folder = _output_folder(cfg, sweep)
     if sweep:
         _check_launcher(cfg)
+        _check_subdir(cfg, swept or [])
         check_sweep_folder(folder)  # before Hydra writes multirun.yaml into it
     else:
         launcher = OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/launcher")
@@ -150,12 +152,48 @@ _WARNED: set = set()  # the launcher warnings printed by this process (precheck 
 
 
 def _check_launcher(cfg: DictConfig) -> None:
-    """The population launcher's own settings, before Hydra writes the sweep's multirun.yaml."""
-    if OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/launcher") == "population":
+    """The population launcher's and the Optuna sweeper's own settings, before Hydra writes the
+    sweep's multirun.yaml (Optuna with no trial ends in a traceback of its own)."""
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default={})
+    if choices.get("hydra/launcher") == "population":
         runs = OmegaConf.select(cfg, "hydra.launcher.max_runs")
         if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
             raise ConfigError("hydra.launcher.max_runs", runs, "must be an integer >= 1 (runs a population holds "
                               "at most) or null (no limit)")
+    if choices.get("hydra/sweeper") == "optuna":
+        for key in ("n_trials", "n_jobs"):
+            value = OmegaConf.select(cfg, f"hydra.sweeper.{key}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"hydra.sweeper.{key}", value, "must be an integer >= 1")
+
+
+# What makes every job's folder its own in hydra.sweep.subdir: the job's number or its overrides.
+JOB_UNIQUE = ("hydra.job.num", "hydra.job.id", "hydra.job.override_dirname")
+
+
+def _check_subdir(cfg: DictConfig, swept: list[str]) -> None:
+    """``hydra.sweep.subdir`` names a folder inside the sweep folder, one of its own for every job:
+    not empty, not absolute, no ``..`` (a job would write outside the sweep folder, or every job
+    into one folder, the second refused as holding a run).  With Hydra's basic sweeper, a subdir
+    naming neither the job's number nor its overrides must name every swept setting."""
+    raw = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    text = "" if raw is None else str(raw)
+    parts = Path(text).parts
+    if not text.strip() or text.strip() in (".", "./") or Path(text).is_absolute() or ".." in parts:
+        raise ConfigError("hydra.sweep.subdir", text or "''", "must name a folder inside hydra.sweep.dir, one for each job "
+                          "(e.g. ${hydra.job.num}, the default, or ${hydra:runtime.choices.aggregator}_seed${seed})")
+    if OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/sweeper", "basic") != "basic":
+        return  # a sampler's trials differ by hydra.job.num alone
+    if swept and not any(u in text for u in JOB_UNIQUE):
+        named = [k for k in swept if re.search(r"[{:.]" + re.escape(k.lstrip("+~").split("/")[-1].split(".")[-1])
+                                               + r"\}", text)]
+        missing = [k.lstrip("+~") for k in swept if k not in named]
+        if missing:
+            first = missing[0]  # a config group is named by the option chosen, a setting by its value
+            hint = f"hydra:runtime.choices.{first}" if (CONF_DIR / first).is_dir() else first
+            raise ConfigError("hydra.sweep.subdir", text, f"names no folder of its own for jobs that differ in "
+                              f"{', '.join(missing)}: those jobs would share one folder; add ${{{hint}}} (or "
+                              "${hydra.job.num})")
 
 
 def _output_folder(cfg: DictConfig, sweep: bool) -> Path:
@@ -166,12 +204,15 @@ def _output_folder(cfg: DictConfig, sweep: bool) -> Path:
     saved = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} and ${now:...} as in the job
     try:
-        folder = Path(str(OmegaConf.select(cfg, setting)))
+        text = str(OmegaConf.select(cfg, setting))
+        folder = Path(text)
     except OmegaConfBaseException as e:
         raise ConfigError(setting, OmegaConf.to_container(cfg.hydra, resolve=False)[setting.split(".")[1]]["dir"],
                           f"cannot be resolved: {first_line(e)}") from None
     finally:
         HydraConfig.instance().cfg = saved
+    if not text.strip():  # Path("") is the working directory: a run's files would land among the user's
+        raise ConfigError(setting, "''", "is empty; name a folder for the results")
     writable_folder(setting, folder)
     return folder
 
@@ -214,12 +255,16 @@ def precheck_sweep(overrides: list[str]) -> None:
         except HydraException:  # interval(...): the sweeper's to sample
             continue
         key = prefix.get(o.type, "") + o.key_or_group + (f"@{o.package}" if o.package else "")
+        if not values:
+            raise ConfigError(key, o.input_line.split("=", 1)[-1], "sweeps no value: give at least one "
+                              "(range(a,b) runs a, a+1, ..., b-1)")
         swept.append((key, values))
     firsts = [f"{key}={values[0]}" for key, values in swept]
-    precheck(fixed + firsts, sweep=True)
+    varied = [key for key, values in swept if len(values) > 1]
+    precheck(fixed + firsts, sweep=True, swept=varied)
     for i, (key, values) in enumerate(swept):
         for value in values[1:]:
-            precheck(fixed + firsts[:i] + [f"{key}={value}"] + firsts[i + 1:], sweep=True)
+            precheck(fixed + firsts[:i] + [f"{key}={value}"] + firsts[i + 1:], sweep=True, swept=varied)
     _check_partitions(fixed, swept)
 
 
@@ -308,6 +353,8 @@ def main() -> None:
     from hydra.core.plugins import Plugins
 
     Plugins.instance().register(PopulationLauncher)
+    if sweep:  # Hydra's parser takes -m only before the overrides; fedrun takes it anywhere
+        sys.argv = [sys.argv[0], "-m", *(a for a in sys.argv[1:] if a not in ("-m", "--multirun"))]
     code = 0
     try:
         _hydra_main()

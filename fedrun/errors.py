@@ -1,6 +1,7 @@
 """Errors a user can cause and fix.  The CLI prints them as one line and exits with ``exit_code``."""
 from __future__ import annotations
 
+import argparse
 import errno
 import sys
 from typing import NoReturn
@@ -22,6 +23,12 @@ class ConfigError(FedrunError, ValueError):
     def __init__(self, setting: str, value, allowed: str):
         self.setting, self.value, self.allowed = setting, value, allowed
         super().__init__(f"{setting}={value}: {allowed}")
+
+
+class UsageError(FedrunError, ValueError):
+    """A command line a program cannot use: an option out of range, folders that hold no run to
+    read, an output path that cannot be written.  The message names the option or path and what
+    is allowed, e.g. ``--target=95: an accuracy is a fraction in (0, 1]: write 0.95 for 95%``."""
 
 
 class DataError(FedrunError, RuntimeError):
@@ -102,6 +109,29 @@ def check(condition: bool, setting: str, value, allowed: str) -> None:
     """Raise :class:`ConfigError` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(setting, value, allowed)
+
+
+def program_name(prog: str) -> str:
+    """The name a program's errors start with: its argparse ``prog`` without a subcommand or
+    ``.py`` (``fednnnn_table2.py collect`` -> ``fednnnn_table2``)."""
+    return prog.split()[0].removesuffix(".py") if prog.strip() else "fedrun"
+
+
+def print_error(prog: str, error) -> None:
+    """A program's refusal, as the ``fedrun`` command's: ``<prog>: error: <error>``, one line on
+    stderr (the caller exits 2)."""
+    print(f"{program_name(prog)}: error: {first_line(error, limit=2000)}", file=sys.stderr)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, ``<prog>: error: <message>`` and exit 2, as
+    fedrun's own refusals: no usage block above it (``--help`` still prints the whole usage), so a
+    script's bad option reads like any other bad input.  Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = "; --help lists them" if message.startswith(("the following arguments", "unrecognized")) else ""
+        print_error(self.prog, f"{message}{hint}")
+        sys.exit(2)
 
 
 def exit_with(error, code: int) -> NoReturn:

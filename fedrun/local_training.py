@@ -54,6 +54,13 @@ class LocalTraining:
                               f"choose one of: {', '.join(OPTIMIZER_STATES)}")
         check(all(0 < f < 1 for f in self.lr_milestones), "hyperparams.lr_milestones",
               list(self.lr_milestones), "fractions of the rounds, each in (0, 1)")
+        check(list(self.lr_milestones) == sorted(set(self.lr_milestones)), "hyperparams.lr_milestones",
+              list(self.lr_milestones), "must be increasing (each the fraction of the rounds after which the "
+              "learning rate drops once more)")
+        # Adam's and Yogi's moment decays: a value of 1 never forgets (and divides by zero in the bias
+        # correction); checked whatever the optimizer, so a preset's betas are right when it changes.
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "hyperparams.betas", list(self.betas),
+              "must be two numbers, each in [0, 1)")
         check(0 < self.lr_gamma <= 1, "hyperparams.lr_gamma", self.lr_gamma, "must be in (0, 1]")
         check(self.adam_eps > 0, "hyperparams.adam_eps", self.adam_eps, "must be > 0")
         self.make_optimizer()  # validates the optimizer's name and settings

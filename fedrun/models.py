@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, check
 
 
 INITS = ("torch", "keras")
@@ -153,6 +153,8 @@ class MLP(nn.Module):
     def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
                  hidden: list[int] = (200,)):
         super().__init__()
+        check(all(isinstance(h, int) and h >= 1 for h in hidden), "model.hidden", list(hidden),
+              "each hidden layer needs >= 1 unit ([] for none: a linear model)")
         sizes = [in_channels * image_size * image_size, *hidden, num_classes]
         self.depth = len(sizes) - 1
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):

@@ -9,6 +9,7 @@ not from the repository layout.
 from __future__ import annotations
 
 import importlib.resources
+import os
 import tempfile
 from pathlib import Path
 
@@ -58,3 +59,21 @@ def writable_folder(setting: str, folder: Path, shown: str | None = None) -> Non
         Path(tempfile.mkdtemp(prefix=".fedrun-check-", dir=existing)).rmdir()
     except OSError as e:
         raise ConfigError(setting, shown, f"cannot be written: {existing} refuses a new folder ({e.strerror})") from None
+
+
+def writable_file(setting: str, path: Path, shown: str | None = None) -> None:
+    """One line naming ``setting`` unless ``path`` is, or can be made, a file this process writes
+    (a CSV a script is asked to write): not a folder, not a file it may not write, and in a folder
+    that exists or can be made (:func:`writable_folder`).  Checked before anything is read or
+    written, so a refused command leaves nothing behind."""
+    shown = str(path) if shown is None else shown
+    if path.is_dir():
+        raise ConfigError(setting, shown, "is a folder, not a file; give a file name, such as "
+                          f"{Path(shown) / 'table.csv'}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(setting, shown, "cannot be written (no permission); choose another file")
+    parent = path.absolute().parent
+    blocker = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise ConfigError(setting, shown, f"cannot be written: {blocker} is a file, not a folder")
+    writable_folder(setting, parent, shown)

@@ -93,24 +93,53 @@ FINISHED_FILES = ("config.yaml", "summary.json")
 RUN_FILE = "run.json"
 
 
+def folders(paths) -> list[Path]:
+    """``paths`` as a list of folders, each checked: one path (a ``str`` or ``Path``, what a caller
+    means by ``load("outputs/run")`` or ``load_runs("outputs/run")``) is a list of one, and a list
+    passed where paths are spread (``load(["a", "b"])``) is its paths.  A path that does not exist
+    or is a file, anything that is not a path, and no path at all raise one line
+    (:class:`~fedrun.errors.RunDirectoryError`, :class:`~fedrun.errors.ConfigError`)."""
+    out = []
+    for item in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        if isinstance(item, (str, os.PathLike)):
+            out.append(Path(item))
+        elif isinstance(item, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in item):
+            out += [Path(p) for p in item]
+        else:
+            raise ConfigError("paths", repr(item)[:80], "not a path: give folders as str or pathlib.Path, or a list "
+                              "of them")
+    if not out:
+        raise RunDirectoryError("no folders given: name run directories, or folders that hold them")
+    for top in out:
+        if not top.exists():
+            raise RunDirectoryError(f"{top}: no such file or directory")
+        if not top.is_dir():
+            raise RunDirectoryError(f"{top}: a file, not a folder: give a run directory or a folder that holds runs")
+    return out
+
+
 def find_runs(*paths: str | os.PathLike, require: Iterable[str] = RUN_FILES) -> list[Path]:
     """Every run directory at or below ``paths`` (each once, resolved, sorted).
 
     ``require``: the files a folder must hold to count as a run directory; by default
     :data:`RUN_FILES` (``config.yaml`` and ``rounds.csv``).  :data:`FINISHED_FILES`
     (``config.yaml`` and ``summary.json``) finds the finished runs only, including one that
-    wrote no ``rounds.csv``; ``("config.yaml",)`` every run that started.  A path that does not
-    exist raises :class:`~fedrun.errors.RunDirectoryError`."""
+    wrote no ``rounds.csv``; ``("config.yaml",)`` every run that started.  ``paths`` as
+    :func:`folders` takes them: a path that does not exist or is a file raises
+    :class:`~fedrun.errors.RunDirectoryError`."""
     require = tuple(require)
     found = set()
-    for top in paths:
-        top = Path(top)
-        if not top.exists():
-            raise RunDirectoryError(f"{top}: no such file or directory")
+    for top in folders(paths):
         for folder, _, files in os.walk(top):
             if all(name in files for name in require):
                 found.add(Path(folder).resolve())
     return sorted(found)
+
+
+def no_runs(paths, require: Iterable[str] = RUN_FILES) -> RunDirectoryError:
+    """The one line for folders without a run directory: where was looked and what a run holds."""
+    return RunDirectoryError(f"no run directories ({' and '.join(require)}) under "
+                             f"{', '.join(map(str, folders(paths)))}: give fedrun's run or sweep folders")
 
 
 def _read(path: Path) -> bytes:
@@ -131,7 +160,32 @@ def read_config(run: str | os.PathLike) -> dict:
         raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
     if not isinstance(config, dict):
         raise RunDirectoryError(f"{path}: not a mapping of settings ({type(config).__name__})")
+    _check_config(config, path)
     return config
+
+
+# config.yaml's nodes that fedrun writes as mappings of settings (the config groups and the
+# objects built from them), and the keys of which a fedrun config.yaml has at least one.
+SECTIONS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "logger", "choices", "tags",
+            "tuned", "federation", "local", "participation")
+FEDRUN_KEYS = ("seed", "aggregator", "hyperparams", "dataset", "model", "partition", "choices")
+
+
+def _check_config(config: dict, path: Path) -> None:
+    """One line naming ``path`` for a config.yaml that is not a fedrun run's, damaged or hand-made:
+    none of fedrun's keys (another tool's config), a ``seed`` that is no integer, or a config
+    group that is no mapping (``hyperparams: 5``).  Every reader then finds what fedrun writes."""
+    if config and not any(key in config for key in FEDRUN_KEYS):
+        raise RunDirectoryError(f"{path}: not a fedrun config (its keys: {', '.join(map(str, list(config)[:6]))}; "
+                                f"fedrun's have {', '.join(FEDRUN_KEYS)})")
+    seed = config.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise RunDirectoryError(f"{path}: seed={seed!r}: not an integer (a damaged or hand-edited config)")
+    for key in SECTIONS:
+        node = config.get(key)
+        if node is not None and not isinstance(node, dict):
+            raise RunDirectoryError(f"{path}: {key}={str(node)[:40]}: not a mapping of settings "
+                                    f"({type(node).__name__})")
 
 
 def read_summary(run: str | os.PathLike) -> dict:
@@ -163,16 +217,67 @@ def read_csv(run: str | os.PathLike, name: str = "rounds.csv") -> pd.DataFrame |
 
 
 def _csv(path: Path) -> pd.DataFrame:
-    """``pd.read_csv(path)``; a file that is not CSV (rows of other widths, binary, unreadable)
-    raises :class:`~fedrun.errors.RunDirectoryError` naming it."""
+    """``pd.read_csv(path)``, checked: a file that is not CSV (rows of other widths, binary,
+    unreadable), or not one fedrun writes (without its key columns, :data:`KEY_COLUMNS`, or with
+    text where numbers belong) raises :class:`~fedrun.errors.RunDirectoryError` naming it."""
     import pandas as pd
 
     try:
-        return pd.read_csv(path)
+        df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise RunDirectoryError(f"{path}: empty, not a CSV file") from None
     except (pd.errors.ParserError, ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError
         raise RunDirectoryError(f"{path}: not a CSV file ({first_line(e)})") from None
+    keys = KEY_COLUMNS.get(path.name, ("round",))
+    missing = [c for c in keys if c not in df]
+    if missing:
+        raise RunDirectoryError(f"{path}: no column {', '.join(missing)} (its columns: "
+                                f"{', '.join(map(str, df.columns[:8]))}); not a {path.name} fedrun wrote")
+    for column in df.columns if path.name == "rounds.csv" else keys:  # every column of rounds.csv is a number
+        _numbers(df[column], path)
+    return df
+
+
+# The columns each CSV of a run directory has (what the readers find rows by); other CSVs: ``round``.
+KEY_COLUMNS = {"rounds.csv": ("round", "test_acc"), "partition.csv": ("client",)}
+
+
+def _numbers(column: pd.Series, path: Path) -> None:
+    """One line naming ``path``, the column and the first value that is not a number."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(column) or column.isna().all():
+        return
+    bad = column[column.notna() & pd.to_numeric(column, errors="coerce").isna()]
+    if len(bad):
+        raise RunDirectoryError(f"{path}: column {column.name}, row {bad.index[0] + 1}: {str(bad.iloc[0])[:30]!r} "
+                                "where a number belongs")
+
+
+def read_rounds(run: str | os.PathLike) -> pd.DataFrame:
+    """``rounds.csv`` of a run directory with at least one round, for a figure or a table of
+    rounds; otherwise :class:`~fedrun.errors.RunDirectoryError`, one line that says why: the file
+    is missing or has no rows (the run stopped before its first round), or is not a rounds.csv
+    fedrun wrote (:func:`_csv`)."""
+    path = Path(run) / "rounds.csv"
+    if not path.is_file() or path.stat().st_size == 0:
+        raise RunDirectoryError(f"{run}: stopped before its first round (no rows in rounds.csv); nothing to draw")
+    df = _csv(path)
+    if df.empty:
+        raise RunDirectoryError(f"{run}: stopped before its first round (no rows in rounds.csv); nothing to draw")
+    return df
+
+
+def require_column(frames: Iterable[pd.DataFrame], column: str, setting: str) -> None:
+    """One line (:class:`~fedrun.errors.ConfigError`) unless some run has a value of ``column``
+    (``frames``: the runs' rounds.csv tables, or one table of them all): the option that named it
+    (``setting``) and the columns the runs do have values of."""
+    frames = [f for f in frames if f is not None]
+    if any(column in f and f[column].notna().any() for f in frames):
+        return
+    have = sorted({c for f in frames for c in f.columns if f[c].notna().any()} - {"round", *NOT_GROUPING})
+    raise ConfigError(setting, column, f"no run has values of it; the runs' rounds.csv columns with values: "
+                      f"{', '.join(have) or 'none'}")
 
 
 def _flatten(node, prefix: str = "") -> dict:
@@ -363,7 +468,7 @@ def _load(paths, csv_name: str) -> pd.DataFrame:
 
     runs = find_runs(*paths)
     if not runs:
-        raise RunDirectoryError(f"no run directories (config.yaml and rounds.csv) under {', '.join(map(str, paths))}")
+        raise no_runs(paths)
     identity = run_identity(runs)
     frames = []
     for run, (_, who) in zip(runs, identity.iterrows()):
@@ -378,12 +483,15 @@ def _load(paths, csv_name: str) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     out = out[columns + [c for c in out.columns if c not in columns]]
     out.attrs.update(identity.attrs)  # varied: the settings that differ between the runs; swept: the overrides
+    out.attrs["runs"] = [str(run) for run in runs]  # every run found, those without a row too
     return out
 
 
 def load(*paths: str | os.PathLike) -> pd.DataFrame:
-    """``rounds.csv`` of every run under ``paths`` (runs or sweep folders): one row per run and
-    round, identity columns first (module docstring)."""
+    """``rounds.csv`` of every run under ``paths`` (runs or sweep folders; a list of them is taken
+    too, :func:`folders`): one row per run and round, identity columns first (module docstring).
+    ``attrs["runs"]``: every run found, also those without a row (stopped before their first
+    round).  No run, or a damaged file: one line (:class:`~fedrun.errors.RunDirectoryError`)."""
     return _load(paths, "rounds.csv")
 
 
@@ -424,6 +532,8 @@ def summaries(*paths: str | os.PathLike) -> pd.DataFrame:
     import pandas as pd
 
     runs = find_runs(*paths)
+    if not runs:
+        raise no_runs(paths)
     identity = run_identity(runs)
     rows = []
     for run in runs:
@@ -515,8 +625,9 @@ class Run:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Run:
-        """Read ``config.yaml`` and ``summary.json`` (an empty summary while the run is unfinished)."""
-        path = Path(path)
+        """Read ``config.yaml`` and ``summary.json`` (an empty summary while the run is unfinished);
+        a path that is no folder is one line (:class:`~fedrun.errors.RunDirectoryError`)."""
+        path = folders(path)[0]
         return cls(path, read_config(path), read_summary(path))
 
     @property
@@ -590,9 +701,10 @@ def load_runs(paths: Iterable[str | os.PathLike], reject: Callable[[Run], str] |
               require: Iterable[str] = FINISHED_FILES) -> tuple[list[Run], list[tuple[Path, str]]]:
     """The runs under ``paths`` (:func:`find_runs` with ``require``: by default the finished ones)
     as :class:`Run` objects, in path order, and ``[(path, why)]`` for the run directories passed
-    over: unreadable ones, and those ``reject(run)`` gives a reason for (a non-empty string)."""
+    over: unreadable ones, and those ``reject(run)`` gives a reason for (a non-empty string).
+    ``paths`` as :func:`folders` takes them (one path is a list of one)."""
     runs, skipped = [], []
-    for path in find_runs(*paths, require=require):
+    for path in find_runs(*folders(paths), require=require):
         try:
             run = Run.load(path)
         except (FedrunError, OSError, ValueError, yaml.YAMLError) as e:
