@@ -34,7 +34,8 @@ import textwrap
 from pathlib import Path
 
 from fedrun import results
-from fedrun.errors import FedrunError
+from fedrun.errors import ArgumentParser, FedrunError, UsageError, print_error
+from fedrun.paths import writable_folder
 
 PROG = "fedrun-plot"
 ROUNDS = "Communication rounds"
@@ -124,8 +125,9 @@ def integer_rounds(ax) -> None:
 
 
 def parser(prog: str | None, doc: str, out_required: bool = True) -> argparse.ArgumentParser:
-    """A plot command line: DIRs searched for run directories and ``--out``."""
-    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """A plot command line: DIRs searched for run directories and ``--out``; its errors are one line
+    (:class:`fedrun.errors.ArgumentParser`)."""
+    p = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
     p.add_argument("--out", required=out_required,
                    help="folder for the figures" + ("" if out_required else " (required unless --summary)"))
@@ -268,11 +270,14 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
     if unknown or not metrics:
         raise results.ConfigError("metrics", ",".join(metrics), f"choose from: {', '.join(METRICS)}")
     out = Path(out)
+    check_drawable(df, metrics)
+    not_drawn = results.without_rows(df)
     curves = results.seed_curves(df, list(metrics), band)
     groups = list(dict.fromkeys(curves["group"]))
     runs = df.groupby("group")["run_dir"].nunique()
     seeds = {int(runs[g]) for g in groups}
     text = setting(df["run_dir"].unique()) if "run_dir" in df else ""
+    stops = diverged_groups(df)
     rows, cols, size = layout(len(metrics), cols, figsize)
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=size, layout="constrained")
@@ -311,6 +316,7 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
         else:
             labels = [mean_label(key, int(runs[key])) for key in groups]
             title = results.BANDS[band].capitalize()
+        labels = [label + (f" ({stops[key]})" if key in stops else "") for key, label in zip(groups, labels)]
         if handles:
             shown = [(handles[k], label) for k, label in zip(groups, labels) if k in handles]
             wrapped, ncols, lines = legend_layout([label for _, label in shown], size[0], title)
@@ -318,9 +324,11 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
                        title=title)
             if figsize is None and lines > LEGEND_ROOM_LINES:  # a tall legend: a taller figure, not squeezed panels
                 fig.set_size_inches(size[0], size[1] + (lines - LEGEND_ROOM_LINES) * LINE_HEIGHT)
-        if caption and text:
-            fig.supxlabel(textwrap.fill(text, width=int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))),
-                          fontsize=FONT_SIZE - 1)
+        lines = [text] if text else []
+        lines += ["not drawn: " + "; ".join(f"{Path(run).name}: {why}" for run, why in not_drawn)] if not_drawn else []
+        if caption and lines:
+            width = int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))
+            fig.supxlabel("\n".join(textwrap.fill(line, width=width) for line in lines), fontsize=FONT_SIZE - 1)
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / f"runs.{fmt}" for fmt in formats]
         for path in paths:
@@ -333,6 +341,7 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
         drawn = [column for column in metrics if column in set(mine["metric"])]
         what = f"{runs[key]} run{'s' if runs[key] != 1 else ''}" + (f" (seeds {', '.join(map(str, seeds_of))})"
                                                                      if len(seeds_of) > 1 else "")
+        what += f", {stops[key]}" if key in stops else ""
         if not drawn:
             log(f"warning: {key}: {what}, no values of {', '.join(metrics)}; not drawn")
             continue
@@ -341,9 +350,36 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
         for column in metrics:
             if column not in drawn:
                 log(f"warning: {key}: no values of {column}; left out of its panel")
+    for run, why in not_drawn:
+        log(f"warning: {run}: {why}; not drawn")
     if text:
         log(f"setting: {text}")
     return [*paths, data]
+
+
+def check_drawable(df, metrics: tuple[str, ...]) -> None:
+    """One line, before anything is written, for a figure that would be empty: no run has a row
+    (each says why, :func:`fedrun.results.require_rows`), or none has a value of any of
+    ``metrics`` (the columns that have values are named)."""
+    results.require_rows(df)
+    if not any(m in df and df[m].notna().any() for m in metrics):
+        results.require_column([df], ",".join(metrics), "--metrics")
+
+
+def diverged_groups(df) -> dict[str, str]:
+    """For each group with a run that diverged (run.json, :func:`fedrun.results.stop_note`): what
+    its legend entry adds, ``diverged at round t`` (one run) or ``seed s diverged at round t``
+    (one of several), so a curve that ends early says why."""
+    out = {}
+    for key, rows in df.groupby("group", sort=False):
+        runs = rows.drop_duplicates("run_dir")
+        notes = [(seed, results.stop_note(run)) for run, seed in
+                 zip(runs["run_dir"], runs["seed"] if "seed" in runs else [None] * len(runs))]
+        notes = [(seed, note) for seed, note in notes if note]
+        if notes:
+            out[key] = "; ".join(note if len(runs) == 1 or seed is None else f"seed {seed} {note}"
+                                 for seed, note in notes)
+    return out
 
 
 def _figsize(text: str) -> tuple[float, float]:
@@ -393,30 +429,32 @@ def main(argv: list[str] | None = None) -> int:
                    help="a line below the panels with the runs' setting (default: on)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated: " + ", ".join(FORMATS))
     args = p.parse_args(argv)
-    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        print(f"{PROG}: --formats={args.formats}: choose from {', '.join(FORMATS)}", file=sys.stderr)
-        return 2
-    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown or not metrics:
-        print(f"{PROG}: --metrics={args.metrics}: choose from {', '.join(METRICS)}", file=sys.stderr)
-        return 2
-    try:  # a damaged config.yaml, summary.json or CSV: one line naming it (fedrun.results' readers)
+    try:  # bad options, folders without runs, a damaged config.yaml or CSV: one line, nothing written
+        formats, metrics = _choices("formats", args.formats, FORMATS), _choices("metrics", args.metrics, METRICS)
+        writable_folder("--out", Path(args.out))
         df = results.load(*args.dirs)
+        if args.metrics != p.get_default("metrics"):  # named by the user: each must be there
+            for metric in metrics:
+                results.require_column([df], metric, "--metrics")
         written = plot(df, Path(args.out), args.band, formats, metrics=metrics, cols=args.cols,
                        figsize=args.figsize, caption=args.caption)
     except FedrunError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print_error(PROG, e)
         return 2
-    except OSError as e:  # --out cannot be written (a file, no permission, a full disk)
-        print(f"{PROG}: cannot write to {args.out}: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # --out cannot be written after all (a full disk)
+        print_error(PROG, f"cannot write to {args.out}: {e.strerror or e}")
         return 2
     for path in written:
         print(path)
     return 0
 
+
+def _choices(option: str, text: str, allowed) -> tuple[str, ...]:
+    """A comma-separated option's values, each one of ``allowed``; else one line."""
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values or any(v not in allowed for v in values):
+        raise UsageError(f"--{option}={text}: choose from {', '.join(allowed)}")
+    return values
 
 if __name__ == "__main__":
     sys.exit(main())

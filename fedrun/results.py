@@ -261,11 +261,32 @@ def read_rounds(run: str | os.PathLike) -> pd.DataFrame:
     fedrun wrote (:func:`_csv`)."""
     path = Path(run) / "rounds.csv"
     if not path.is_file() or path.stat().st_size == 0:
-        raise RunDirectoryError(f"{run}: stopped before its first round (no rows in rounds.csv); nothing to draw")
+        raise RunDirectoryError(f"{run}: {no_rows(run)}; nothing to draw")
     df = _csv(path)
     if df.empty:
-        raise RunDirectoryError(f"{run}: stopped before its first round (no rows in rounds.csv); nothing to draw")
+        raise RunDirectoryError(f"{run}: {no_rows(run)}; nothing to draw")
     return df
+
+
+def without_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(run_dir, why)`` for each run :func:`load` found (``attrs["runs"]``) that has no row in
+    its table: it diverged in round 1 or stopped before its first round (:func:`no_rows`)."""
+    drawn = set(df["run_dir"]) if "run_dir" in df else set()
+    return [(run, no_rows(run)) for run in df.attrs.get("runs", []) if run not in drawn]
+
+
+def require_rows(df: pd.DataFrame) -> None:
+    """One line (:class:`~fedrun.errors.RunDirectoryError`) for a table of :func:`load` without a
+    row, naming each run and why it has none, so a figure or table is never empty unsaid."""
+    if df.empty:
+        why = "; ".join(f"{run}: {why}" for run, why in without_rows(df)) or "no rows in rounds.csv"
+        raise RunDirectoryError(f"{why}; nothing to draw or compare")
+
+
+def no_rows(run: str | os.PathLike) -> str:
+    """What to say of a run whose rounds.csv has no row: it diverged in round 1 (run.json), or it
+    stopped before its first round."""
+    return f"{stop_note(run) or 'stopped before its first round'} (no rows in rounds.csv)"
 
 
 def require_column(frames: Iterable[pd.DataFrame], column: str, setting: str) -> None:
@@ -613,6 +634,39 @@ def seed_curves(df: pd.DataFrame, metrics: Iterable[str], band: str = "std") -> 
 
 # ----------------------------------------------------------------------------- one run at a time
 
+def stopped(run: str | os.PathLike) -> dict | None:
+    """How an unfinished run ended, from its last session in ``run.json``:
+    ``{"reason": "diverged", "round": t, "error": "..."}`` with t the round that diverged (its
+    CSVs hold the rounds before); None for a finished run (``summary.json``), one still running,
+    or one stopped by Ctrl-C, a kill or a full disk (resumable).  Reads no other file, so a figure
+    can name a diverged run whatever else its folder holds."""
+    run = Path(run)
+    if (run / "summary.json").is_file():
+        return None
+    try:
+        sessions = json.loads((run / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    last = sessions[-1] if isinstance(sessions, list) and sessions and isinstance(sessions[-1], dict) else {}
+    if not last.get("reason"):
+        return None
+    done = last.get("last_round")
+    try:
+        round_ = None if done is None else int(done) + 1
+    except (TypeError, ValueError):  # a damaged run.json: the reason without the round
+        round_ = None
+    return {"reason": str(last["reason"]), "round": round_, "error": last.get("error")}
+
+
+def stop_note(run: str | os.PathLike) -> str | None:
+    """``diverged at round t`` (or another reason run.json gives) for a run that stopped so, else
+    None: what a figure's legend or caption says of it, as the tables do."""
+    how = stopped(run)
+    if how is None:
+        return None
+    return f"{how['reason']} at round {how['round']}" if how["round"] is not None else how["reason"]
+
+
 @dataclass
 class Run:
     """One run directory: its resolved config (``config.yaml``), its summary (``summary.json``;
@@ -637,21 +691,8 @@ class Run:
 
     @property
     def stopped(self) -> dict | None:
-        """How an unfinished run ended, from its last session in ``run.json``:
-        ``{"reason": "diverged", "round": t, "error": "..."}`` with t the round that diverged (its
-        CSVs hold the rounds before); None for a finished run, one still running, or one stopped by
-        Ctrl-C, a kill or a full disk (resumable)."""
-        if self.finished:
-            return None
-        try:
-            sessions = json.loads((self.path / RUN_FILE).read_text())
-        except (OSError, ValueError):
-            return None
-        last = sessions[-1] if isinstance(sessions, list) and sessions and isinstance(sessions[-1], dict) else {}
-        if not last.get("reason"):
-            return None
-        done = last.get("last_round")
-        return {"reason": last["reason"], "round": None if done is None else int(done) + 1, "error": last.get("error")}
+        """How an unfinished run ended (:func:`stopped`); None for a finished run."""
+        return None if self.finished else stopped(self.path)
 
     @property
     def tags(self) -> dict:

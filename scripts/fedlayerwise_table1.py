@@ -61,9 +61,10 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import group, load_tagged, setting_deviations
+from papers import fraction, group, load_tagged, one_line_errors, setting_deviations
 
-from fedrun.results import METHOD_NAMES, Run
+from fedrun.errors import ConfigError
+from fedrun.results import METHOD_NAMES, Run, require_column
 
 PAPER = "fedlayerwise"
 # Table I's rows (in the paper's order), columns and display names.
@@ -133,7 +134,7 @@ def rounds_to(run: Run, target: float = PAPER_TARGET, metric: str = "test_acc") 
         reached = (run.summary.get("rounds_to_accuracy") or {}).get(f"{target:g}")
         return {"round": reached, "T": int(run.summary.get("rounds", 0)), "final": run.accuracy("final")}
     if metric not in df:
-        raise SystemExit(f"fedlayerwise_table1: {run.path / 'rounds.csv'} has no column {metric}")
+        raise ConfigError("--metric", metric, f"{run.path / 'rounds.csv'} has no such column")
     df = df.dropna(subset=[metric])
     if df.empty:
         return {"round": None, "T": 0, "final": None}
@@ -208,10 +209,15 @@ def format_table(rows: list[dict]) -> str:
 
 
 def collect(dirs: list[str], target: float = PAPER_TARGET, metric: str = "test_acc", csv_path: str | None = None,
-            paper_csv: str | None = None, out=None) -> list[dict]:
-    """Find, file, print and write Table I for the runs under ``dirs``; return the long-form rows."""
+            paper_csv: str | None = None, out=None, need_runs: bool = False) -> list[dict]:
+    """Find, file, print and write Table I for the runs under ``dirs``; return the long-form rows.
+    ``need_runs`` (the collect mode): no finished run of the paper, or none with a value of
+    ``metric``, is one line, not a table of dashes."""
     out = out or sys.stdout
     runs, skipped = load_runs(dirs)
+    tables.require(runs, skipped, "FedLayerWise", dirs, need_runs)
+    if need_runs and metric != "test_acc":  # test_acc is in summary.json too; another metric only in rounds.csv
+        require_column([r.rounds() for r in runs], metric, "--metric")
     rows = table1_rows(runs, paper_table(paper_csv), target, metric)
     print(format_table(rows), file=out)
     tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table I",
@@ -244,13 +250,6 @@ def run_grid(args) -> int:
 
 # ----------------------------------------------------------------------------- command line
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected an accuracy in (0, 1], got {text}")
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
     p, c, r = tables.table_parser(
         "fedlayerwise_table1.py", __doc__, "Table I", CSV_NAME, "<scenario>/<method>_seed<seed>",
@@ -258,7 +257,7 @@ def parser() -> argparse.ArgumentParser:
         "run conf/dataset OPTION in place of MNIST (not available offline), e.g. mnist=mnist_train10k. The runs "
         "are marked as substituted", "mnist=OPTION")
     for q in (c, r):
-        q.add_argument("--target", type=_fraction, default=PAPER_TARGET,
+        q.add_argument("--target", type=fraction, default=PAPER_TARGET,
                        help="accuracy to reach, a fraction (default 0.95, the paper's; the paper's numbers "
                             "are shown for 0.95 only)")
         q.add_argument("--metric", choices=("test_acc", "val_acc"), default="test_acc",
@@ -274,9 +273,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@one_line_errors("fedlayerwise_table1")
 def main(argv: list[str] | None = None) -> int:
     return tables.table_main(parser().parse_args(argv), run_grid,
-                             lambda a, csv_path: collect(a.dirs, a.target, a.metric, csv_path, a.paper_csv),
+                             lambda a, csv_path: collect(a.dirs, a.target, a.metric, csv_path, a.paper_csv,
+                                                         need_runs=True),
                              CSV_NAME, "fedlayerwise_table1")
 
 

@@ -70,7 +70,7 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import group, load_tagged, setting_deviations
+from papers import group, load_tagged, one_line_errors, setting_deviations
 
 from fedrun.results import METHOD_NAMES, Run
 
@@ -298,10 +298,12 @@ def format_table(rows: list[dict], accuracy: str = "final") -> str:
 
 
 def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = None,
-            paper_csv: str | None = None, out=None) -> list[dict]:
-    """Find, file, print and write Table 2 for the runs under ``dirs``; return the long-form rows."""
+            paper_csv: str | None = None, out=None, need_runs: bool = False) -> list[dict]:
+    """Find, file, print and write Table 2 for the runs under ``dirs``; return the long-form rows.
+    ``need_runs`` (the collect mode): no finished run of the paper is one line, not a table of dashes."""
     out = out or sys.stdout
     runs, skipped = load_runs(dirs)
+    tables.require(runs, skipped, "FedNNNN", dirs, need_runs)
     rows = table2_rows(runs, paper_table(paper_csv), accuracy)
     print(format_table(rows, accuracy), file=out)
     tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table 2", paper="FedNNNN",
@@ -354,9 +356,11 @@ def parser():
     return p
 
 
+@one_line_errors("fednnnn_table2")
 def main(argv: list[str] | None = None) -> int:
     return tables.table_main(parser().parse_args(argv), run_grid,
-                             lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv),
+                             lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv,
+                                                         need_runs=True),
                              CSV_NAME, "fednnnn_table2")
 
 

@@ -77,6 +77,14 @@ def seed_list(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+def seeds(text: str) -> str:
+    """``--seeds``: comma-separated integer seeds, at least one (checked before anything runs)."""
+    values = seed_list(text)
+    if not values or not all(v.lstrip("-").isdigit() for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integer seeds, e.g. 0,1,2")
+    return ",".join(values)
+
+
 def print_banner(lines: list[str], extra: list[str]) -> None:
     """What the launched runs change from the paper's setting, and the extra overrides, as NOTE lines."""
     for line in lines + ([f"EXTRA OVERRIDES: {' '.join(extra)}"] if extra else []):
@@ -145,7 +153,8 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
 
     Returns the (column, missing (method, seed) pairs) that did not finish.
     """
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    if not dry_run:  # a dry run prints the commands and writes nothing
+        (out / "logs").mkdir(parents=True, exist_ok=True)
     failures = []
     for i, column in enumerate(columns, 1):
         wanted = {(m, s) for m in methods for s in seeds}

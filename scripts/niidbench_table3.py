@@ -71,7 +71,7 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import DIVERGED, group, load_tagged, setting_deviations
+from papers import DIVERGED, group, load_tagged, one_line_errors, setting_deviations
 
 from fedrun.results import METHOD_NAMES, Run
 
@@ -257,10 +257,13 @@ def format_reference_table(rows: list[dict]) -> str:
 
 
 def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = None,
-            paper_csv: str | None = None, out=None, reference_csv: str | None = None) -> list[dict]:
-    """Find, file, print and write Table III for the runs under ``dirs``; return the long-form rows."""
+            paper_csv: str | None = None, out=None, reference_csv: str | None = None,
+            need_runs: bool = False) -> list[dict]:
+    """Find, file, print and write Table III for the runs under ``dirs``; return the long-form rows.
+    ``need_runs`` (the collect mode): no finished run of the paper is one line, not a table of dashes."""
     out = out or sys.stdout
     runs, skipped = load_runs(dirs)
+    tables.require(runs, skipped, "NIID-Bench", dirs, need_runs)
     paper = paper_table(paper_csv)
     diverged = [Run.load(path) for path, why in skipped if why.startswith(DIVERGED)]
     rows = table3_rows(runs, paper, accuracy, reference_table(reference_csv), diverged)
@@ -322,9 +325,11 @@ def parser():
     return p
 
 
+@one_line_errors("niidbench_table3")
 def main(argv: list[str] | None = None) -> int:
     return tables.table_main(parser().parse_args(argv), run_grid,
-                             lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv),
+                             lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv,
+                                                         need_runs=True),
                              CSV_NAME, "niidbench_table3")
 
 

@@ -11,6 +11,7 @@ without parsing directory names.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import sys
@@ -18,8 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
-from fedrun.errors import FedrunError
-from fedrun.results import Run, load_runs
+from fedrun.errors import FedrunError, RunDirectoryError, UsageError, print_error
+from fedrun.results import Run, load_runs, read_rounds, stop_note
 
 # Dataset settings that shrink the data (a subset): named in every departure note.
 DATA_SIZE_KEYS = ("max_train", "max_test")
@@ -43,15 +44,19 @@ def load_tagged(paths: Iterable[str | os.PathLike], paper: str, keys: Iterable[s
             return f"not tagged paper={paper}"
         if run.method is None or any(run.tags.get(k) is None for k in keys):
             return f"no method or no tags {'/'.join(keys)}"
-        if not run.finished:
-            stopped = run.stopped
-            if stopped and stopped["reason"] == "diverged":
-                what = str(stopped["error"] or "").split(": ", 1)[-1].split(";")[0]  # "round t: <what>; ..."
-                return f"{DIVERGED} {stopped['round']}" + (f": {what}" if what else "")
-            return UNFINISHED
-        return ""
+        return "" if run.finished else stop_reason(run)
 
     return load_runs(paths, reject, require=("config.yaml",))
+
+
+def stop_reason(run: Run) -> str:
+    """Why a run has no ``summary.json``: ``diverged at round t: <error>`` (``run.json``,
+    :attr:`fedrun.results.Run.stopped`) or :data:`UNFINISHED`."""
+    stopped = run.stopped
+    if stopped and stopped["reason"] == "diverged":
+        what = str(stopped["error"] or "").split(": ", 1)[-1].split(";")[0]  # "round t: <what>; ..."
+        return f"{DIVERGED} {stopped['round']}" + (f": {what}" if what else "")
+    return UNFINISHED
 
 
 def group(runs: Iterable[Run], key: Callable[[Run], Hashable]) -> dict:
@@ -63,39 +68,116 @@ def group(runs: Iterable[Run], key: Callable[[Run], Hashable]) -> dict:
 
 
 def one_line_errors(prog: str):
-    """A script's ``main(argv)``, with fedrun's one-line errors (a damaged ``config.yaml``,
-    ``summary.json`` or CSV, named by :mod:`fedrun.results`' readers) printed as ``prog: <error>``
-    on stderr and exit code 2, not a traceback."""
+    """A script's ``main(argv)`` with fedrun's refusals: a bad option, folders without the runs it
+    needs, a damaged ``config.yaml``, ``summary.json`` or CSV (named by :mod:`fedrun.results`'
+    readers), an output path that cannot be written, each printed as one line,
+    ``prog: error: <what>: <what to do>`` on stderr, exit code 2, not a traceback (the script's
+    parser, :class:`fedrun.errors.ArgumentParser`, says its own errors so too)."""
     def wrap(main: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(main)
         def guarded(argv: list[str] | None = None) -> int:
             try:
                 return main(argv)
             except FedrunError as e:
-                print(f"{prog}: {e}", file=sys.stderr)
-                return 2
+                print_error(prog, e)
+            except OSError as e:  # an output that could not be written after all (a full disk)
+                print_error(prog, f"{e.filename or 'a file'}: {e.strerror or e}")
+            return 2
         return guarded
     return wrap
 
 
 def unreadable(skipped: list[tuple[Path, str]], prog: str) -> list[tuple[Path, str]]:
     """Print ``prog: skipping <dir>: unreadable: <file>: <why>`` for each run directory
-    :func:`~fedrun.results.load_runs` could not read (one line each, on stderr); the others."""
+    :func:`~fedrun.results.load_runs` could not read, and ``prog: skipping <dir>: diverged at round
+    t: ...`` for each of the paper's runs that diverged (one line each, on stderr); the others."""
     rest = []
     for path, why in skipped:
-        if why.startswith("unreadable"):
+        if why.startswith(("unreadable", DIVERGED)):
             print(f"{prog}: skipping {path}: {why}", file=sys.stderr)
         else:
             rest.append((path, why))
     return rest
 
 
-def missing_dirs(dirs: list[str], prog: str) -> bool:
-    """Print one line per argument that is not a directory; True if there was one."""
-    bad = [d for d in dirs if not Path(d).is_dir()]
-    for d in bad:
-        print(f"{prog}: no such directory: {d}", file=sys.stderr)
-    return bool(bad)
+def with_rounds(runs: list[Run], skipped: list[tuple[Path, str]]) -> list[Run]:
+    """The runs whose ``rounds.csv`` has rounds to draw (:func:`fedrun.results.read_rounds`); each
+    other one is added to ``skipped`` as unreadable, with the reason (no rows: stopped before its
+    first round; not a rounds.csv fedrun wrote), so that no run is left out of a figure unsaid."""
+    kept = []
+    for run in runs:
+        try:
+            read_rounds(run.path)
+        except RunDirectoryError as e:
+            skipped.append((run.path, f"unreadable: {e}"))
+            continue
+        kept.append(run)
+    return kept
+
+
+def require_runs(runs: list, skipped: list[tuple[Path, str]], what: str, dirs: Iterable) -> None:
+    """One line when there is nothing to draw or tabulate: no ``what`` under ``dirs``, with why
+    the run directories there were passed over (the first three), so a folder of unfinished,
+    diverged or damaged runs says so instead of an empty figure or table."""
+    if runs:
+        return
+    found = "; ".join(f"{p} ({why.removeprefix('unreadable: ')})" for p, why in skipped[:3])
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    raise UsageError(f"no {what} under {', '.join(map(str, dirs))}: "
+                     + (f"{found}{more}" if found else "no run directories (config.yaml) there"))
+
+
+def stopped_notes(skipped: list[tuple[Path, str]], key: Callable[[Run], Hashable],
+                  label: Callable[[Run], str]) -> dict:
+    """The paper's runs that diverged (:data:`DIVERGED`, from :func:`load_tagged`), filed by
+    ``key(run)`` (a figure's cell) as the notes its figure prints below the panels:
+    ``<label(run)> seed s: diverged at round t, not drawn``, so that a diverged run is named where
+    it would have been drawn."""
+    notes: dict = defaultdict(list)
+    for path, why in skipped:
+        if why.startswith(DIVERGED):
+            run = Run.load(path)
+            notes[key(run)].append(f"{label(run)} seed {run.seed}: {stop_note(path)}, not drawn")
+    return dict(notes)
+
+
+# ----------------------------------------------------------------------------- command-line values
+
+def fraction(text: str) -> float:
+    """An accuracy option (``--target``): a fraction in (0, 1], as rounds.csv holds accuracies;
+    ``95`` is refused with the fraction to write instead."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an accuracy as a fraction in (0, 1], e.g. 0.95") from None
+    if 1 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: accuracies are fractions in (0, 1]: write {value / 100:g} "
+                                         f"for {value:g}%")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an accuracy as a fraction in (0, 1], e.g. 0.95")
+    return value
+
+
+def round_number(text: str) -> int:
+    """A round option (``--upto``, ``--round``): an integer >= 1 (rounds count from 1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a round number, an integer >= 1 (rounds count from 1)")
+    return value
+
+
+def round_list(text: str) -> list[int]:
+    """Comma-separated rounds (``--at 1,5,15``), each >= 1."""
+    try:
+        rounds = [round_number(r.strip()) for r in text.split(",") if r.strip()]
+    except argparse.ArgumentTypeError:
+        rounds = []
+    if not rounds:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated round numbers >= 1, e.g. 1,5,15")
+    return rounds
 
 
 # ----------------------------------------------------------------------------- the paper's setting

@@ -77,8 +77,9 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import count_notes, group, setting_deviations
+from papers import count_notes, group, one_line_errors, setting_deviations
 
+from fedrun.errors import UsageError
 from fedrun.paths import conf_options
 from fedrun.results import Run, load_runs
 
@@ -442,12 +443,14 @@ def notes(by_key: dict[tuple, list[Run]], rows: list[dict], chosen: list[str], t
 
 
 def collect(dirs: list[str], csv_path: str | None = None, which: list[str] | None = None, paper_csv: str | None = None,
-            out=None) -> list[dict]:
+            out=None, need_runs: bool = False) -> list[dict]:
     """Find, identify, print and write Tables 4-10 (or ``which`` of them) for the runs under ``dirs``;
-    return the tidy rows."""
+    return the tidy rows.  ``need_runs`` (the collect mode): no finished run of the study is one
+    line (:func:`tables.require`), not a table of dashes."""
     out = out or sys.stdout
     targets = paper_rows(paper_csv)
     by_key, skipped = load(dirs)
+    tables.require(by_key, skipped, "parameter-divergence (pd/*)", dirs, need_runs)
     chosen = [t for t in TABLES if not which or t in which]
     rows = table_rows([t for t in targets if t.table in chosen], by_key)
     for table in [t for t in chosen if any(r["table"] == t and r["n_runs"] for r in rows)] or chosen:
@@ -510,7 +513,8 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
     """Run every (key, seed) not finished in ``out`` as ``fedrun -m`` sweeps (:func:`sweeps`).
     Returns the ``(key, seed, state)`` that are not finished afterwards."""
     jobs = [(k, s) for k in keys for s in seeds]
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    if not dry_run:  # a dry run prints the commands and writes nothing
+        (out / "logs").mkdir(parents=True, exist_ok=True)
     states = {(k, s): run_state(run_dir(out, k, s)) for k, s in jobs}
     todo = [(k, s, states[k, s] == "started") for k, s in jobs
             if states[k, s] == "todo" or (states[k, s] == "started" and resume)]
@@ -547,14 +551,14 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
     return unfinished
 
 
-def _list(text: str | None, allowed, prefix: str = "") -> list[str] | None:
+def _list(text: str | None, allowed, prefix: str = "", option: str = "") -> list[str] | None:
     """A comma-separated selection (``4,8`` -> table4, table8 with ``prefix='table'``), checked."""
     if not text:
         return None
     items = [x.strip() if x.strip().startswith(prefix) else prefix + x.strip() for x in text.split(",") if x.strip()]
     bad = [x for x in items if x not in allowed]
     if bad:
-        raise SystemExit(f"pd_tables: unknown {bad}; choose from {', '.join(allowed)}")
+        raise UsageError(f"{option}={text}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
     return items
 
 
@@ -562,16 +566,19 @@ def run_grid(args) -> int:
     """Launch the missing runs of the selected table cells (each distinct run once), then collect."""
     out = Path(args.out).resolve()
     substitutes = dict(args.substitute)
-    which = _list(args.tables, TABLES, "table")
-    selection = [which, _list(args.settings, SETTINGS), _list(args.datasets, DATASETS),
-                 _list(args.networks, list(NETWORKS)), _list(args.optimizers, list(OPTIMIZERS))]
+    which = _list(args.tables, TABLES, "table", "--tables")
+    selection = [which, _list(args.settings, SETTINGS, option="--settings"),
+                 _list(args.datasets, DATASETS, option="--datasets"),
+                 _list(args.networks, list(NETWORKS), option="--networks"),
+                 _list(args.optimizers, list(OPTIMIZERS), option="--optimizers")]
     all_rows = paper_rows(args.paper_csv)
-    variants = _list(args.variants, sorted({canonical_variant(r.variant) or "none" for r in all_rows}))
+    variants = _list(args.variants, sorted({canonical_variant(r.variant) or "none" for r in all_rows}),
+                     option="--variants")
     seeds = grid.seed_list(args.seeds)
     rows = select(all_rows, *selection, variants)
     if not rows:
-        print("pd_tables: no table cell matches the selection", file=sys.stderr)
-        return 2
+        raise UsageError("no table cell matches the selection (--tables, --settings, --datasets, --networks, "
+                         "--optimizers, --variants): widen it")
     keys = plan(rows)
     scale = args.scale or ("smoke" if args.smoke else None)
     banner = []
@@ -624,10 +631,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@one_line_errors("pd_tables")
 def main(argv: list[str] | None = None) -> int:
     return tables.table_main(
         parser().parse_args(argv), run_grid,
-        lambda a, csv_path: collect(a.dirs, csv_path, _list(a.tables, TABLES, "table"), a.paper_csv),
+        lambda a, csv_path: collect(a.dirs, csv_path, _list(a.tables, TABLES, "table", "--tables"), a.paper_csv,
+                                    need_runs=True),
         CSV_NAME, "pd_tables")
 
 

@@ -46,11 +46,13 @@ from pathlib import Path
 
 import plots
 import tables
-from papers import (count_notes, group, load_tagged, mean_by_round, missing_dirs, one_line_errors, setting_deviations,
-                    unreadable)
+from papers import (count_notes, group, load_tagged, mean_by_round, one_line_errors, require_runs, round_number,
+                    setting_deviations, stopped_notes, unreadable, with_rounds)
 
+from fedrun.errors import UsageError
+from fedrun.paths import writable_file, writable_folder
 from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
-from fedrun.results import METHOD_NAMES, Run
+from fedrun.results import METHOD_NAMES, Run, folders
 
 plt = pyplot()
 
@@ -129,8 +131,10 @@ def client_means(run: Run):
     return df.groupby("round", as_index=False)[cols].mean() if cols else None
 
 
-def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, out: Path) -> list[Path]:
-    """Write the PNGs of one dataset; return their paths."""
+def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, out: Path,
+                 left_out=()) -> list[Path]:
+    """Write the PNGs of one dataset; return their paths.  ``left_out``: the dataset's runs that
+    diverged, named below the accuracy figure."""
     out.mkdir(parents=True, exist_ok=True)
     panels = _panels(groups, dataset)
     notes = sorted({d for (ds, _s, _m), rs in groups.items() if ds == dataset for r in rs for d in deviations(r)})
@@ -152,7 +156,7 @@ def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, 
         ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     axes[0].set_ylabel("Test accuracy (%)")
     written.append(plots.finish(fig, axes, f"Test accuracy for FedLap, FedProx and FedAvg on {name}", notes,
-                                out / f"{dataset}_accuracy.png", bottom=0.08))
+                                out / f"{dataset}_accuracy.png", bottom=0.08, left_out=left_out))
 
     # Diagnostics: FedLap's lambda and the regularization term per round.
     series = {(s, m): mean_by_round([client_means(r) for r in groups[(dataset, s, m)]])
@@ -305,7 +309,7 @@ def parser():
                    help=f"methods to overlay (default: {' '.join(METHODS)})")
     p.add_argument("--summary", action="store_true",
                    help="print the accuracy table (at --round and final, per dataset x stragglers x method)")
-    p.add_argument("--round", type=int, default=20, dest="round_",
+    p.add_argument("--round", type=round_number, default=20, dest="round_",
                    help="the round of the table's first accuracy column (default 20)")
     p.add_argument("--csv", default=None, help="with --summary: also write the table to this CSV")
     return p
@@ -315,18 +319,16 @@ def parser():
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.out is None and not args.summary:
-        print("plot_fedlap: give --out (figures) and/or --summary (table)", file=sys.stderr)
-        return 2
-    if missing_dirs(args.dirs, "plot_fedlap"):
-        return 2
+        raise UsageError("give --out (figures) and/or --summary (table)")
+    folders(args.dirs)
+    if args.out:
+        writable_folder("--out", Path(args.out))
+    if args.csv:
+        writable_file("--csv", Path(args.csv))
     runs, skipped = load_tagged(args.dirs, PAPER, ("dataset",))
+    runs = [r for r in with_rounds(runs, skipped) if r.method in args.methods and args.dataset in (None, r.dataset)]
+    require_runs(runs, skipped, f"FedLap preset runs to draw for dataset={args.dataset or 'any'}", args.dirs)
     unreadable(skipped, "plot_fedlap")
-    runs = [r for r in runs
-            if r.method in args.methods and r.rounds() is not None and args.dataset in (None, r.dataset)]
-    if not runs:
-        print(f"plot_fedlap: no FedLap preset runs for dataset={args.dataset or 'any'} under "
-              f"{', '.join(args.dirs)}", file=sys.stderr)
-        return 1
     groups = group(runs, cell)
     if args.summary:
         rows = summary_rows(groups, args.round_)
@@ -335,11 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.csv:
             tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")
     if args.out:
+        left_out = stopped_notes(skipped, lambda r: r.dataset, lambda r: f"{METHOD_LABELS.get(r.method, r.method)}, "
+                                 f"{straggler_label(stragglers(r))},")
         for dataset in _order({r.dataset for r in runs}, DATASETS):
-            for path in plot_dataset(groups, dataset, Path(args.out)):
+            for path in plot_dataset(groups, dataset, Path(args.out), left_out.get(dataset, [])):
                 print(path)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -38,10 +38,11 @@ import plots
 from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER_TARGET, SCENARIO_LABELS, SCENARIOS, deviations,
                                  load_runs, paper_table)
 from matplotlib.lines import Line2D
-from papers import group, missing_dirs, one_line_errors, unreadable
+from papers import group, one_line_errors, require_runs, stopped_notes, unreadable, with_rounds
 
+from fedrun.paths import writable_folder
 from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
-from fedrun.results import Run
+from fedrun.results import Run, folders, require_column
 
 plt = pyplot()
 
@@ -156,8 +157,10 @@ def plot_fedadp(run: Run, where: str, notes: list[str], path: Path) -> Path | No
                            notes, path)
 
 
-def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric: str = "test_acc") -> list[Path]:
-    """Write the PNGs of one scenario from ``{method: [runs]}``; return their paths."""
+def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric: str = "test_acc",
+                  left_out=()) -> list[Path]:
+    """Write the PNGs of one scenario from ``{method: [runs]}``; return their paths.  ``left_out``:
+    the scenario's runs that diverged, named below the accuracy and loss figures."""
     out.mkdir(parents=True, exist_ok=True)
     methods = [m for m in METHODS if groups.get(m)] + sorted(m for m in groups if m not in METHODS and groups[m])
     frames = {m: [r.rounds() for r in groups[m]] for m in methods}
@@ -181,7 +184,7 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     ax.set_xlabel(ROUNDS)
     ax.legend(fontsize=7, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(plots.finish(fig, [ax], f"{what.split(' (')[0]}, {where} (Fig. 1 style; x: Table I)", notes,
-                                out / f"{scenario}_accuracy.png", bottom=0.07))
+                                out / f"{scenario}_accuracy.png", bottom=0.07, left_out=left_out))
 
     # Fig. 2: loss curves.
     column = loss_column([f for fs in frames.values() for f in fs])
@@ -193,7 +196,7 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     ax.set_xlabel(ROUNDS)
     ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(plots.finish(fig, [ax], f"Loss, {where} (Fig. 2 style)", notes, out / f"{scenario}_loss.png",
-                                bottom=0.07))
+                                bottom=0.07, left_out=left_out))
 
     # Diagnostics: FedLayerWise per layer, FedAdp per client (one run each: the lowest seed).
     for m, func, name in (("fedlayerwise", plot_layers, "fedlayerwise_layers"),
@@ -219,22 +222,21 @@ def parser():
 @one_line_errors("plot_fedlayerwise")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if missing_dirs(args.dirs, "plot_fedlayerwise"):
-        return 2
+    folders(args.dirs)
+    writable_folder("--out", Path(args.out))
     runs, skipped = load_runs(args.dirs)
-    unreadable(skipped, "plot_fedlayerwise")
-    runs = [r for r in runs if r.method in args.methods and r.rounds() is not None]
+    runs = [r for r in with_rounds(runs, skipped) if r.method in args.methods]
     by_scenario = group((r for r in runs if args.scenario in (None, r.tags["scenario"])), lambda r: r.tags["scenario"])
-    if not by_scenario:
-        print(f"plot_fedlayerwise: no FedLayerWise preset runs for scenario={args.scenario or 'any'} "
-              f"under {', '.join(args.dirs)}", file=sys.stderr)
-        return 1
+    require_runs(list(by_scenario), skipped, f"FedLayerWise preset runs to draw for scenario={args.scenario or 'any'}",
+                 args.dirs)
+    require_column([r.rounds() for rs in by_scenario.values() for r in rs], args.metric, "--metric")
+    unreadable(skipped, "plot_fedlayerwise")
+    left_out = stopped_notes(skipped, lambda r: r.tags.get("scenario"), lambda r: METHOD_LABELS.get(r.method, r.method))
     for scenario in sorted(by_scenario, key=lambda s: SCENARIOS.index(s) if s in SCENARIOS else 99):
         for path in plot_scenario(group(by_scenario[scenario], lambda r: r.method), scenario, Path(args.out),
-                                  args.metric):
+                                  args.metric, left_out.get(scenario, [])):
             print(path)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

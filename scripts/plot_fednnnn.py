@@ -35,10 +35,11 @@ from pathlib import Path
 import plots
 from fednnnn_table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS, METHODS, cell,
                             deviations, load_runs)
-from papers import group, mean_by_round, missing_dirs, one_line_errors, unreadable
+from papers import group, mean_by_round, one_line_errors, require_runs, stopped_notes, unreadable, with_rounds
 
+from fedrun.paths import writable_folder
 from fedrun.plot import ROUNDS, integer_rounds, markers, mean_label, parser as plot_parser, pyplot
-from fedrun.results import Run
+from fedrun.results import Run, folders
 
 plt = pyplot()
 
@@ -47,20 +48,28 @@ STEP_LABEL = r"N = $\|w_{t+1}-w_t\|$ (server step, eq. 24)"
 EQ4_LABEL = r"N = $\|\sum_k p_k \Delta w_k\|$ (eq. 4)"
 
 
-def _finish(fig, ax, title: str, notes: list[str], path: Path) -> Path:
+def _finish(fig, ax, title: str, notes: list[str], path: Path, left_out=()) -> Path:
     """FedNNNN's figures: round axis, the title over the axes, grid, then save."""
     ax.set_xlabel(ROUNDS)
     integer_rounds(ax)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    return plots.save_figure(fig, path, notes, bottom=0.06)
+    return plots.save_figure(fig, path, notes, left_out=left_out, bottom=0.06)
+
+
+def _columns(df):
+    """A method's mean rounds.csv with every column the figures draw (empty where a hand-made or
+    older rounds.csv has none), and the server step over E."""
+    df = df.assign(**{c: float("nan") for c in ("N_over_E", "server_step", "E", "N", "server_step_sum") if c not in df})
+    return df.assign(step_over_E=df["server_step"] / df["E"])
 
 
 def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: Path,
-              n_def: str = "step") -> list[Path]:
-    """Write the PNGs of one (dataset, condition) from ``{method: [runs]}``; return their paths."""
+              n_def: str = "step", left_out=()) -> list[Path]:
+    """Write the PNGs of one (dataset, condition) from ``{method: [runs]}``; return their paths.
+    ``left_out``: the cell's runs that diverged, named below each figure."""
     out.mkdir(parents=True, exist_ok=True)
-    data = {m: mean_by_round([r.rounds() for r in groups[m]]) for m in METHODS if groups.get(m)}
+    data = {m: _columns(mean_by_round([r.rounds() for r in groups[m]])) for m in METHODS if groups.get(m)}
     notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
     where = f"{DATASET_LABELS.get(dataset, dataset)}, {CONDITION_LABELS.get(condition, condition)}"
 
@@ -76,7 +85,7 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
         plots.curve(ax, df, "test_acc", 100, color=COLORS.get(m), label=label[m])
     ax.set_ylabel("Test accuracy (%)")
     ax.legend(fontsize=8)
-    written.append(_finish(fig, ax, f"Accuracy curves, {where} (Fig. 7 style)", notes, png("accuracy")))
+    written.append(_finish(fig, ax, f"Accuracy curves, {where} (Fig. 7 style)", notes, png("accuracy"), left_out))
 
     # Figs. 8, 9 (and Fig. 3 over the whole model): E solid, N dashed.
     n_label = STEP_LABEL if n_def == "step" else EQ4_LABEL
@@ -96,20 +105,20 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
         ax.legend(fontsize=7, handlelength=3.5, title=f"solid: E (eq. 5)\ndashed: {n_label}",
                   title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         written.append(_finish(fig, ax, f"N and E of the {what}, {where} ({fig_ref} style)", notes,
-                               png(f"norms_{part}")))
+                               png(f"norms_{part}"), left_out))
 
     # N/E: eq. 4 (Proposition 1: <= 1) and server step / E.
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
     for m, df in data.items():
         axes[0].plot(df["round"], df["N_over_E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
-        axes[1].plot(df["round"], df["server_step"] / df["E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
+        axes[1].plot(df["round"], df["step_over_E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
     axes[0].set_ylabel("N / E  (N of eq. 4)")
     axes[1].set_ylabel(r"$\|w_{t+1}-w_t\|$ / E  (server step, eq. 24)")
     axes[1].set_xlabel(ROUNDS)
     axes[1].grid(alpha=0.3)
     axes[1].set_title("server step over E", fontsize=10)
     axes[0].legend(fontsize=8)
-    written.append(_finish(fig, axes[0], f"N/E ratio, {where}", notes, png("n_over_e")))
+    written.append(_finish(fig, axes[0], f"N/E ratio, {where}", notes, png("n_over_e"), left_out))
 
     # Fig. 4: the integrated server norm.
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -120,7 +129,7 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
                   else r"$\sum_\tau N_\tau$ (N of eq. 4)")
     ax.legend(fontsize=8)
     written.append(_finish(fig, ax, f"Integrated server norm, {where} (Fig. 4 style)", notes,
-                           png("server_step_sum")))
+                           png("server_step_sum"), left_out))
     return written
 
 
@@ -141,24 +150,24 @@ def parser():
 @one_line_errors("plot_fednnnn")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if missing_dirs(args.dirs, "plot_fednnnn"):
-        return 2
+    folders(args.dirs)
+    writable_folder("--out", Path(args.out))
     runs, skipped = load_runs(args.dirs)
-    unreadable(skipped, "plot_fednnnn")
-    cells = group((r for r in runs if r.method in args.methods and r.rounds() is not None), cell)
+    cells = group((r for r in with_rounds(runs, skipped) if r.method in args.methods), cell)
     pairs = sorted({(d, c) for (_m, d, c) in cells if args.dataset in (None, d) and args.condition in (None, c)},
                    key=lambda dc: (DATASETS.index(dc[0]) if dc[0] in DATASETS else 99,
                                    CONDITIONS.index(dc[1]) if dc[1] in CONDITIONS else 99))
-    if not pairs:
-        print(f"plot_fednnnn: no FedNNNN preset runs for dataset={args.dataset or 'any'} "
-              f"condition={args.condition or 'any'} under {', '.join(args.dirs)}", file=sys.stderr)
-        return 1
+    require_runs(pairs, skipped, f"FedNNNN preset runs to draw for dataset={args.dataset or 'any'} "
+                 f"condition={args.condition or 'any'}", args.dirs)
+    unreadable(skipped, "plot_fednnnn")
+    left_out = stopped_notes(skipped, lambda r: (r.dataset, r.tags.get("condition")),
+                             lambda r: METHOD_LABELS.get(r.method, r.method))
     for dataset, condition in pairs:
         groups = {m: cells.get((m, dataset, condition), []) for m in args.methods}
-        for path in plot_cell(groups, dataset, condition, Path(args.out), args.n_def):
+        for path in plot_cell(groups, dataset, condition, Path(args.out), args.n_def,
+                              left_out.get((dataset, condition), [])):
             print(path)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,10 +42,13 @@ from pathlib import Path
 import pd_tables
 import plots
 from matplotlib.lines import Line2D
-from papers import mean_by_round, missing_dirs, one_line_errors, unreadable
+from papers import (mean_by_round, one_line_errors, require_runs, round_number, stop_reason, stopped_notes, unreadable,
+                    with_rounds)
 
+from fedrun.errors import UsageError
+from fedrun.paths import writable_folder
 from fedrun.plot import ROUNDS, integer_rounds, parser as plot_parser, pyplot
-from fedrun.results import Run, load_runs
+from fedrun.results import Run, folders, load_runs
 
 plt = pyplot()
 
@@ -139,12 +142,12 @@ def _notes_of(run: Run) -> list[str]:
     return ["smoke scale (scale=smoke)"] if (run.config.get("choices") or {}).get("scale") == "smoke" else []
 
 
-def _save(fig, cs: list[Curve], colors: dict, notes: list[str], path: Path) -> Path:
-    """The legend above the panels (with room for its rows), then save."""
+def _save(fig, cs: list[Curve], colors: dict, notes: list[str], path: Path, left_out=()) -> Path:
+    """The legend above the panels (with room for its rows), then save (with the runs not drawn)."""
     _legend(fig, cs, colors)
     rows = math.ceil((len(colors) + len({c.setting for c in cs})) / 5)
     top = 1 - 0.05 * rows * (6 / max(fig.get_figheight(), 1))
-    return plots.save_figure(fig, path, notes, bottom=0.05, top=top, dpi=110)
+    return plots.save_figure(fig, path, notes, left_out=left_out, bottom=0.05, top=top, dpi=110)
 
 
 def _panel(ax, ylabel: str, fontsize: int | None = None) -> None:
@@ -154,19 +157,20 @@ def _panel(ax, ylabel: str, fontsize: int | None = None) -> None:
     integer_rounds(ax)
 
 
-def default_layers(cs: list[Curve]) -> list[str]:
-    """Every conv and fc layer of the runs' ``layers.csv``, in the order the first run lists them."""
+def default_layers(cs: list[Curve], types: tuple[str, ...] | None = ("conv", "fc")) -> list[str]:
+    """Every conv and fc layer (``types``; None: every layer) of the runs' ``layers.csv``, in the
+    order the first run lists them."""
     names: dict[str, None] = {}
     for r in (r for c in cs for r in c.runs):
         df = r.csv("layers.csv")
         if df is not None and "layer" in df:
-            sel = df[df["type"].isin(("conv", "fc"))] if "type" in df else df
+            sel = df[df["type"].isin(types)] if "type" in df and types else df
             names.update(dict.fromkeys(sel["layer"].astype(str)))
     return list(names)
 
 
 def plot_layers(cs: list[Curve], layers: list[str], column: str, title: str, path: Path,
-                notes: list[str]) -> Path | None:
+                notes: list[str], left_out=()) -> Path | None:
     """One panel per layer of ``column`` (pd_ls or pd_vl) vs round; None if no run has it."""
     colors = _colors(cs)
     panels = []
@@ -189,10 +193,11 @@ def plot_layers(cs: list[Curve], layers: list[str], column: str, title: str, pat
         _panel(ax, title, 8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    return _save(fig, [c for c in cs if id(c) in drawn], colors, notes, path)
+    return _save(fig, [c for c in cs if id(c) in drawn], colors, notes, path, left_out)
 
 
-def plot_rounds(cs: list[Curve], panels: list[tuple[str, str, float]], path: Path, notes: list[str]) -> Path | None:
+def plot_rounds(cs: list[Curve], panels: list[tuple[str, str, float]], path: Path, notes: list[str],
+                left_out=()) -> Path | None:
     """Panels of ``rounds.csv`` columns ``(column, y label, scale)`` vs round; None if none has data."""
     colors = _colors(cs)
     frames = [(c, c.rounds()) for c in cs]
@@ -207,7 +212,7 @@ def plot_rounds(cs: list[Curve], panels: list[tuple[str, str, float]], path: Pat
             if plots.curve(ax, df, col, scale, ls=c.style, color=colors[c.label], lw=1.3):
                 drawn.add(id(c))
         _panel(ax, ylabel)
-    return _save(fig, [c for c in cs if id(c) in drawn], colors, notes, path)
+    return _save(fig, [c for c in cs if id(c) in drawn], colors, notes, path, left_out)
 
 
 def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str]) -> Path | None:
@@ -241,19 +246,28 @@ def _run_title(run: Run) -> tuple[str, str]:
     return title, f"{key[0]}_{key[4]}_{pd_tables.run_name(key, seed)}"
 
 
-def plot_all(runs: list[Run], out: Path, layers: list[str] | None = None, neuron_round: int = 1) -> list[Path]:
-    """Every figure for ``runs``; returns the PNGs written."""
-    out.mkdir(parents=True, exist_ok=True)
+def plot_all(runs: list[Run], out: Path, layers: list[str] | None = None, neuron_round: int = 1,
+             left_out=()) -> list[Path]:
+    """Every figure for ``runs``; returns the PNGs written.  ``left_out``: the runs that diverged,
+    named below the curves' figures.  ``layers`` that no run has are refused before anything is
+    written."""
     cs = curves(runs)
+    have = default_layers(cs, types=None)
+    unknown = [name for name in layers or [] if name not in have]
+    if unknown:
+        raise UsageError(f"--layers={','.join(layers)}: no run has layer {', '.join(unknown)}; the runs' layers.csv "
+                         f"names: {', '.join(have) or 'none'}")
+    out.mkdir(parents=True, exist_ok=True)
     notes = sorted({n for c in cs for r in c.runs for n in _notes_of(r)})
     chosen = layers or default_layers(cs)
     written = [
-        plot_layers(cs, chosen, "pd_ls", "PD-Ls", out / "pd_ls_layers.png", notes),
-        plot_layers(cs, chosen, "pd_vl", "PD-VL", out / "pd_vl_layers.png", notes),
+        plot_layers(cs, chosen, "pd_ls", "PD-Ls", out / "pd_ls_layers.png", notes, left_out),
+        plot_layers(cs, chosen, "pd_vl", "PD-VL", out / "pd_vl_layers.png", notes, left_out),
         plot_rounds(cs, [("pd_ls", "PD-Ls (whole model)", 1.0), ("pd_vl", "PD-VL (whole model)", 1.0)],
-                    out / "pd_model.png", notes),
-        plot_rounds(cs, [("train_loss", "Training loss (mean of the learners)", 1.0)], out / "train_loss.png", notes),
-        plot_rounds(cs, [("test_acc", "Test accuracy (%)", 100.0)], out / "test_accuracy.png", notes),
+                    out / "pd_model.png", notes, left_out),
+        plot_rounds(cs, [("train_loss", "Training loss (mean of the learners)", 1.0)], out / "train_loss.png", notes,
+                    left_out),
+        plot_rounds(cs, [("test_acc", "Test accuracy (%)", 100.0)], out / "test_accuracy.png", notes, left_out),
     ]
     stems: dict[str, int] = defaultdict(int)
     for r in (r for c in cs for r in c.runs):
@@ -270,7 +284,7 @@ def parser():
     p = plot_parser("plot_pd.py", __doc__)
     p.add_argument("--layers", default=None, metavar="NAME[,NAME...]",
                    help="the layer panels, as named in layers.csv, e.g. F3,C11 (default: every conv and fc layer)")
-    p.add_argument("--neuron-round", type=int, default=1,
+    p.add_argument("--neuron-round", type=round_number, default=1,
                    help="the round of the output-layer neuron heatmaps (Figure 1: the first round; default 1)")
     p.add_argument("--settings", default=None, metavar="S[,S...]",
                    help="only runs of these settings, e.g. iid,noniid2 (default: all)")
@@ -278,29 +292,41 @@ def parser():
 
 
 def _not_plotted(run: Run, settings: list[str] | None) -> str:
-    """Why a run is not plotted ('' if it is): no rounds.csv, or not of the chosen settings."""
-    if run.rounds() is None:
-        return "no rounds.csv"
+    """Why a run is not plotted ('' if it is): it did not finish (diverged: named below the
+    figures), or it is not of the chosen settings."""
+    if not run.finished:
+        return stop_reason(run)
     key = pd_tables.identify(run)[0]
     return "another setting" if settings and (key is None or key[4] not in settings) else ""
+
+
+def _settings(text: str | None) -> list[str] | None:
+    """``--settings``: comma-separated names of the study's settings (iid, noniid2 ...), checked."""
+    if not text:
+        return None
+    chosen = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in pd_tables.SETTING_LABELS]
+    if unknown or not chosen:
+        raise UsageError(f"--settings={text}: choose from {', '.join(pd_tables.SETTING_LABELS)}")
+    return chosen
 
 
 @one_line_errors("plot_pd")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if missing_dirs(args.dirs, "plot_pd"):
-        return 2
-    settings = args.settings.split(",") if args.settings else None
-    runs, skipped = load_runs(args.dirs, lambda r: _not_plotted(r, settings))
+    settings = _settings(args.settings)
+    folders(args.dirs)
+    writable_folder("--out", Path(args.out))
+    runs, skipped = load_runs(args.dirs, lambda r: _not_plotted(r, settings), require=("config.yaml",))
+    runs = with_rounds(runs, skipped)
+    require_runs(runs, skipped, "finished runs to draw" + (f" of settings {args.settings}" if settings else ""),
+                 args.dirs)
     unreadable(skipped, "plot_pd")
-    if not runs:
-        print(f"plot_pd: no run directories with rounds.csv under {', '.join(args.dirs)}", file=sys.stderr)
-        return 1
     layers = [x.strip() for x in args.layers.split(",") if x.strip()] if args.layers else None
-    for path in plot_all(runs, Path(args.out), layers, args.neuron_round):
+    left_out = stopped_notes(skipped, lambda r: None, lambda r: r.path.name).get(None, [])
+    for path in plot_all(runs, Path(args.out), layers, args.neuron_round, left_out):
         print(path)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -43,27 +43,32 @@ def seed_curve(ax, frames: list, column: str, scale: float = 1.0, **style) -> bo
 BAND_NOTE = "lines: mean over seeds; shaded: min to max over seeds"
 
 
-def save_figure(fig, path, notes=(), *, bottom: float = 0.06, right: float = 1.0, top: float = 1.0,
+def save_figure(fig, path, notes=(), *, left_out=(), bottom: float = 0.06, right: float = 1.0, top: float = 1.0,
                 dpi: int = 120) -> Path:
     """Lay out, save and close a matplotlib figure.
 
     ``notes`` (how the runs depart from the paper's setting) are printed in red along the
-    bottom, in the figure fraction ``bottom`` kept free for them; ``right`` and ``top`` keep room
-    for a legend placed outside the axes.
+    bottom, in the figure fraction ``bottom`` kept free for them, and ``left_out`` (the runs of
+    the figure that are not drawn, :func:`papers.stopped_notes`: ``FedAvg seed 1: diverged at
+    round 5, not drawn``) above them; ``right`` and ``top`` keep room for a legend placed outside
+    the axes.
     """
-    if notes:
-        fig.text(0.01, 0.005, "NOT the paper's setting: " + "; ".join(notes), fontsize=6, color="firebrick",
-                 va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, bottom if notes else 0, right, top))
+    lines = ([f"NOT the paper's setting: {'; '.join(notes)}"] if notes else []) + \
+        ([f"Not drawn: {'; '.join(left_out)}"] if left_out else [])
+    if lines:
+        fig.text(0.01, 0.005, "\n".join(lines), fontsize=6, color="firebrick", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, bottom * len(lines), right, top))
     fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
     return Path(path)
 
 
-def finish(fig, axes, title: str, notes: list[str], path: Path, *, bottom: float, right: float = 1.0) -> Path:
-    """Grid and integer round ticks on every axis, ``title`` over the figure, then save."""
+def finish(fig, axes, title: str, notes: list[str], path: Path, *, bottom: float, right: float = 1.0,
+           left_out=()) -> Path:
+    """Grid and integer round ticks on every axis, ``title`` over the figure, then save (with the
+    notes and the runs left out, :func:`save_figure`)."""
     for ax in axes:
         integer_rounds(ax)
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    return save_figure(fig, path, notes, bottom=bottom, right=right)
+    return save_figure(fig, path, notes, left_out=left_out, bottom=bottom, right=right)

@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 import tables
-from papers import missing_dirs, one_line_errors
+from papers import fraction, one_line_errors, round_list, round_number
 
 from fedrun import results
+from fedrun.errors import ArgumentParser
+from fedrun.paths import writable_file
 from fedrun.results import Run
 
 COLUMNS = ["group", "n", "seeds", "target", "rounds_to_target", "mean_rounds_to_target", "diverged", "at_round",
@@ -61,38 +64,45 @@ def first_reach(curve: pd.Series, target: float) -> int | None:
     return int(hit.index[0]) if len(hit) else None
 
 
+def seeds_of(df: pd.DataFrame) -> pd.Series:
+    """Each row's seed: :func:`fedrun.results.load`'s ``seed`` column, which it has only where the
+    runs' seeds differ; else (runs of one seed, one run) the seed in each run's config.yaml."""
+    if "seed" in df:
+        return df["seed"]
+    return df["run_dir"].map({run: Run.load(run).seed for run in df["run_dir"].unique()})
+
+
 def reading_rows(df: pd.DataFrame, metric: str, target: float, at: list[int], mean_to: int | None,
                  upto: int | None) -> list[dict]:
     """One row per group: the numbers the table prints (accuracies in %, rounds as integers)."""
-    if metric not in df:
-        raise SystemExit(f"readings: the runs' rounds.csv has no column {metric}")
-    df = df.dropna(subset=[metric])
+    results.require_column([df], metric, "--metric")
+    df = df.assign(seed=seeds_of(df)).dropna(subset=[metric])
     if upto is not None:
         df = df[df["round"] <= upto]
     rows = []
     for group, runs in df.groupby("group", sort=False):
-        curves = {seed: part.set_index("round")[metric].sort_index() for seed, part in runs.groupby("seed", dropna=False)}
-        seeds = sorted(curves, key=str)
-        # A run that diverged (NaN or Inf) has no final model: its last row is the round before, so
-        # it is named (the round it diverged at) and left out of the final accuracy's mean.
-        stopped = {seed: (Run.load(part["run_dir"].iloc[0]).stopped or {}).get("round")
-                   for seed, part in runs.groupby("seed", dropna=False)}
-        ended = [s for s in seeds if stopped.get(s) is None]
-        reach = [first_reach(curves[s], target) for s in seeds]
+        # One curve per run, in seed order; a run that diverged (NaN or Inf) has no final model: its
+        # last row is the round before, so it is named (the round it diverged at) and left out of
+        # the final accuracy's mean.
+        order = sorted(runs.groupby("run_dir"), key=lambda item: (str(item[1]["seed"].iloc[0]), item[0]))
+        seeds = [part["seed"].iloc[0] for _, part in order]
+        curves = [part.set_index("round")[metric].sort_index() for _, part in order]
+        stopped = [(Run.load(run).stopped or {}).get("round") for run, _ in order]
+        ended = [c for c, s in zip(curves, stopped) if s is None]
+        reach = [first_reach(c, target) for c in curves]
         got = [r for r in reach if r is not None]
         row = {"group": group, "n": len(seeds), "seeds": ";".join(str(s) for s in seeds), "target": target,
                "rounds_to_target": ";".join("-" if r is None else str(r) for r in reach),
                "mean_rounds_to_target": sum(got) / len(got) if got else None, "at": {}, "mean_to_pct": None,
                "mean_to_round": mean_to, "upto": upto,
-               "diverged": ";".join("-" if stopped.get(s) is None else str(stopped[s]) for s in seeds),
-               "final_pct": 100 * sum(curves[s].iloc[-1] for s in ended) / len(ended) if ended else None}
+               "diverged": ";".join("-" if s is None else str(s) for s in stopped),
+               "final_pct": 100 * sum(c.iloc[-1] for c in ended) / len(ended) if ended else None}
         for r in at:
-            values = [curves[s].get(r) for s in seeds]
-            values = [100 * v for v in values if v is not None and pd.notna(v)]
+            values = [100 * v for v in (c.get(r) for c in curves) if v is not None and pd.notna(v)]
             row["at"][r] = (sum(values) / len(values), min(values), max(values), len(values)) if values else None
         if mean_to is not None:
-            means = [curves[s][curves[s].index <= mean_to].mean() for s in seeds if curves[s].index.max() >= mean_to]
-            row["mean_to_pct"] = 100 * sum(means) / len(means) if len(means) == len(seeds) else None
+            means = [c[c.index <= mean_to].mean() for c in curves if c.index.max() >= mean_to]
+            row["mean_to_pct"] = 100 * sum(means) / len(means) if len(means) == len(curves) else None
         rows.append(row)
     return rows
 
@@ -141,14 +151,14 @@ def long_rows(rows: list[dict]) -> list[dict]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="readings.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="readings.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
     p.add_argument("--metric", default="test_acc", help="the rounds.csv accuracy column (default test_acc)")
-    p.add_argument("--target", type=float, default=0.95, help="accuracy to reach, a fraction (default 0.95)")
-    p.add_argument("--at", default="1,5,15", help="rounds whose accuracy is shown (default 1,5,15)")
-    p.add_argument("--mean-to", type=int, default=None, help="also show each group's mean accuracy over rounds 1..R")
-    p.add_argument("--upto", type=int, default=None, help="compare the runs over their first T rounds only")
+    p.add_argument("--target", type=fraction, default=0.95, help="accuracy to reach, a fraction (default 0.95)")
+    p.add_argument("--at", type=round_list, default="1,5,15", help="rounds whose accuracy is shown (default 1,5,15)")
+    p.add_argument("--mean-to", type=round_number, default=None,
+                   help="also show each group's mean accuracy over rounds 1..R")
+    p.add_argument("--upto", type=round_number, default=None, help="compare the runs over their first T rounds only")
     p.add_argument("--ignore", action="append", default=[], metavar="KEY",
                    help="leave this setting out of the group labels (e.g. rounds); repeatable")
     p.add_argument("--csv", default=None, help="also write the numbers to this CSV (long form)")
@@ -158,21 +168,15 @@ def parser() -> argparse.ArgumentParser:
 @one_line_errors("readings")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if missing_dirs(args.dirs, "readings"):
-        return 2
-    try:
-        at = [int(r) for r in args.at.split(",") if r.strip()]
-    except ValueError:
-        print(f"readings: --at={args.at}: give comma-separated round numbers, e.g. 1,5,15", file=sys.stderr)
-        return 2
-    df = results.load(*args.dirs)  # no run below the DIRs: a one-line error (exit 2)
-    df = relabel(df, args.ignore)
-    rows = reading_rows(df, args.metric, args.target, at, args.mean_to, args.upto)
-    print(format_table(rows, args.metric, args.target, at, args.mean_to, args.upto))
+    if args.csv:
+        writable_file("--csv", Path(args.csv))
+    df = results.load(*args.dirs)  # no run below the DIRs, a damaged file: one line (exit 2)
+    results.require_rows(df)
+    rows = reading_rows(relabel(df, args.ignore), args.metric, args.target, args.at, args.mean_to, args.upto)
+    print(format_table(rows, args.metric, args.target, args.at, args.mean_to, args.upto))
     if args.csv:
         tables.write_csv(long_rows(rows), args.csv, COLUMNS, ".4g")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

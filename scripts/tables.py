@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import grid
-from papers import DIVERGED, UNFINISHED, count_notes, missing_dirs
+from papers import DIVERGED, UNFINISHED, count_notes, require_runs
 
-from fedrun.errors import FedrunError
-from fedrun.results import Run
+from fedrun.errors import ArgumentParser
+from fedrun.paths import writable_file, writable_folder
+from fedrun.results import Run, folders
 
 PAPER_TARGETS = Path(__file__).resolve().parent / "paper_targets"
 
@@ -168,8 +169,8 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
     Returns ``(parser, collect, run)``; the script adds its own options to the two modes.
     ``layout``: where ``run`` puts each run below OUT.
     """
-    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="mode", required=True)
+    p = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True, metavar="{collect,run}")
     c = sub.add_parser("collect", help=f"print {table} from existing run directories",
                        description=f"Find run directories under DIRs and print {table} (ours vs paper).")
     c.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
@@ -178,7 +179,7 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
                         "the table is printed only, and nothing is written into the DIRs read")
     r = sub.add_parser("run", help="launch the missing runs with fedrun, then collect", description=run_description)
     r.add_argument("--out", required=True, help=f"output folder: runs go to OUT/{layout}")
-    r.add_argument("--seeds", default="0,1,2",
+    r.add_argument("--seeds", default="0,1,2", type=grid.seeds,
                    help="comma-separated seeds (default 0,1,2: three runs a cell, so each cell shows its "
                         "spread over seeds; 0 for one run)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -201,19 +202,27 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
 
 def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace], int],
                collect: Callable[[argparse.Namespace, str | None], object], csv_name: str, prog: str) -> int:
-    """Dispatch a table script's mode: ``run`` launches the grid; ``collect`` checks the DIRs
-    and calls ``collect(args, csv_path)`` (csv_path: ``--csv``; None, the default, writes no CSV).
-    The exit code; fedrun's one-line errors are printed as ``prog: <error>``, exit 2."""
-    try:
-        if args.mode == "run":
-            return run_grid(args)
-        if missing_dirs(args.dirs, prog):
-            return 2
-        collect(args, args.csv or None)  # no CSV unless asked: collect writes nothing into what it reads
-    except FedrunError as e:  # a damaged run file that could not be passed over: one line
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 2
+    """Dispatch a table script's mode, once its paths are checked (nothing is written before):
+    ``run`` launches the grid into ``--out``; ``collect`` reads the DIRs and calls
+    ``collect(args, csv_path)`` (csv_path: ``--csv``; None, the default, writes no CSV).  The exit
+    code; the script's ``main`` is wrapped in :func:`papers.one_line_errors`, so a refusal is one
+    line, ``prog: error: ...``, exit 2."""
+    if args.csv:
+        writable_file("--csv", Path(args.csv))
+    if args.mode == "run":
+        writable_folder("--out", Path(args.out))
+        return run_grid(args)
+    folders(args.dirs)
+    collect(args, args.csv or None)  # no CSV unless asked: collect writes nothing into what it reads
     return 0
+
+
+def require(runs, skipped: list[tuple[Path, str]], paper: str, dirs, needed: bool) -> None:
+    """``collect``'s refusal (when ``needed``: the collect mode; ``run`` prints what it has) of
+    folders without a finished run of the paper, in one line that says what was found there
+    (unfinished, diverged, damaged or other runs: :func:`papers.require_runs`)."""
+    if needed:
+        require_runs(runs, skipped, f"finished {paper} preset runs", dirs)
 
 
 def run_csv(args, out: Path, name: str) -> str | None:

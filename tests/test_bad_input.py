@@ -9,7 +9,10 @@ checked, the data loaded and the partition built.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -18,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, _cli_env
+from conftest import TINY, _cli_env, fedrun_ok
 
 DRIVER = Path(__file__).resolve().parent / "cli_driver.py"
 
@@ -99,7 +102,43 @@ SETTINGS = [
      ["partition.shards_per_client=1000", "between 1 and", "nothing was run"]),
     (["aggregator=krum"], ["hyperparams.client_fraction=0.5", "aggregator=krum needs at least 5 clients a round"]),
     (["aggregator=trimmed_mean", "aggregator.beta=0.5"], ["aggregator.beta=0.5", "[0, 0.5)"]),
+    # Known before the run, so refused before anything is written (not in the first round, nor in
+    # Hydra's multi-line block of a failed sweep job).
+    (["aggregator=krum", "hyperparams.num_clients=8", "hyperparams.client_fraction=1.0", "aggregator.multi=9"],
+     ["aggregator.multi=9", "must be at most the clients a round", "1.0 of 8 clients is 8"]),
+    (["-m", "aggregator=krum", "hyperparams.num_clients=8", "hyperparams.client_fraction=1.0", "aggregator.multi=1,9"],
+     ["aggregator.multi=9", "must be at most the clients a round"]),
+    (["hyperparams.betas=[1.0,0.999]"], ["hyperparams.betas=[1.0, 0.999]", "each in [0, 1)"]),
+    (["hyperparams.betas=[0.9,-0.1]"], ["hyperparams.betas=[0.9, -0.1]", "each in [0, 1)"]),
+    (["model.hidden=[0]"], ["model.hidden=[0]", ">= 1 unit"]),
+    (["model.hidden=[8,-1]"], ["model.hidden=[8, -1]", ">= 1 unit"]),
+    (["hyperparams.lr_milestones=[0.5,0.2]"], ["hyperparams.lr_milestones=[0.5, 0.2]", "must be increasing"]),
+    (["hyperparams.lr_milestones=[0.3,0.3]"], ["hyperparams.lr_milestones=[0.3, 0.3]", "must be increasing"]),
+    (["objective=mean_test_acc_last_3"], ["objective=mean_test_acc_last_3", "the run has 2", "n <= 2"]),
+    (["objective=mean_test_acc_last_99"], ["objective=mean_test_acc_last_99", "n <= 2"]),
+    # Folders: a run or a sweep never writes into the working directory itself, nor outside its sweep folder.
+    (["hydra.run.dir="], ["hydra.run.dir='': is empty"]),
+    (["-m", "seed=0,1", "hydra.sweep.dir="], ["hydra.sweep.dir='': is empty"]),
+    (["-m", "seed=0,1", "hydra.sweep.subdir="], ["hydra.sweep.subdir='':", "a folder inside hydra.sweep.dir"]),
+    (["-m", "seed=0,1", "hydra.sweep.subdir=."], ["hydra.sweep.subdir=.:", "a folder inside hydra.sweep.dir"]),
+    (["-m", "seed=0,1", "hydra.sweep.subdir=../escape${seed}"],
+     ["hydra.sweep.subdir=../escape${seed}", "a folder inside hydra.sweep.dir"]),
+    (["-m", "seed=0,1", "hydra.sweep.subdir=a/../../b${seed}"], ["hydra.sweep.subdir=a/../../b${seed}", "inside"]),
+    (["-m", "seed=0,1", "hydra.sweep.subdir=/tmp/fedrun_abs${seed}"], ["hydra.sweep.subdir=/tmp/fedrun_abs${seed}",
+                                                                      "a folder inside hydra.sweep.dir"]),
+    (["-m", "seed=0,1", "hydra.sweep.subdir=same"], ["hydra.sweep.subdir=same", "jobs that differ in seed",
+                                                      "add ${seed}"]),
+    (["-m", "seed=0,1", "aggregator=fedavg,fednnnn", "hydra.sweep.subdir=s${seed}"],
+     ["hydra.sweep.subdir=s${seed}", "differ in aggregator", "add ${hydra:runtime.choices.aggregator}"]),
+    (["-m", "seed=range(0)"], ["seed=range(0)", "sweeps no value"]),
+    (["seed=0", "-m", "hyperparams.lr=0.1,-1"], ["hyperparams.lr=-1", "must be > 0"]),  # -m after an override
 ]
+if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None:  # fedrun[sweeps]
+    SETTINGS += [
+        (["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=0", "seed=0,1"],
+         ["hydra.sweeper.n_trials=0", "an integer >= 1"]),
+        (["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_jobs=0", "seed=0,1"], ["hydra.sweeper.n_jobs=0", ">= 1"]),
+    ]
 if torch.cuda.is_available():  # device=cuda is then valid
     SETTINGS = [case for case in SETTINGS if case[0] != ["device=cuda"]]
 else:
@@ -147,7 +186,75 @@ def data_files(tmp_path_factory) -> dict[str, str]:
         "name: mine\nload:\n  _target_: fedrun.data.synthetic\nchannels: 1\nimage_size: 28\nnum_classes: 10\n"
         "normalize: zscore\n")
     files["own"] = str(d / "own")
+
+    # MNIST's four files in the data root itself (not <root>/MNIST/raw), and split over two folders.
+    for folder, names in (("bare_root", IDX_NAMES), ("split_root/MNIST/raw", IDX_NAMES[:2]), ("split_other", IDX_NAMES[2:])):
+        (d / folder).mkdir(parents=True)
+        for name in names:
+            idx_file(d / folder / f"{name}.gz", images if "images" in name else labels)
+        files[folder.split("/")[0]] = str(d / folder.split("/")[0])
+
+    # A finished run whose copies are damaged in every way a resume must catch.
+    fedrun_ok([*TINY, f"hydra.run.dir={d / 'run'}"], d)
+    (d / "run" / "summary.json").unlink()  # so that a resume would go on, were it not refused
+    for name, damage in RESUME_DAMAGE.items():
+        shutil.copytree(d / "run", d / name)
+        damage(d / name)
+        files[name] = str(d / name)
+    # Sweep folders a sweep must not write through.
+    (d / "outside").mkdir()
+    (d / "outside" / "target.yaml").write_text("untouched\n")
+    for name, plant in SWEEP_DAMAGE.items():
+        (d / name).mkdir()
+        plant(d / name, d / "outside")
+        files[name] = str(d / name)
     return files
+
+
+IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def edit_same_length(path: Path) -> None:
+    """One digit of the last row changed: the same size, other numbers."""
+    data = bytearray(path.read_bytes())
+    at = max(i for i in range(data.rindex(b"\n", 0, len(data) - 1), len(data)) if chr(data[i]).isdigit())
+    data[at] = ord("7") if data[at] != ord("7") else ord("3")
+    path.write_bytes(bytes(data))
+
+
+def edit_config(run: Path, *keys: str, factor: float = 2) -> None:
+    """config.yaml with a setting changed in every place it is recorded (as a careful editor would)."""
+    import yaml
+
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    for key in keys:
+        node, last = config, key.split(".")
+        for part in last[:-1]:
+            node = node[part]
+        node[last[-1]] = node[last[-1]] * factor
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+RESUME_DAMAGE = {
+    "edited_rounds": lambda run: edit_same_length(run / "rounds.csv"),
+    "edited_clients": lambda run: edit_same_length(run / "clients.csv"),
+    "edited_layers": lambda run: edit_same_length(run / "layers.csv"),
+    "edited_client_layers": lambda run: edit_same_length(run / "client_layers.csv"),
+    "truncated_rounds": lambda run: (run / "rounds.csv").write_bytes((run / "rounds.csv").read_bytes()[:-10]),
+    "edited_config_lr": lambda run: edit_config(run, "hyperparams.lr", "local.lr"),
+    "edited_config_beta": lambda run: edit_config(run, "aggregator.beta", factor=0.5),
+    "fifo_in_run": lambda run: os.mkfifo(run / "notes"),
+    "fifo_in_models": lambda run: ((run / "models").mkdir(), os.mkfifo(run / "models" / "round_0001.pt")),
+    "link_in_run": lambda run: (run / "layers.csv").unlink() or (run / "layers.csv").symlink_to(run / "rounds.csv"),
+}
+
+SWEEP_DAMAGE = {
+    "sweep_multirun_link": lambda sweep, out: (sweep / "multirun.yaml").symlink_to(out / "target.yaml"),
+    "sweep_job_link": lambda sweep, out: (sweep / "0").symlink_to(out, target_is_directory=True),
+    "sweep_deep_link": lambda sweep, out: ((sweep / "1").mkdir(), (sweep / "1" / "config.yaml").symlink_to(
+        out / "target.yaml")),
+    "sweep_fifo": lambda sweep, out: os.mkfifo(sweep / "multirun.yaml"),
+}
 
 
 # The smallest run on a real dataset's shape (TINY's keys are the synthetic dataset's).
@@ -156,6 +263,8 @@ BASE = ["model=mlp", "model.hidden=[8]", "hyperparams.num_clients=4", "hyperpara
 
 def data_cases(f: dict[str, str]) -> list[tuple[list[str], list[str]]]:
     """Full command lines: bad files and folders, and an earlier run's directory."""
+    import yaml
+
     def idx(images, labels):
         return [*BASE, "dataset=mnist_train10k", f"dataset.load.train_images={images}",
                 f"dataset.load.train_labels={labels}"]
@@ -183,16 +292,48 @@ def data_cases(f: dict[str, str]) -> list[tuple[list[str], list[str]]]:
         ([*BASE, f"hydra.searchpath=[file://{f['own']}]", "dataset=no_channels"],
          ["dataset.channels=missing", "a dataset config needs name, load, channels, image_size, num_classes"]),
         ([*BASE, "-cd", f["own"], "dataset=bad_normalize"], ["dataset.normalize=zscore", "per_channel, per_image"]),
+        # Data from where the user said, all four files from one folder, or a clear no.
+        ([*BASE, "dataset=mnist", "dataset.load.download=false", f"data_root={f['bare_root']}"],
+         ["MNIST not found", f"{f['bare_root']}/MNIST/raw", "all four in one of"]),
+        ([*BASE, "dataset=mnist", "dataset.load.download=false", f"data_root={f['split_root']}",
+          f"dataset.load.search=[{f['split_other']}]"], ["MNIST not found", "holds 2 of the 4"]),
+        ([*BASE, "dataset=mnist", "data_root="], ["data_root=''", "is empty (FEDRUN_DATA set to nothing?)"]),
+        ([*BASE, "dataset=cifar10", "data_root="], ["data_root=''", "is empty"]),
+        ([*BASE, "dataset=mnist"], ["data_root=''", "is empty"], {"FEDRUN_DATA": ""}),
+        # A resume trusts nothing edited since its checkpoint, and reads no link, pipe or device.
+        *[([*TINY, f"hydra.run.dir={f[name]}", "resume=true"], [f"{f[name]}/{csv}.csv", "its first",
+           "are not those the checkpoint records (edited since)"])
+          for name, csv in (("edited_rounds", "rounds"), ("edited_clients", "clients"), ("edited_layers", "layers"),
+                            ("edited_client_layers", "client_layers"))],
+        ([*TINY, f"hydra.run.dir={f['truncated_rounds']}", "resume=true"],
+         [f"{f['truncated_rounds']}/rounds.csv", "shorter than the"]),
+        ([*TINY, f"hydra.run.dir={f['edited_config_lr']}", "resume=true", "hyperparams.lr=0.1"],
+         [f"{f['edited_config_lr']}/config.yaml", "its settings are not those the checkpoint's 2 rounds ran with"]),
+        ([*TINY, f"hydra.run.dir={f['edited_config_beta']}", "resume=true",
+          f"aggregator.beta={yaml.safe_load(Path(f['edited_config_beta'], 'config.yaml').read_text())['aggregator']['beta']}"],
+         [f"{f['edited_config_beta']}/config.yaml", "edited since"]),
+        ([*TINY, f"hydra.run.dir={f['edited_config_lr']}", "resume=true"],
+         ["resume=true", "the settings differ from the run's config.yaml in: hyperparams, local"]),
+        ([*TINY, f"hydra.run.dir={f['fifo_in_run']}", "resume=true"], ["notes", "not a regular file or folder"]),
+        ([*TINY, f"hydra.run.dir={f['fifo_in_models']}", "resume=true"],
+         ["models/round_0001.pt", "not a regular file or folder"]),
+        ([*TINY, f"hydra.run.dir={f['link_in_run']}", "resume=true"], ["symbolic link layers.csv"]),
+        # Sweep folders are as safe as run folders.
+        ([*TINY, "-m", "seed=0,1", f"hydra.sweep.dir={f['sweep_multirun_link']}", "resume=true"],
+         [f["sweep_multirun_link"], "symbolic link multirun.yaml", "sweep folder"]),
+        ([*TINY, "-m", "seed=0,1", f"hydra.sweep.dir={f['sweep_job_link']}"], ["symbolic link 0"]),
+        ([*TINY, "-m", "seed=0,1", f"hydra.sweep.dir={f['sweep_deep_link']}"], ["symbolic link 1/config.yaml"]),
+        ([*TINY, "-m", "seed=0,1", f"hydra.sweep.dir={f['sweep_fifo']}"], ["multirun.yaml", "not a regular file"]),
     ]
 
 
 def run_catalogue(cases, tmp_path: Path) -> list[dict]:
     """Each case in its own empty working folder; returns the driver's results with the folder."""
     jobs = []
-    for i, (args, _) in enumerate(cases):
-        cwd = tmp_path / f"case{i:02d}"
+    for i, (args, _, *env) in enumerate(cases):
+        cwd = tmp_path / f"case{i:03d}"
         cwd.mkdir()
-        jobs.append({"args": args, "cwd": str(cwd)})
+        jobs.append({"args": args, "cwd": str(cwd), "env": env[0] if env else {}})
     proc = subprocess.run([sys.executable, str(DRIVER)], input=json.dumps(jobs), capture_output=True, text=True,
                           env=_cli_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -201,13 +342,24 @@ def run_catalogue(cases, tmp_path: Path) -> list[dict]:
     return [{**r, "cwd": Path(j["cwd"])} for r, j in zip(results, jobs)]
 
 
+def tree(folder: Path) -> dict:
+    """Every regular file's bytes below ``folder``, and where every link points (pipes are not read)."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            found[str(path)] = ("link", os.readlink(path))
+        elif path.is_file():
+            found[str(path)] = path.read_bytes()
+    return found
+
+
 def test_every_bad_command_line_is_one_line_before_anything_is_written(data_files, tmp_path):
     cases = [([*TINY, *args], expected) for args, expected in SETTINGS] + data_cases(data_files)
-    assert len(cases) >= 60
-    finished = Path(data_files["finished_run"])
-    before = {p.name: p.read_bytes() for p in finished.iterdir()}
+    assert len(cases) >= 130
+    files = Path(data_files["finished_run"]).parent
+    before = tree(files)
     problems = []
-    for (args, expected), result in zip(cases, run_catalogue(cases, tmp_path)):
+    for (args, expected, *_), result in zip(cases, run_catalogue(cases, tmp_path)):
         lines = result["stderr"].strip().splitlines()
         line = lines[0] if lines else ""
         created = sorted(p.name for p in result["cwd"].iterdir())
@@ -223,4 +375,31 @@ def test_every_bad_command_line_is_one_line_before_anything_is_written(data_file
             problems.append(f"{' '.join(args[len(TINY):] if args[:len(TINY)] == TINY else args)}: {', '.join(failed)} (exit {result['code']}; created {created}):\n"
                             f"{result['stderr'][-1500:]}")
     assert not problems, "\n\n".join(problems)
-    assert {p.name: p.read_bytes() for p in finished.iterdir()} == before  # the earlier run untouched
+    assert tree(files) == before  # the earlier runs, sweep folders and what their links point to: untouched
+
+
+# Valid settings that do nothing (or only approximately what they say) in the combination chosen:
+# the run goes on, with one warning line each, on the console and in fedrun.log; never refused, so a
+# sweep over them (stragglers x local epochs ...) runs whole.  (overrides, the warnings' lines)
+NO_EFFECT = [
+    (["hyperparams.stragglers=0.5", "hyperparams.local_epochs=1"],
+     ["hyperparams.stragglers=0.5: has no effect with hyperparams.local_epochs=1"]),
+    (["hyperparams.optimizer_state=average"],
+     ["hyperparams.optimizer_state=average: has no effect: the client optimizer (sgd, momentum 0.0) keeps no state"]),
+    (["aggregator=fednova", "hyperparams.momentum=0.9", "hyperparams.optimizer_state=local"],
+     ["hyperparams.optimizer_state=local: aggregator=fednova counts each client's steps from a zero momentum buffer"]),
+    (["hydra/launcher=population"], ["fedrun: warning: hydra/launcher=population: has no effect without -m"]),
+]
+
+
+def test_settings_without_effect_are_one_warning_line_and_the_run_goes_on(tmp_path):
+    cases = [([*TINY, *args, f"hydra.run.dir={tmp_path / f'run{i}'}"], lines) for i, (args, lines) in enumerate(NO_EFFECT)]
+    for (args, lines), result in zip(cases, run_catalogue(cases, tmp_path)):
+        assert result["code"] == 0, result["stderr"][-2000:]
+        run = Path(args[-1].split("=", 1)[1])
+        log = (run / "fedrun.log").read_text()
+        for line in lines:
+            shown = [l for l in result["stderr"].splitlines() if line in l]
+            assert len(shown) == 1, (line, result["stderr"][-2000:])  # once, on one line
+            assert line.startswith("fedrun: warning:") or line in log  # the run's own record keeps it
+        assert (run / "summary.json").is_file()
