@@ -37,10 +37,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from papers import finite, integer, one_line_errors, positive
 from plots import save_figure
 
 from fedrun import results
-from fedrun.errors import FedrunError, RunDirectoryError, first_line
+from fedrun.errors import ArgumentParser, FedrunError, RunDirectoryError, UsageError, first_line
+from fedrun.paths import writable_folder
 from fedrun.plot import pyplot
 from fedrun.results import Run
 from fedrun.rundir import check_own_targets, load_checkpoint
@@ -58,7 +60,7 @@ def load_state(run_dir: Path, snapshot: int | None, device) -> tuple[dict, dict,
         have = sorted(p.name for p in (run_dir / "models").glob("round_*.pt")) if (run_dir / "models").is_dir() else []
         hint = f"; snapshots there: {', '.join(have)}" if have else \
             " (set `snapshots: [ROUND, ...]` in the run's config to save them)" if snapshot is not None else ""
-        raise SystemExit(f"loss_surface: no {path}{hint}")
+        raise RunDirectoryError(f"{path}: no such checkpoint{hint}")
     # Tensors and plain containers only: a crafted file cannot run code (one line if it tries).
     state = load_checkpoint(path, device)
     if not isinstance(state, dict) or not isinstance(state.get("params"), dict) \
@@ -121,7 +123,7 @@ def training_subset(data, samples: int, seed: int) -> tuple[torch.Tensor, torch.
 def grid_coordinates(points: int, span: float) -> list[float]:
     """``points`` evenly spaced values in ``[-span, span]`` with an exact 0 in the middle."""
     if points < 3 or points % 2 == 0:
-        raise SystemExit("loss_surface: --grid must be odd and >= 3 (the centre must be a grid point)")
+        raise UsageError(f"--grid={points}: must be odd and >= 3 (the centre must be a grid point)")
     half = points // 2
     return [span * i / half for i in range(-half, half + 1)]
 
@@ -183,26 +185,38 @@ def plot(losses: np.ndarray, alphas: list[float], betas: list[float], summary: d
     save_figure(fig, path, notes, bottom=0.05)
 
 
+def _device(text: str) -> str:
+    """``--device``: auto, or a device torch knows that this machine has (cuda only with CUDA)."""
+    if text == "auto":
+        return text
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available here; give auto or cpu")
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="loss_surface.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="loss_surface.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a fedrun run directory (config.yaml, checkpoint.pt)")
-    p.add_argument("--snapshot", type=int, default=None, metavar="ROUND",
+    p.add_argument("--snapshot", type=integer(0, "a round"), default=None, metavar="ROUND",
                    help="use models/round_XXXX.pt of this round (default: checkpoint.pt, the last round)")
     p.add_argument("--grid", type=int, default=21, help="points per axis, odd (default 21)")
-    p.add_argument("--span", type=float, default=1.0, help="alpha and beta range over [-span, span] (default 1)")
-    p.add_argument("--samples", type=int, default=2000,
+    p.add_argument("--span", type=positive, default=1.0, help="alpha and beta range over [-span, span] (default 1)")
+    p.add_argument("--samples", type=integer(0, "a number of examples"), default=2000,
                    help="training examples the loss is averaged over (default 2000; 0 = all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the directions and of the examples (default 0)")
-    p.add_argument("--batch-size", type=int, default=1000, help="evaluation batch size (default 1000)")
+    p.add_argument("--batch-size", type=integer(1, "a batch size"), default=1000, help="evaluation batch size (default 1000)")
     p.add_argument("--no-orthogonalize", action="store_true",
                    help="keep the two random directions as drawn (Li et al.), not made exactly orthogonal")
-    p.add_argument("--levels", type=int, default=10, help="contour lines drawn and labelled (default 10)")
-    p.add_argument("--mark-level", type=float, action="append", default=[], metavar="LOSS",
+    p.add_argument("--levels", type=integer(1, "a number of contour lines"), default=10, help="contour lines drawn and labelled (default 10)")
+    p.add_argument("--mark-level", type=finite, action="append", default=[], metavar="LOSS",
                    help="a red dashed contour at this loss (repeatable), to compare surfaces at one level")
-    p.add_argument("--vmax", type=float, default=None,
+    p.add_argument("--vmax", type=finite, default=None,
                    help="draw contours only up to this loss (the paper's plots zoom on the bowl)")
-    p.add_argument("--device", default="auto",
+    p.add_argument("--device", type=_device, default="auto",
                    help="auto (CUDA when present; default), cpu, cuda ... (a 21x21 NetA surface on 2000 "
                         "examples is 441 evaluations: minutes on a GPU, most of an hour on 2 CPU cores)")
     p.add_argument("--data-root", default=None, help="where the dataset is (default: the run's data_root)")
@@ -213,29 +227,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@one_line_errors("loss_surface")
 def main(argv: list[str] | None = None) -> int:
     from fedrun.landscape import filter_normalized_direction, loss_surface, orthogonalize, sharpness
 
     args = parser().parse_args(argv)
-    run_dir = Path(args.run_dir)
+    run_dir = results.folders(args.run_dir)[0]
     if not (run_dir / "config.yaml").is_file():
-        print(f"loss_surface: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
-        return 2
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+        raise RunDirectoryError(f"{run_dir}: not a run directory (no config.yaml)")
     coords = grid_coordinates(args.grid, args.span)
-    try:
-        check_own_targets(results.read_config(run_dir), run_dir / "config.yaml")  # before reading anything else
-        params, buffers, round_, state_path = load_state(run_dir, args.snapshot, device)
-        model, data = build(run_dir, device, args.data_root, args.download)
-    except FedrunError as e:  # an unsafe checkpoint or config, missing data: one line
-        print(f"loss_surface: {e}", file=sys.stderr)
-        return 2
+    writable_folder("--out", Path(args.out))
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    # An unsafe checkpoint or config, missing data: one line (before reading anything else).
+    check_own_targets(results.read_config(run_dir), run_dir / "config.yaml")
+    params, buffers, round_, state_path = load_state(run_dir, args.snapshot, device)
+    model, data = build(run_dir, device, args.data_root, args.download)
     try:
         model.load_state_dict({**params, **buffers})
     except RuntimeError as e:
-        print(f"loss_surface: {state_path} does not fit the model of config.yaml: {str(e).splitlines()[0]}",
-              file=sys.stderr)
-        return 2
+        raise RunDirectoryError(f"{state_path} does not fit the model of config.yaml: {first_line(e)}") from None
     x, y = training_subset(data, args.samples, args.seed)
     g = torch.Generator().manual_seed(args.seed)
     d1 = filter_normalized_direction(params, g)
@@ -246,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     losses, accs = loss_surface(model, params, buffers, x, y, d1, d2, coords, coords, args.batch_size,
                                 return_accuracy=True)
     seconds = time.perf_counter() - t0
+    if not torch.isfinite(losses).any():  # nothing to draw: say why before writing anything
+        diverged = results.stop_note(run_dir)
+        raise RunDirectoryError(f"{state_path}: the loss is NaN or Inf at every grid point"
+                                + (f" (the run {diverged})" if diverged else "") + "; nothing to draw")
     summary = sharpness(losses, coords, coords, radius=args.span / 2)
     summary.update(round=round_, state=str(state_path), run_dir=str(run_dir.resolve()), grid=args.grid,
                    span=args.span, samples=len(y), seed=args.seed, orthogonal=not args.no_orthogonalize,

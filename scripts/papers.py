@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import sys
 from collections import defaultdict
@@ -158,15 +159,37 @@ def fraction(text: str) -> float:
     return value
 
 
-def round_number(text: str) -> int:
-    """A round option (``--upto``, ``--round``): an integer >= 1 (rounds count from 1)."""
+def integer(minimum: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``, refused in one line naming ``what`` it is."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: give {what}, an integer >= {minimum}")
+        return value
+    return parse
+
+
+# A round option (--upto, --round, --neuron-round): rounds count from 1.
+round_number = integer(1, "a round number (rounds count from 1)")
+
+
+def finite(text: str, positive: bool = False) -> float:
+    """An argparse type: a finite number (``positive``: > 0), not nan or inf."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a round number, an integer >= 1 (rounds count from 1)")
+        value = math.nan
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number{' > 0' if positive else ''}")
     return value
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    return finite(text, positive=True)
 
 
 def round_list(text: str) -> list[int]:
