@@ -293,10 +293,13 @@ def require_column(frames: Iterable[pd.DataFrame], column: str, setting: str) ->
     """One line (:class:`~fedrun.errors.ConfigError`) unless some run has a value of ``column``
     (``frames``: the runs' rounds.csv tables, or one table of them all): the option that named it
     (``setting``) and the columns the runs do have values of."""
+    import pandas as pd
+
     frames = [f for f in frames if f is not None]
     if any(column in f and f[column].notna().any() for f in frames):
         return
-    have = sorted({c for f in frames for c in f.columns if f[c].notna().any()} - {"round", *NOT_GROUPING})
+    have = sorted({str(c) for f in frames for c in f.columns if f[c].notna().any() and "." not in str(c)
+                   and pd.api.types.is_numeric_dtype(f[c])} - {"round", *NOT_GROUPING})
     raise ConfigError(setting, column, f"no run has values of it; the runs' rounds.csv columns with values: "
                       f"{', '.join(have) or 'none'}")
 

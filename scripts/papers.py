@@ -122,10 +122,16 @@ def require_runs(runs: list, skipped: list[tuple[Path, str]], what: str, dirs: I
     diverged or damaged runs says so instead of an empty figure or table."""
     if runs:
         return
-    found = "; ".join(f"{p} ({why.removeprefix('unreadable: ')})" for p, why in skipped[:3])
+    found = "; ".join(_passed_over(path, why) for path, why in skipped[:3])
     more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
     raise UsageError(f"no {what} under {', '.join(map(str, dirs))}: "
                      + (f"{found}{more}" if found else "no run directories (config.yaml) there"))
+
+
+def _passed_over(path: Path, why: str) -> str:
+    """``<dir> (<why>)``, or the reason alone where it names the run directory already."""
+    why = why.removeprefix("unreadable: ")
+    return why if why.startswith(str(path)) else f"{path} ({why})"
 
 
 def stopped_notes(skipped: list[tuple[Path, str]], key: Callable[[Run], Hashable],

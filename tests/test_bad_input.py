@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, _cli_env, fedrun_ok
+from conftest import TINY, _cli_env, edit_same_length, fedrun_ok
 
 DRIVER = Path(__file__).resolve().parent / "cli_driver.py"
 
@@ -212,14 +212,6 @@ def data_files(tmp_path_factory) -> dict[str, str]:
 
 
 IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-
-
-def edit_same_length(path: Path) -> None:
-    """One digit of the last row changed: the same size, other numbers."""
-    data = bytearray(path.read_bytes())
-    at = max(i for i in range(data.rindex(b"\n", 0, len(data) - 1), len(data)) if chr(data[i]).isdigit())
-    data[at] = ord("7") if data[at] != ord("7") else ord("3")
-    path.write_bytes(bytes(data))
 
 
 def edit_config(run: Path, *keys: str, factor: float = 2) -> None:

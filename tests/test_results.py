@@ -179,9 +179,20 @@ def test_a_csv_that_is_not_csv(tree, data):
     assert results.Run.load(tree["done"]).rounds() is None
 
 
-def test_run_of_a_config_with_odd_nodes(tmp_path):
-    run = results.Run.load(_folder(tmp_path / "r", "config.yaml", config="tags: 5\naggregator: [1]\n"))
-    assert run.tags == {} and run.dataset is None and run.method is None
+@pytest.mark.parametrize("config,what", [
+    ("tags: 5\naggregator: [1]\n", "aggregator=[1]: not a mapping of settings (list)"),
+    ("seed: 0\nhyperparams: 5\n", "hyperparams=5: not a mapping of settings (int)"),
+    ("seed: abc\n", "seed='abc': not an integer"),
+    ("trainer: {max_epochs: 3}\noptimizer: adam\n", "not a fedrun config (its keys: trainer, optimizer"),
+], ids=["odd nodes", "hyperparams a number", "seed a string", "another tool's"])
+def test_a_config_that_is_not_fedrun_s_is_one_line_naming_it(tmp_path, config, what):
+    """Odd nodes where fedrun writes mappings, a seed that is no integer, another tool's keys: one
+    line naming the file for every reader, not an AttributeError deep in a script."""
+    run = _folder(tmp_path / "r", "config.yaml", "rounds.csv", config=config)
+    for read in (results.read_config, results.Run.load, results.load, results.summaries):
+        with pytest.raises(RunDirectoryError) as error:
+            read(run)
+        assert what in _one_line(error.value, run / "config.yaml")
 
 
 @pytest.mark.parametrize("name,data", [("config.yaml", b"- 1\n"), ("rounds.csv", b"\x00\xff\x80garbage")])
@@ -191,7 +202,7 @@ def test_fedrun_plot_says_which_file_is_damaged(tree, tmp_path, capsys, name, da
     (tree["done"] / name).write_bytes(data)
     assert plot.main([str(tree["top"]), "--out", str(tmp_path / "figs")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"fedrun-plot: {tree['done'] / name}: ")
+    assert len(err) == 1 and err[0].startswith(f"fedrun-plot: error: {tree['done'] / name}: ")
     assert not (tmp_path / "figs").exists()
 
 

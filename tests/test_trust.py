@@ -18,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY, data_rows, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun, wait_for_rows
+from conftest import (TINY, data_rows, edit_same_length, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun,
+                      wait_for_rows)
 
 from fedrun import aggregators as A
 from fedrun.data import prepare, synthetic
@@ -299,14 +300,6 @@ def test_second_process_on_a_running_directory_is_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------- resume never corrupts
-
-def edit_same_length(path: Path) -> None:
-    """Change one digit of the file's last row: the same size, other numbers."""
-    data = bytearray(path.read_bytes())
-    at = max(i for i in range(data.rindex(b"\n", 0, len(data) - 1), len(data)) if chr(data[i]).isdigit())
-    data[at] = ord("7") if data[at] != ord("7") else ord("3")
-    path.write_bytes(bytes(data))
-
 
 @pytest.mark.parametrize("damage", ["truncated", "deleted", "edited"])
 def test_resume_refuses_a_damaged_csv_and_touches_nothing(finished, tmp_path, damage):

@@ -154,8 +154,10 @@ def rounds_of(run_dir: Path):
     path = run_dir / "rounds.csv"
     if not path.is_file() or path.stat().st_size == 0:
         return None
-    frame = pd.read_csv(path)
-    return frame if len(frame) else None
+    text = path.read_text(errors="replace")
+    text = text[: text.rfind("\n") + 1]  # a run killed at its time limit may have cut its last row
+    frame = pd.read_csv(io.StringIO(text)) if text.count("\n") > 1 else None
+    return frame if frame is not None and len(frame) else None
 
 
 def engine_of(run_dir: Path) -> str:
