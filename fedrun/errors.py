@@ -124,14 +124,15 @@ def print_error(prog: str, error) -> None:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser whose errors are one line, ``<prog>: error: <message>`` and exit 2, as
-    fedrun's own refusals: no usage block above it (``--help`` still prints the whole usage), so a
-    script's bad option reads like any other bad input.  Subcommands' parsers are of this class too."""
+    """argparse's parser whose errors are fedrun's one-line refusals: a bad option raises
+    :class:`UsageError` (``argument --target: '95': ...``), which the program's ``main`` prints
+    as ``<prog>: error: <message>`` and returns 2, as for any other bad input; no usage block
+    above it (``--help`` still prints the whole usage and exits 0).  Subcommands' parsers are of
+    this class too."""
 
     def error(self, message: str) -> NoReturn:
         hint = "; --help lists them" if message.startswith(("the following arguments", "unrecognized")) else ""
-        print_error(self.prog, f"{message}{hint}")
-        sys.exit(2)
+        raise UsageError(f"{message}{hint}")
 
 
 def exit_with(error, code: int) -> NoReturn:

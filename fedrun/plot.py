@@ -20,7 +20,12 @@ and clients a round, E, B, rounds; "varies" where the runs differ; ``--no-captio
 Writes ``runs.png`` (300 dpi) and ``runs.pdf`` (``--formats png,pdf,svg``) to ``--out``, with
 ``runs.csv`` beside them: the numbers drawn (group, method, metric, round, mean, band bounds
 low/high, runs n, in rounds.csv's units).  It prints one line per group drawn, a warning for every
-group or panel left without values, and the setting.
+group or panel left without values, and the setting.  A run that diverged (NaN or Inf; run.json
+says so) is drawn up to the round before, its legend entry saying ``diverged at round t``; a run
+with no row to draw (diverged in round 1, stopped before its first round) is named in the caption
+and the log.  Bad input is refused before anything is written, in one line, exit 2: an option out
+of range, a metric no run has, folders without runs or only runs without rows, a damaged or
+foreign config.yaml or rounds.csv, an ``--out`` that is a file or cannot be written.
 
     fedrun-plot outputs/multirun/2026-11-23 --out outputs/figs
     fedrun-plot outputs/multirun/2026-11-23 --out figs --band ci --metrics test_acc,N_over_E --figsize 7.16,2.2
@@ -324,11 +329,11 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
                        title=title)
             if figsize is None and lines > LEGEND_ROOM_LINES:  # a tall legend: a taller figure, not squeezed panels
                 fig.set_size_inches(size[0], size[1] + (lines - LEGEND_ROOM_LINES) * LINE_HEIGHT)
-        lines = [text] if text else []
-        lines += ["not drawn: " + "; ".join(f"{Path(run).name}: {why}" for run, why in not_drawn)] if not_drawn else []
-        if caption and lines:
+        below = ([text] if text else []) + \
+            (["not drawn: " + "; ".join(f"{Path(run).name}: {why}" for run, why in not_drawn)] if not_drawn else [])
+        if caption and below:
             width = int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))
-            fig.supxlabel("\n".join(textwrap.fill(line, width=width) for line in lines), fontsize=FONT_SIZE - 1)
+            fig.supxlabel("\n".join(textwrap.fill(line, width=width) for line in below), fontsize=FONT_SIZE - 1)
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / f"runs.{fmt}" for fmt in formats]
         for path in paths:
@@ -428,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
                    help="a line below the panels with the runs' setting (default: on)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated: " + ", ".join(FORMATS))
-    args = p.parse_args(argv)
     try:  # bad options, folders without runs, a damaged config.yaml or CSV: one line, nothing written
+        args = p.parse_args(argv)
         formats, metrics = _choices("formats", args.formats, FORMATS), _choices("metrics", args.metrics, METRICS)
         writable_folder("--out", Path(args.out))
         df = results.load(*args.dirs)
@@ -442,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         print_error(PROG, e)
         return 2
     except OSError as e:  # --out cannot be written after all (a full disk)
-        print_error(PROG, f"cannot write to {args.out}: {e.strerror or e}")
+        print_error(PROG, f"{e.filename or 'the figures'}: {e.strerror or e}")
         return 2
     for path in written:
         print(path)
@@ -455,6 +460,7 @@ def _choices(option: str, text: str, allowed) -> tuple[str, ...]:
     if not values or any(v not in allowed for v in values):
         raise UsageError(f"--{option}={text}: choose from {', '.join(allowed)}")
     return values
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,6 +26,15 @@ without ``rounds.csv``); :func:`read_config`, :func:`read_summary` and :func:`re
 One run at a time: :class:`Run` is a run directory's config, summary and (read once, on demand)
 CSVs; :func:`load_runs` reads the finished runs under some folders as :class:`Run` objects, with
 the folders it passed over and why (what the papers' table and plot scripts file into cells).
+
+Every reader takes one folder where it takes several (``load("outputs/run")``,
+``load_runs("outputs/run")``, :func:`folders`), and refuses in one line
+(:class:`~fedrun.errors.RunDirectoryError`) what it cannot read: a path that is no folder, folders
+without a run, a config.yaml that is not YAML, not a mapping, another tool's, or holds a seed that
+is no integer or a config group that is no mapping; a CSV without its key columns (``round``;
+rounds.csv's ``test_acc``) or with text where numbers belong.  :func:`read_rounds` also refuses a
+rounds.csv without a row (the run stopped before its first round; :func:`stopped` says whether it
+diverged), so that a figure or table is never empty unsaid.
 """
 from __future__ import annotations
 
@@ -99,15 +108,13 @@ def folders(paths) -> list[Path]:
     passed where paths are spread (``load(["a", "b"])``) is its paths.  A path that does not exist
     or is a file, anything that is not a path, and no path at all raise one line
     (:class:`~fedrun.errors.RunDirectoryError`, :class:`~fedrun.errors.ConfigError`)."""
-    out = []
-    for item in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
-        if isinstance(item, (str, os.PathLike)):
-            out.append(Path(item))
-        elif isinstance(item, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in item):
-            out += [Path(p) for p in item]
-        else:
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    items = [p for item in items for p in (item if isinstance(item, (list, tuple)) else [item])]
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
             raise ConfigError("paths", repr(item)[:80], "not a path: give folders as str or pathlib.Path, or a list "
                               "of them")
+    out = [Path(item) for item in items]
     if not out:
         raise RunDirectoryError("no folders given: name run directories, or folders that hold them")
     for top in out:
@@ -165,10 +172,11 @@ def read_config(run: str | os.PathLike) -> dict:
 
 
 # config.yaml's nodes that fedrun writes as mappings of settings (the config groups and the
-# objects built from them), and the keys of which a fedrun config.yaml has at least one.
+# objects built from them), and the keys of which a fedrun config.yaml (or a hand-made one for the
+# readers: a seed, or a paper's tags) has at least one, and another tool's hardly any.
 SECTIONS = ("dataset", "model", "partition", "aggregator", "hyperparams", "engine", "logger", "choices", "tags",
             "tuned", "federation", "local", "participation")
-FEDRUN_KEYS = ("seed", "aggregator", "hyperparams", "dataset", "model", "partition", "choices")
+FEDRUN_KEYS = ("seed", "aggregator", "hyperparams", "choices", "tags")
 
 
 def _check_config(config: dict, path: Path) -> None:
@@ -216,6 +224,10 @@ def read_csv(run: str | os.PathLike, name: str = "rounds.csv") -> pd.DataFrame |
         return None
 
 
+# The columns each CSV of a run directory has (what the readers find rows by); other CSVs: ``round``.
+KEY_COLUMNS = {"rounds.csv": ("round", "test_acc"), "partition.csv": ("client",)}
+
+
 def _csv(path: Path) -> pd.DataFrame:
     """``pd.read_csv(path)``, checked: a file that is not CSV (rows of other widths, binary,
     unreadable), or not one fedrun writes (without its key columns, :data:`KEY_COLUMNS`, or with
@@ -236,10 +248,6 @@ def _csv(path: Path) -> pd.DataFrame:
     for column in df.columns if path.name == "rounds.csv" else keys:  # every column of rounds.csv is a number
         _numbers(df[column], path)
     return df
-
-
-# The columns each CSV of a run directory has (what the readers find rows by); other CSVs: ``round``.
-KEY_COLUMNS = {"rounds.csv": ("round", "test_acc"), "partition.csv": ("client",)}
 
 
 def _numbers(column: pd.Series, path: Path) -> None:
@@ -500,6 +508,8 @@ def _load(paths, csv_name: str) -> pd.DataFrame:
         if not path.is_file() or path.stat().st_size == 0:
             continue
         df = _csv(path)
+        if df.empty:  # a header only (stopped before its first round): no rows, and no text columns
+            continue
         for column, value in who.items():
             df[column] = [value] * len(df)
         frames.append(df)

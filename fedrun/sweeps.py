@@ -166,13 +166,10 @@ def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
 
 
 def _stopped(run_dir: Path) -> dict | None:
-    """How an unfinished job ended (:attr:`fedrun.results.Run.stopped`): diverged at round t, or None."""
+    """How an unfinished job ended (:func:`fedrun.results.stopped`, from run.json): diverged at round t, or None."""
     from fedrun import results
 
-    try:
-        return results.Run.load(run_dir).stopped
-    except Exception:  # noqa: BLE001 - a table line must never stop the table
-        return None
+    return results.stopped(run_dir)
 
 
 def sweep_jobs(sweep_dir: Path) -> dict[str, Path]:
@@ -219,6 +216,8 @@ def _given(run_dir: Path) -> dict[str, str]:
 
     try:
         given = results.read_config(run_dir).get("overrides") or []
-    except (OSError, ValueError):
+    except (OSError, ValueError, FedrunError):  # a damaged config.yaml: the table lists the job without them
         return {}
-    return dict(o.lstrip("+~").split("=", 1) for o in given if "=" in o)
+    if not isinstance(given, list):
+        return {}
+    return dict(o.lstrip("+~").split("=", 1) for o in given if isinstance(o, str) and "=" in o)

@@ -277,8 +277,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return tables.table_main(parser().parse_args(argv), run_grid,
                              lambda a, csv_path: collect(a.dirs, a.target, a.metric, csv_path, a.paper_csv,
-                                                         need_runs=True),
-                             CSV_NAME, "fedlayerwise_table1")
+                                                         need_runs=True))
 
 
 if __name__ == "__main__":

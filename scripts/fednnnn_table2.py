@@ -360,8 +360,7 @@ def parser():
 def main(argv: list[str] | None = None) -> int:
     return tables.table_main(parser().parse_args(argv), run_grid,
                              lambda a, csv_path: collect(a.dirs, a.accuracy, csv_path, a.paper_csv,
-                                                         need_runs=True),
-                             CSV_NAME, "fednnnn_table2")
+                                                         need_runs=True))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
 from fedrun.errors import FedrunError, RunDirectoryError, UsageError, print_error
-from fedrun.results import Run, load_runs, read_rounds, stop_note
+from fedrun.results import Run, folders, load_runs, read_rounds, stop_note
 
 # Dataset settings that shrink the data (a subset): named in every departure note.
 DATA_SIZE_KEYS = ("max_train", "max_test")
@@ -124,7 +124,7 @@ def require_runs(runs: list, skipped: list[tuple[Path, str]], what: str, dirs: I
         return
     found = "; ".join(_passed_over(path, why) for path, why in skipped[:3])
     more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
-    raise UsageError(f"no {what} under {', '.join(map(str, dirs))}: "
+    raise UsageError(f"no {what} under {', '.join(map(str, folders(dirs)))}: "
                      + (f"{found}{more}" if found else "no run directories (config.yaml) there"))
 
 
@@ -137,14 +137,14 @@ def _passed_over(path: Path, why: str) -> str:
 def stopped_notes(skipped: list[tuple[Path, str]], key: Callable[[Run], Hashable],
                   label: Callable[[Run], str]) -> dict:
     """The paper's runs that diverged (:data:`DIVERGED`, from :func:`load_tagged`), filed by
-    ``key(run)`` (a figure's cell) as the notes its figure prints below the panels:
-    ``<label(run)> seed s: diverged at round t, not drawn``, so that a diverged run is named where
-    it would have been drawn."""
+    ``key(run)`` (a figure's cell) as the notes its figure prints below the panels after "Not
+    drawn:" (:func:`plots.save_figure`): ``<label(run)> seed s: diverged at round t``, so that a
+    diverged run is named where it would have been drawn."""
     notes: dict = defaultdict(list)
     for path, why in skipped:
         if why.startswith(DIVERGED):
             run = Run.load(path)
-            notes[key(run)].append(f"{label(run)} seed {run.seed}: {stop_note(path)}, not drawn")
+            notes[key(run)].append(f"{label(run)} seed {run.seed}: {stop_note(path)}")
     return dict(notes)
 
 

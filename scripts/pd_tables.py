@@ -81,7 +81,7 @@ from papers import count_notes, group, one_line_errors, setting_deviations
 
 from fedrun.errors import UsageError
 from fedrun.paths import conf_options
-from fedrun.results import Run, load_runs
+from fedrun.results import Run, folders, load_runs
 
 PAPER_CSV = "parameter_divergence_tables4-10_accuracy.csv"  # in scripts/paper_targets, as in ../shared
 
@@ -456,7 +456,7 @@ def collect(dirs: list[str], csv_path: str | None = None, which: list[str] | Non
     for table in [t for t in chosen if any(r["table"] == t and r["n_runs"] for r in rows)] or chosen:
         print(format_table(table, rows) + "\n", file=out)
     print(f"{sum(map(len, by_key.values()))} run(s) of {len(by_key)} distinct setting(s) found under "
-          f"{', '.join(map(str, dirs))}", file=out)
+          f"{', '.join(map(str, folders(dirs)))}", file=out)
     tables.print_notes("\nNOTES:", notes(by_key, rows, chosen, targets, skipped), out)
     tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4f", out)
     return rows
@@ -636,8 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     return tables.table_main(
         parser().parse_args(argv), run_grid,
         lambda a, csv_path: collect(a.dirs, csv_path, _list(a.tables, TABLES, "table", "--tables"), a.paper_csv,
-                                    need_runs=True),
-        CSV_NAME, "pd_tables")
+                                    need_runs=True))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def save_figure(fig, path, notes=(), *, left_out=(), bottom: float = 0.06, right
     ``notes`` (how the runs depart from the paper's setting) are printed in red along the
     bottom, in the figure fraction ``bottom`` kept free for them, and ``left_out`` (the runs of
     the figure that are not drawn, :func:`papers.stopped_notes`: ``FedAvg seed 1: diverged at
-    round 5, not drawn``) above them; ``right`` and ``top`` keep room for a legend placed outside
+    round 5``) above them; ``right`` and ``top`` keep room for a legend placed outside
     the axes.
     """
     lines = ([f"NOT the paper's setting: {'; '.join(notes)}"] if notes else []) + \

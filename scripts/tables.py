@@ -101,7 +101,7 @@ def report(runs: list[Run], skipped: list, rows: list[dict], dirs: list[str], *,
     the runs' cells that are not in the table, the skipped run directories, and the NOTE on runs
     that are not the paper's setting (each departure with the number of runs it concerns)."""
     filled = sum(r["n_runs"] > 0 for r in rows)
-    print(f"\n{len(runs)} run(s) in {filled} of {len(rows)} cells, from {', '.join(map(str, dirs))}", file=out)
+    print(f"\n{len(runs)} run(s) in {filled} of {len(rows)} cells, from {', '.join(map(str, folders(dirs)))}", file=out)
     unknown = sorted({cell(r) for r in runs} - set(table_cells))
     if unknown:
         print(f"not in {table} (ignored): {unknown}", file=out)
@@ -201,7 +201,7 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
 
 
 def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace], int],
-               collect: Callable[[argparse.Namespace, str | None], object], csv_name: str, prog: str) -> int:
+               collect: Callable[[argparse.Namespace, str | None], object]) -> int:
     """Dispatch a table script's mode, once its paths are checked (nothing is written before):
     ``run`` launches the grid into ``--out``; ``collect`` reads the DIRs and calls
     ``collect(args, csv_path)`` (csv_path: ``--csv``; None, the default, writes no CSV).  The exit

@@ -1,6 +1,7 @@
 """``fedrun-plot`` (fedrun/plot.py) and the grouping it draws with (fedrun.results' ``group``
 column and seed_curves): runs grouped by what differs but the seed, none left out, mean and band
 over seeds."""
+import json
 import math
 import os
 import subprocess
@@ -170,6 +171,40 @@ def test_a_group_without_values_is_a_warning_not_a_silent_gap(tmp_path, capsys):
     assert "warning: Momentum: no values of N_over_E; left out of its panel" in printed
 
 
+def diverged(run: Path, at: int) -> Path:
+    """Make ``run`` one that diverged in round ``at``, as fedrun leaves it: run.json says so, its
+    rounds.csv holds the rounds before, no summary.json."""
+    (run / "run.json").write_text(json.dumps([{"first_round": 1, "last_round": at - 1, "reason": "diverged",
+                                               "error": f"round {at}: parameter fc1.weight is NaN or Inf"}]))
+    rows = (run / "rounds.csv").read_text().splitlines()
+    (run / "rounds.csv").write_text("\n".join(rows[:at]) + "\n")
+    return run
+
+
+def test_a_diverged_run_says_so_in_the_legend_and_the_caption(tmp_path, capsys, monkeypatch):
+    """FedAvg's seed 1 diverged at round 3 and Norm-Norm's only run at round 2: their legend
+    entries say so (the curve ends early, not unexplained); Momentum diverged in round 1, so has
+    nothing to draw: the caption and the log name it instead of dropping it unsaid."""
+    from matplotlib.figure import Figure
+
+    fake_run(tmp_path / "a0", "fedavg", 0, [0.4, 0.5, 0.6, 0.7])
+    diverged(fake_run(tmp_path / "a1", "fedavg", 1, [0.4, 0.5, 0.6, 0.7]), 3)
+    diverged(fake_run(tmp_path / "n0", "normnorm", 0, [0.3, 0.4, 0.5, 0.6], beta=1.0), 2)
+    diverged(fake_run(tmp_path / "m0", "momentum", 0, [0.3, 0.4, 0.5, 0.6], gamma=0.9), 1)
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
+    assert fedrun_plot.main([str(tmp_path), "--out", str(tmp_path / "figs"), "--formats", "png"]) == 0
+    legend = [t.get_text().replace("\n  ", " ") for t in figures[0].legends[0].get_texts()]
+    assert legend == ["FedAvg (mean of 2) (seed 1 diverged at round 3)", "Norm-Norm (diverged at round 2)"]
+    caption = figures[0].get_supxlabel().replace("\n", " ")
+    assert f"not drawn: m0: diverged at round 1 (no rows in rounds.csv)" in caption
+    printed = capsys.readouterr().out
+    assert "FedAvg: 2 runs (seeds 0, 1), rounds 1-4, 4 of 4 panels" not in printed
+    assert "FedAvg: 2 runs (seeds 0, 1), seed 1 diverged at round 3, rounds 1-4, 4 of 4 panels" in printed
+    assert "Norm-Norm: 1 run, diverged at round 2, rounds 1-1, 4 of 4 panels" in printed
+    assert f"warning: {(tmp_path / 'm0').resolve()}: diverged at round 1 (no rows in rounds.csv); not drawn" in printed
+
+
 def with_hyperparams(run: Path, **hyperparams) -> Path:
     config = yaml.safe_load((run / "config.yaml").read_text())
     config["hyperparams"] = {"num_clients": 100, "client_fraction": 0.1, "local_epochs": 5, "batch_size": 50,
@@ -205,10 +240,10 @@ def test_panels_columns_and_size_are_options(tmp_path, capsys):
     assert png_size(tmp_path / "wide" / "runs.png") == (6000, 1260)
     assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), "--metrics", "test_acc,acc"]) == 2
     assert "--metrics=test_acc,acc: choose from test_acc, test_loss" in capsys.readouterr().err
-    for bad in (["--figsize", "3.5"], ["--cols", "0"], ["--band", "sem"]):
-        with pytest.raises(SystemExit) as exit_:
-            fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), *bad])
-        assert exit_.value.code == 2
+    for bad in (["--figsize", "3.5"], ["--cols", "0"], ["--band", "sem"]):  # one line, no usage block
+        assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "x"), *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedrun-plot: error: argument {bad[0]}: ") and err.count("\n") == 1
 
 
 def test_the_caption_says_which_settings_vary(tmp_path):
@@ -267,7 +302,7 @@ def test_the_fedrun_plot_command_from_any_directory(tmp_path):
     assert "fedrun-plot outputs/multirun" in done.stdout  # the docstring is the help
     bad = subprocess.run([str(exe), str(tmp_path), "--out", str(tmp_path / "f")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and bad.stderr.startswith("fedrun-plot: no run directories")
+    assert bad.returncode == 2 and bad.stderr.startswith("fedrun-plot: error: no run directories")
     light = subprocess.run([sys.executable, "-c", "import sys, fedrun.plot; print('matplotlib' in sys.modules)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert light.stdout.strip() == "False", light.stderr

@@ -270,10 +270,10 @@ def test_a_one_line_error_in_a_script_is_exit_2(grid, tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(fednnnn_table2, "collect", damaged)
     assert fednnnn_table2.main(["collect", str(grid)]) == 2
-    assert capsys.readouterr().err == f"fednnnn_table2: {grid}/x/rounds.csv: not a CSV file\n"
+    assert capsys.readouterr().err == f"fednnnn_table2: error: {grid}/x/rounds.csv: not a CSV file\n"
     monkeypatch.setattr(plot_fednnnn, "load_runs", damaged)
     assert plot_fednnnn.main([str(grid), "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"plot_fednnnn: {grid}/x/rounds.csv: not a CSV file\n"
+    assert capsys.readouterr().err == f"plot_fednnnn: error: {grid}/x/rounds.csv: not a CSV file\n"
 
 
 def test_builtin_table2_matches_targets_csv():
@@ -320,8 +320,7 @@ def test_run_mode_sweeps_exactly_the_missing_runs_and_trains_populations(tmp_pat
 
 
 def test_unknown_substitute_is_rejected(capsys):
-    with pytest.raises(SystemExit):
-        fednnnn_table2.main(["run", "--out", "x", "--substitute", "cifar10=nope"])
+    assert fednnnn_table2.main(["run", "--out", "x", "--substitute", "cifar10=nope"]) == 2
     assert "unknown dataset option" in capsys.readouterr().err
 
 
@@ -347,8 +346,10 @@ def test_plot_writes_nonempty_pngs(tmp_path, capsys, n_def):
 
 def test_plot_without_matching_runs_fails_cleanly(grid, tmp_path, capsys):
     assert plot_fednnnn.main([str(grid), "--dataset", "mnist", "--condition", "noniid-ub",
-                              "--out", str(tmp_path / "f")]) == 1
-    assert "no FedNNNN preset runs" in capsys.readouterr().err
+                              "--out", str(tmp_path / "f")]) == 2
+    assert capsys.readouterr().err.startswith("plot_fednnnn: error: no FedNNNN preset runs to draw for dataset=mnist "
+                                              "condition=noniid-ub")
+    assert not (tmp_path / "f").exists()
 
 
 # ----------------------------------------------------------------------------- presets

@@ -203,7 +203,7 @@ def test_loss_surface_names_a_damaged_config(tmp_path, capsys):
     (run / "config.yaml").write_text("model: [unclosed\n")
     assert loss_surface.main([str(run), "--grid", "3", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"loss_surface: {run / 'config.yaml'}: not valid YAML") and err.count("\n") == 1
+    assert err.startswith(f"loss_surface: error: {run / 'config.yaml'}: not valid YAML") and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
 
 
@@ -325,10 +325,8 @@ def test_run_dry_run_options_and_skips_finished(tmp_path, capsys):
 
 
 def test_unknown_selection_is_rejected(tmp_path):
-    with pytest.raises(SystemExit):
-        pd_tables.main(["run", "--out", str(tmp_path), "--dry-run", "--tables", "3"])
-    with pytest.raises(SystemExit):
-        pd_tables.main(["run", "--out", str(tmp_path), "--substitute", "cifar10=nope"])
+    assert pd_tables.main(["run", "--out", str(tmp_path), "--dry-run", "--tables", "3"]) == 2
+    assert pd_tables.main(["run", "--out", str(tmp_path), "--substitute", "cifar10=nope"]) == 2
 
 
 # ----------------------------------------------------------------------------- figures
@@ -359,7 +357,8 @@ def test_plot_pd_writes_pngs(tmp_path, capsys):
     assert plot_pd.main([str(top / "noniid2"), "--out", str(tmp_path / "f2"), "--layers", "F3,C11",
                          "--neuron-round", "2", "--settings", "noniid2"]) == 0
     assert (tmp_path / "f2" / "pd_ls_layers.png").stat().st_size < (out / "pd_ls_layers.png").stat().st_size
-    assert plot_pd.main([str(tmp_path / "figs"), "--out", str(tmp_path / "f3")]) == 1
+    assert plot_pd.main([str(tmp_path / "figs"), "--out", str(tmp_path / "f3")]) == 2
+    assert "plot_pd: error: no finished runs to draw under" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- loss surface (a real run)
@@ -400,10 +399,10 @@ def test_loss_surface_on_a_real_tiny_run(tmp_path, capsys):
     # Default: the checkpoint (the last round); a missing snapshot is a clear error.
     assert loss_surface.main([str(run), "--grid", "3", "--samples", "50", "--out", str(tmp_path / "s2")]) == 0
     assert json.loads((tmp_path / "s2" / "loss_surface.json").read_text())["round"] == 2
-    with pytest.raises(SystemExit, match="round_0007.pt"):
-        loss_surface.main([str(run), "--snapshot", "7", "--out", str(tmp_path / "s3")])
-    with pytest.raises(SystemExit, match="odd"):
-        loss_surface.main([str(run), "--grid", "4", "--out", str(tmp_path / "s4")])
+    assert loss_surface.main([str(run), "--snapshot", "7", "--out", str(tmp_path / "s3")]) == 2
+    assert "round_0007.pt: no such checkpoint" in capsys.readouterr().err
+    assert loss_surface.main([str(run), "--grid", "4", "--out", str(tmp_path / "s4")]) == 2
+    assert "--grid=4: must be odd" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- end to end (real runs)

@@ -58,10 +58,10 @@ def test_readings_bad_input_is_one_line(tmp_path, capsys):
     assert readings.main([str(tmp_path / "nope")]) == 2
     assert readings.main([str(_grid(tmp_path)), "--at", "one"]) == 2
     err = capsys.readouterr().err
-    assert "--at=one: give comma-separated round numbers" in err
+    assert "readings: error: argument --at: 'one': give comma-separated round numbers" in err
     (tmp_path / "empty").mkdir()
     assert readings.main([str(tmp_path / "empty")]) == 2
-    assert "readings: no run directories" in capsys.readouterr().err
+    assert "readings: error: no run directories" in capsys.readouterr().err
 
 
 def test_a_diverged_seed_is_named_and_left_out_of_final(tmp_path, capsys):
@@ -78,3 +78,32 @@ def test_a_diverged_seed_is_named_and_left_out_of_final(tmp_path, capsys):
     b = next(v for k, v in rows.items() if "lr=0.001" in k)
     assert a[-2:] == ["97.0", "-, 5"] and b[-2:] == ["97.5", "-, -"]
     assert "diverged at" in text
+
+
+def test_runs_of_one_seed_have_no_seed_column_and_still_make_a_table(tmp_path, capsys):
+    """fedrun.results.load names a seed column only where the runs' seeds differ: readings.py
+    read it anyway (KeyError: 'seed') on one run, or on readings all run with seed 0.  Each run's
+    seed now comes from its config.yaml, and two runs of one seed in a group stay two runs."""
+    top = tmp_path / "r"
+    make_run(top / "a0", "fedavg", [0.5, 0.9, 0.95], seed=0, hyperparams={"lr": 0.005})
+    assert readings.main([str(top / "a0"), "--at", "1,3"]) == 0  # one run
+    body = capsys.readouterr().out.split("-+-")[-1].splitlines()[1:]
+    assert [[c.strip() for c in line.split("|")] for line in body] == [["run", "1", "3", "3.0", "50.0", "95.0",
+                                                                        "95.0"]]
+    make_run(top / "b0", "fedavg", [0.6, 0.96, 0.97], seed=0, hyperparams={"lr": 0.001})
+    make_run(top / "b0_again", "fedavg", [0.4, 0.8, 0.99], seed=0, hyperparams={"lr": 0.001})
+    assert readings.main([str(top), "--at", "1"]) == 0  # three runs, all seed 0
+    rows = _lines(capsys.readouterr().out)
+    b = next(v for k, v in rows.items() if "lr=0.001" in k)
+    assert b[1:5] == ["2", "2, 3", "2.5", "50.0 [40.0-60.0]"] and b[-1] == "98.0"
+
+
+def test_a_real_run_of_one_seed(tmp_path, capsys):
+    """The report's case: one run made by the fedrun command, read by readings.py."""
+    from conftest import TINY, fedrun_ok
+
+    fedrun_ok([*TINY, f"hydra.run.dir={tmp_path / 'one_run'}"], tmp_path)
+    assert readings.main([str(tmp_path / "one_run")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Readings x outcome on test_acc") and "\nFedNNNN " in text
+    assert capsys.readouterr().err == ""
