@@ -131,25 +131,28 @@ def test_full_disk_is_one_line_and_the_run_resumes_to_the_same_results(point, wh
     assert leftovers(run) == []
 
 
-def test_population_only_the_run_on_the_full_disk_stops(tmpfs, tmp_path):
-    """hydra/launcher=population, three runs; job 1's directory (a link to a folder on the tmpfs:
-    a run directory may be a link) fills in round 2.  It stops in one line; the others finish;
-    the sweep exits 4; after freeing space, the sweep resumed ends as one never interrupted."""
+def test_population_only_the_run_on_the_full_disk_stops(tmp_path):
+    """hydra/launcher=population, three runs; job 1's directory (a tmpfs mounted there: a sweep
+    folder holds no link, but its job folders may be mount points) fills in round 2.  It stops in
+    one line; the others finish; the sweep exits 4; after freeing space, the sweep resumed ends as
+    one never interrupted."""
     sweep = tmp_path / "sweep"
-    (tmpfs / "job1").mkdir()
-    sweep.mkdir()
-    (sweep / "1").symlink_to(tmpfs / "job1")
-    args = ["-m", *BASE, "hydra/launcher=population", "engine=batched", "aggregator=fedavg,fedprox,fednnnn"]
-    proc = run_full(tmpfs, "csv:output_layer.csv:2", [*args, f"hydra.sweep.dir={sweep}"], tmp_path)
-    assert proc.returncode == 4, proc.stderr[-3000:]
-    no_traceback(proc.stderr)
-    line = no_space_line(sweep / "1", "after round 1").replace("fedrun: error: ", "fedrun: error: job 1: ")
-    assert line in errors(proc.stderr)
-    assert (sweep / "0" / "summary.json").is_file() and (sweep / "2" / "summary.json").is_file()
-    assert not (sweep / "1" / "summary.json").exists() and leftovers(tmpfs / "job1") == []
-    (tmpfs / "ballast").unlink()
-    fedrun_ok([*args, f"hydra.sweep.dir={sweep}", "resume=true"], tmp_path, timeout=300)
-    straight = tmp_path / "straight"
-    fedrun_ok([*args, f"hydra.sweep.dir={straight}"], tmp_path, timeout=300)
-    for job in "012":
-        same_run(straight / job, sweep / job)
+    job1 = sweep / "1"
+    mount_tmpfs(job1)
+    try:
+        args = ["-m", *BASE, "hydra/launcher=population", "engine=batched", "aggregator=fedavg,fedprox,fednnnn"]
+        proc = run_full(job1, "csv:output_layer.csv:2", [*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+        assert proc.returncode == 4, proc.stderr[-3000:]
+        no_traceback(proc.stderr)
+        line = no_space_line(job1, "after round 1").replace("fedrun: error: ", "fedrun: error: job 1: ")
+        assert line in errors(proc.stderr)
+        assert (sweep / "0" / "summary.json").is_file() and (sweep / "2" / "summary.json").is_file()
+        assert not (job1 / "summary.json").exists() and leftovers(job1) == []
+        (job1 / "ballast").unlink()
+        fedrun_ok([*args, f"hydra.sweep.dir={sweep}", "resume=true"], tmp_path, timeout=300)
+        straight = tmp_path / "straight"
+        fedrun_ok([*args, f"hydra.sweep.dir={straight}"], tmp_path, timeout=300)
+        for job in "012":
+            same_run(straight / job, sweep / job)
+    finally:
+        unmount(job1)

@@ -83,9 +83,11 @@ def test_a_sweep_ends_with_its_table(tmp_path):
     assert lines[head].split() == ["job", "aggregator", "hyperparams.lr", "best_test_acc", "status"]
     rows = [line.split() for line in lines[head + 1: head + 5]]
     assert [r[0] for r in rows] == ["0", "1", "2", "3"]
-    assert [r[-1] for r in rows] == ["done", "failed", "done", "failed"]
+    # a job that diverged says so, with the round (its run.json), not only that it failed
+    assert [" ".join(r[4:]) if len(r) > 5 else r[-1] for r in rows] == ["done", "diverged at round 1", "done",
+                                                                          "diverged at round 1"]
     assert rows[0][3] == f"{json.loads((sweep / '0' / 'summary.json').read_text())['best_test_acc']:.4f}"
-    assert lines[head + 5] == f"2 of 4 jobs done, 2 failed; results in {sweep.resolve()}"
+    assert lines[head + 5] == f"2 of 4 jobs done, 2 failed (2 diverged); results in {sweep.resolve()}"
     df = results.load(sweep)
     assert sorted(df.job.unique()) == [0, 2] and df.attrs["swept"] == ["aggregator", "hyperparams.lr"]
     assert len(results.load_partition(sweep)) == 4 * 4  # every run (the failed ones too) x four clients
