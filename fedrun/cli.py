@@ -180,8 +180,9 @@ def _check_subdir(cfg: DictConfig, swept: list[str]) -> None:
     text = "" if raw is None else str(raw)
     parts = Path(text).parts
     if not text.strip() or text.strip() in (".", "./") or Path(text).is_absolute() or ".." in parts:
-        raise ConfigError("hydra.sweep.subdir", text or "''", "must name a folder inside hydra.sweep.dir, one for each job "
-                          "(e.g. ${hydra.job.num}, the default, or ${hydra:runtime.choices.aggregator}_seed${seed})")
+        raise ConfigError("hydra.sweep.subdir", text or "''", "must name a folder inside hydra.sweep.dir, one for "
+                          "each job (e.g. ${hydra.job.num}, the default, or "
+                          "${hydra:runtime.choices.aggregator}_seed${seed})")
     if OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/sweeper", "basic") != "basic":
         return  # a sampler's trials differ by hydra.job.num alone
     if swept and not any(u in text for u in JOB_UNIQUE):
