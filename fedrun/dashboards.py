@@ -67,6 +67,52 @@ def none():
     return None
 
 
+KINDS = ("tensorboard", "mlflow")
+
+
+def dashboards(use: dict, log_dir: str | None = None, tracking_uri: str = "mlflow.db", experiment: str = "fedrun",
+               run_name: str | None = None):
+    """``logger=tensorboard``, ``logger=mlflow``, or both at once (``logger=[tensorboard,mlflow]``,
+    as Lightning takes a list of loggers).  Hydra merges the options chosen into one ``logger``
+    node: each option's YAML adds itself to ``use`` (a mapping, so the merge keeps both; a list
+    would keep the last) and its own settings beside the other's.  Returns the one dashboard, or
+    :class:`Dashboards` feeding every round's values to each."""
+    chosen = [kind for kind, on in (use or {}).items() if on]
+    unknown = [kind for kind in chosen if kind not in KINDS]
+    if unknown:
+        raise ConfigError("logger.use", unknown[0], f"choose among {', '.join(KINDS)} (logger=tensorboard, "
+                          "logger=mlflow or logger=[tensorboard,mlflow])")
+    made = [TensorBoard(log_dir) if kind == "tensorboard" else MLflow(tracking_uri, experiment, run_name)
+            for kind in KINDS if kind in chosen]
+    if not made:
+        return None
+    return made[0] if len(made) == 1 else Dashboards(made)
+
+
+class Dashboards:
+    """Several dashboards fed the same values (``logger=[tensorboard,mlflow]``); each is checked
+    before the run and started, fed and closed in the order given."""
+
+    def __init__(self, members: list):
+        self.members = members
+
+    def check(self) -> None:
+        for member in self.members:
+            member.check()
+
+    def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
+        for member in self.members:
+            member.start(run_dir, config, first_round)
+
+    def log(self, t: int, row: dict, layer_rows: list[dict]) -> None:
+        for member in self.members:
+            member.log(t, row, layer_rows)
+
+    def close(self, summary: dict | None) -> None:
+        for member in self.members:
+            member.close(summary)
+
+
 def _numbers(row: dict, skip=("round",)) -> dict[str, float]:
     return {k: float(v) for k, v in row.items() if k not in skip and isinstance(v, (int, float))
             and not isinstance(v, bool) and math.isfinite(v)}

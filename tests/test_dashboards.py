@@ -11,6 +11,7 @@ import yaml
 from conftest import TINY, fedrun_ok, run_fedrun
 
 from fedrun import dashboards
+from fedrun.errors import ConfigError
 
 needs_tensorboard = pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
                                        reason="pip install 'fedrun[dashboards]'")
@@ -200,3 +201,27 @@ def test_a_missing_tracking_store_is_one_line(tmp_path):
     assert proc.returncode == 2 and last.startswith("fedrun: error: logger.tracking_uri=nosuchscheme://x")
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "r" / "rounds.csv").exists()  # nothing that would block a retry
+
+
+@needs_tensorboard
+@needs_mlflow
+def test_two_dashboards_at_once_get_the_same_rounds(tmp_path):
+    """``logger=[tensorboard,mlflow]``: both are fed every round (Lightning's list of loggers); each
+    keeps its own settings; one option alone builds that dashboard alone; an unknown kind is one line."""
+    import mlflow
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run, db = tmp_path / "run", tmp_path / "m.db"
+    fedrun_ok([*TINY, "logger=[tensorboard,mlflow]", f"logger.tracking_uri={db}", f"hydra.run.dir={run}"], tmp_path)
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    tb = [(e.step, round(e.value, 6)) for e in events.Scalars("round/test_acc")]
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{db}")
+    run_id = json.loads((run / "mlflow.json").read_text())["run_id"]
+    ml = sorted((m.step, round(m.value, 6)) for m in client.get_metric_history(run_id, "round.test_acc"))
+    rounds = pd.read_csv(run / "rounds.csv")
+    assert tb == ml == [(int(r), round(a, 6)) for r, a in zip(rounds["round"], rounds["test_acc"])]
+    assert isinstance(dashboards.dashboards({"tensorboard": True}), dashboards.TensorBoard)
+    assert dashboards.dashboards({}) is None
+    with pytest.raises(ConfigError, match=r"^logger\.use=wandb: choose among tensorboard, mlflow"):
+        dashboards.dashboards({"wandb": True})
