@@ -56,6 +56,24 @@ class ConsoleFilter(logging.Filter):
         return not (getattr(record, ROUND_LINE, False) and _BAR_SHOWN.get())
 
 
+class TqdmStreamHandler(logging.StreamHandler):
+    """The console handler: a record printed through ``tqdm.write``, which lifts a progress bar
+    showing on the same stream, prints the line and draws the bar again below it, so the run's
+    ``done:`` line (or a warning mid-run) never lands on the bar's line.  Without a bar it prints
+    as a plain ``StreamHandler``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - logging's own rule: a record that cannot print is reported, not raised
+            self.handleError(record)
+
+
 def ensure_console() -> logging.Handler | None:
     """Outside the command (``fedrun.run()`` in a script or notebook), where no handler prints
     fedrun's records: a console handler for the run's duration (returned, to remove after), as
@@ -63,7 +81,7 @@ def ensure_console() -> logging.Handler | None:
     root, own = logging.getLogger(), logging.getLogger("fedrun")
     if root.handlers or own.handlers:
         return None
-    handler = logging.StreamHandler(sys.stderr)
+    handler = TqdmStreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(ConsoleFilter())
     own.addHandler(handler)

@@ -106,12 +106,70 @@ def product_blocks(pairs: Iterable[tuple[Hashable, Hashable]]) -> list[tuple[lis
     return [(a_values, list(b_values)) for b_values, a_values in blocks.items()]
 
 
-def run_logged(cmd: list[str], log_path: Path) -> tuple[int, float]:
-    """Run ``cmd``, appending its output to ``log_path``: ``(exit code, seconds)``."""
+def run_logged(cmd: list[str], log_path: Path, poll: Callable[[], None] = lambda: None,
+               every: float = 5.0) -> tuple[int, float]:
+    """Run ``cmd``, appending its output to ``log_path``; ``poll()`` every ``every`` seconds while it
+    runs and once after (to report the runs it finished): ``(exit code, seconds)``."""
     t0 = time.perf_counter()
     with open(log_path, "a") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                rc = proc.wait(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                poll()
+    poll()
     return rc, time.perf_counter() - t0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min" if seconds < 7200 else \
+        f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def run_seconds(run: Path) -> float | None:
+    """A finished run's wall time, from its summary's start and end (None if it says neither)."""
+    from datetime import datetime
+
+    summary = results.read_summary(run)
+    try:
+        return (datetime.fromisoformat(summary["finished"]) - datetime.fromisoformat(summary["started"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class Progress:
+    """What a long grid says while it runs: the runs to do and a rough time before it starts (from
+    the runs already finished in its folder, when there are some), then a line per finished run
+    with what is left and an ETA at the mean time of the runs finished so far."""
+
+    def __init__(self, total: int, out: Path):
+        self.total, self.finished, self.seconds = total, 0, []
+        self.start = time.perf_counter()
+        earlier = [t for t in (run_seconds(r) for r in results.find_runs(out, require=results.FINISHED_FILES))
+                   if t is not None] if out.is_dir() else []
+        self.typical = sum(earlier) / len(earlier) if earlier else None
+        self.earlier = len(earlier)
+
+    def announce(self, sweeps: int) -> None:
+        guess = (f"about {_duration(self.typical)} a run, from the {self.earlier} run(s) already in the folder: "
+                 f"about {_duration(self.typical * self.total)} in all, one after another"
+                 if self.typical is not None else "time: an ETA follows each finished run")
+        print(f"{self.total} run(s) to do in {sweeps} sweep(s); {guess}", flush=True)
+
+    def done(self, name: str, seconds: float | None) -> None:
+        self.finished += 1
+        if seconds is not None:
+            self.seconds.append(seconds)
+        left = self.total - self.finished
+        # The mean wall time per finished run, as this grid ran them (a population finishes several at once).
+        pace = (time.perf_counter() - self.start) / self.finished
+        eta = time.strftime("%H:%M", time.localtime(time.time() + pace * left))
+        took = f" in {_duration(seconds)}" if seconds is not None else ""
+        print(f"    [{self.finished}/{self.total}] {name} done{took}; "
+              + (f"{left} left, about {_duration(pace * left)} (ETA {eta})" if left else "all done"), flush=True)
 
 
 def print_errors(log_path: Path, last: int) -> None:
@@ -150,15 +208,20 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
            methods: list[str], seeds: list[str], out: Path, dry_run: bool) -> list[tuple[str, list]]:
     """Run ``command(column, methods, seeds)`` for the runs of every column still to do: one
     sweep per column, or one per product of methods x seeds when the runs to do are not one.
+    Says how many runs there are and, as each finishes, how many are left and when the grid
+    should end (:class:`Progress`).
 
     Returns the (column, missing (method, seed) pairs) that did not finish.
     """
     if not dry_run:  # a dry run prints the commands and writes nothing
         (out / "logs").mkdir(parents=True, exist_ok=True)
+    wanted = {(m, s) for m in methods for s in seeds}
+    states = {column: cell_state(out / column) for column in columns}
+    progress = Progress(sum(len(wanted - done - started) for done, started in states.values()), out)
+    progress.announce(sum(len(product_blocks(wanted - done - started)) for done, started in states.values()))
     failures = []
     for i, column in enumerate(columns, 1):
-        wanted = {(m, s) for m in methods for s in seeds}
-        done, started = cell_state(out / column)
+        done, started = states[column]
         todo = [(m, s) for m in methods for s in seeds if (m, s) not in done | started]
         if not todo:
             print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, "
@@ -174,7 +237,15 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
                       f"{shlex.join(cmd)}", flush=True)
                 if not dry_run:
                     before = cell_state(out / column)[0]
-                    rc, seconds = run_logged(cmd, log_path)
+                    seen = set(before)
+
+                    def report(column=column, seen=seen):
+                        for m, s in sorted(cell_state(out / column)[0] - seen):
+                            seen.add((m, s))
+                            name = f"{column}/{m}_seed{s}"
+                            progress.done(name, run_seconds(out / column / f"{m}_seed{s}"))
+
+                    rc, seconds = run_logged(cmd, log_path, report)
                     after, _ = cell_state(out / column)
                     print(f"    exit {rc}, {len(after - before)} run(s) finished in {seconds:.0f} s "
                           f"(log: {log_path})", flush=True)

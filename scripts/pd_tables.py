@@ -523,6 +523,8 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
     print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs)} fedrun run(s): "
           f"{counts['done']} done, {counts['started']} started but unfinished, {counts['todo']} to run; "
           f"{len(plan_)} fedrun -m sweep(s)", flush=True)
+    progress = grid.Progress(len(todo), out)
+    progress.announce(len(plan_))
     unfinished = []
     for key, seed in jobs:
         where, state = run_dir(out, key, seed).relative_to(out), states[key, seed]
@@ -540,7 +542,15 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
         if dry_run:
             continue
         log_path = out / "logs" / f"{key[0]}_{key[4]}_{_middle(key)}.log"
-        rc, seconds = grid.run_logged(cmd, log_path)
+        seen: set = set()
+
+        def report(paths=paths, seen=seen):
+            for path in paths:
+                if path not in seen and run_state(path) == "done":
+                    seen.add(path)
+                    progress.done(str(path.relative_to(out)), grid.run_seconds(path))
+
+        rc, seconds = grid.run_logged(cmd, log_path, report)
         after = [run_state(p) for p in paths]
         print(f"    exit {rc}, {after.count('done')} of {len(paths)} run(s) done in {seconds:.0f} s "
               f"(log: {log_path})", flush=True)

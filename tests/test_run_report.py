@@ -124,3 +124,27 @@ def test_shell_completion_of_the_presets_in_folders(tmp_path):
     assert complete("fedrun experiment/") == presets  # the form fedrun takes, not experiment/fednnnn=
     assert "aggregator=krum" in complete("fedrun aggregator=")  # other groups: Hydra's own completion
     assert os.environ.get("COMP_LINE") is None
+
+
+def test_a_line_logged_under_a_progress_bar_lands_above_it():
+    """The console handler prints through tqdm.write: the bar is cleared (``\\r``), the line printed
+    whole, and the bar drawn again after it, so a ``done:`` line never shares the bar's line."""
+    import io
+    import logging
+
+    from tqdm import tqdm
+
+    from fedrun.logs import TqdmStreamHandler
+
+    out = io.StringIO()
+    handler = TqdmStreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    bar = tqdm(total=3, file=out, desc="rounds", ascii=True)
+    bar.update(1)
+    handler.emit(logging.LogRecord("fedrun", logging.INFO, __file__, 1, "done: 3 rounds", None, None))
+    bar.update(1)
+    bar.close()
+    text = out.getvalue()
+    at = text.index("done: 3 rounds")
+    assert text[at - 1] == "\r" and text[at + len("done: 3 rounds")] == "\n"  # its own line
+    assert "rounds:" in text[:at] and "rounds:" in text[at:]  # the bar before, and drawn again after
