@@ -319,6 +319,33 @@ def test_run_mode_sweeps_exactly_the_missing_runs_and_trains_populations(tmp_pat
     assert product_blocks([("a", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]) == [(["a", "c"], [0, 1]), (["b"], [1])]
 
 
+def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_each(tmp_path, capsys, monkeypatch):
+    """Before a grid starts: the runs to do and, from runs already finished in its folder (their
+    summary's start and end), about how long; after each run that finishes: what is left and an ETA
+    at the pace so far."""
+    import grid
+
+    out = tmp_path / "o"
+    for i, seconds in enumerate((20, 40)):  # two earlier runs of 20 s and 40 s
+        run = make_run(out / "mnist_iid_b" / f"fedavg_seed{i}", "fedavg", "mnist", "iid-b", final=0.5, seed=i)
+        summary = json.loads((run / "summary.json").read_text())
+        summary.update(started="2026-11-27T10:00:00+00:00", finished=f"2026-11-27T10:00:{seconds}+00:00")
+        (run / "summary.json").write_text(json.dumps(summary))
+    progress = grid.Progress(4, out)
+    progress.announce(2)
+    clock = iter([100.0, 130.0])  # the grid's clock at the first and the second finished run
+    monkeypatch.setattr(grid.time, "perf_counter", lambda: next(clock))
+    progress.start = 70.0
+    progress.done("mnist_iid_b/fedprox_seed0", 30.0)
+    progress.done("mnist_iid_b/fedprox_seed1", None)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("4 run(s) to do in 2 sweep(s); about 30 s a run, from the 2 run(s) already in the folder: "
+                        "about 2 min in all, one after another")
+    assert lines[1].startswith("    [1/4] mnist_iid_b/fedprox_seed0 done in 30 s; 3 left, about 90 s (ETA ")
+    assert lines[2].startswith("    [2/4] mnist_iid_b/fedprox_seed1 done; 2 left, about 60 s (ETA ")
+    assert grid.Progress(1, tmp_path / "empty").typical is None  # no earlier run: the ETA comes after the first
+
+
 def test_unknown_substitute_is_rejected(capsys):
     assert fednnnn_table2.main(["run", "--out", "x", "--substitute", "cifar10=nope"]) == 2
     assert "unknown dataset option" in capsys.readouterr().err
