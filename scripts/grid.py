@@ -145,9 +145,9 @@ class Progress:
     the runs already finished in its folder, when there are some), then a line per finished run
     with what is left and an ETA at the mean time of the runs finished so far."""
 
-    def __init__(self, total: int, out: Path):
-        self.total, self.finished, self.seconds = total, 0, []
-        self.start = time.perf_counter()
+    def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter):
+        self.total, self.finished, self.seconds, self.clock = total, 0, [], clock
+        self.start = clock()
         earlier = [t for t in (run_seconds(r) for r in results.find_runs(out, require=results.FINISHED_FILES))
                    if t is not None] if out.is_dir() else []
         self.typical = sum(earlier) / len(earlier) if earlier else None
@@ -165,7 +165,7 @@ class Progress:
             self.seconds.append(seconds)
         left = self.total - self.finished
         # The mean wall time per finished run, as this grid ran them (a population finishes several at once).
-        pace = (time.perf_counter() - self.start) / self.finished
+        pace = (self.clock() - self.start) / self.finished
         eta = time.strftime("%H:%M", time.localtime(time.time() + pace * left))
         took = f" in {_duration(seconds)}" if seconds is not None else ""
         print(f"    [{self.finished}/{self.total}] {name} done{took}; "

@@ -319,7 +319,7 @@ def test_run_mode_sweeps_exactly_the_missing_runs_and_trains_populations(tmp_pat
     assert product_blocks([("a", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]) == [(["a", "c"], [0, 1]), (["b"], [1])]
 
 
-def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_each(tmp_path, capsys, monkeypatch):
+def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_each(tmp_path, capsys):
     """Before a grid starts: the runs to do and, from runs already finished in its folder (their
     summary's start and end), about how long; after each run that finishes: what is left and an ETA
     at the pace so far."""
@@ -331,11 +331,9 @@ def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_
         summary = json.loads((run / "summary.json").read_text())
         summary.update(started="2026-11-27T10:00:00+00:00", finished=f"2026-11-27T10:00:{seconds}+00:00")
         (run / "summary.json").write_text(json.dumps(summary))
-    progress = grid.Progress(4, out)
+    clock = iter([70.0, 100.0, 130.0])  # the grid's clock at its start and at the two finished runs
+    progress = grid.Progress(4, out, clock=lambda: next(clock))
     progress.announce(2)
-    clock = iter([100.0, 130.0])  # the grid's clock at the first and the second finished run
-    monkeypatch.setattr(grid.time, "perf_counter", lambda: next(clock))
-    progress.start = 70.0
     progress.done("mnist_iid_b/fedprox_seed0", 30.0)
     progress.done("mnist_iid_b/fedprox_seed1", None)
     lines = capsys.readouterr().out.splitlines()
