@@ -146,7 +146,7 @@ class Progress:
     with what is left and an ETA at the mean time of the runs finished so far."""
 
     def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter):
-        self.total, self.finished, self.seconds, self.clock = total, 0, [], clock
+        self.total, self.finished, self.clock = total, 0, clock
         self.start = clock()
         earlier = [t for t in (run_seconds(r) for r in results.find_runs(out, require=results.FINISHED_FILES))
                    if t is not None] if out.is_dir() else []
@@ -161,8 +161,6 @@ class Progress:
 
     def done(self, name: str, seconds: float | None) -> None:
         self.finished += 1
-        if seconds is not None:
-            self.seconds.append(seconds)
         left = self.total - self.finished
         # The mean wall time per finished run, as this grid ran them (a population finishes several at once).
         pace = (self.clock() - self.start) / self.finished
