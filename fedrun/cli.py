@@ -22,8 +22,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, disk_full, exit_with,
-                           first_line)
+from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, did_you_mean, disk_full,
+                           exit_with, first_line)
 from fedrun.paths import conf_dir, conf_options, writable_folder
 from fedrun.sweeps import (forget_failures, job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures,
                            sweep_table)
@@ -227,8 +227,8 @@ def _unknown_option(path: str, value: str, message: str) -> ConfigError:
         conf_options(group) if (CONF_DIR / group).is_dir() else []
     value = path[len(group) + 1:] + "/" + value if path != group and "/" in path else value
     plugin = " (Hydra's sweepers and launchers: pip install 'fedrun[sweeps]')" if group.startswith("hydra/") else ""
-    return ConfigError(group, value, f"unknown option; choose one of: {', '.join(choices)}{plugin}" if choices
-                       else f"unknown option{plugin}")
+    return ConfigError(group, value, f"unknown option; {did_you_mean(value, choices)}choose one of: "
+                       f"{', '.join(choices)}{plugin}" if choices else f"unknown option{plugin}")
 
 
 def precheck_sweep(overrides: list[str]) -> None:
@@ -319,7 +319,8 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
         keys = [k for k in node if k not in settings.HYDRA_KEYS] if isinstance(node, DictConfig) else []
     except Exception:  # noqa: BLE001 - the hint is optional; the error is not
         keys = []
-    has = f"; {parent} has: {', '.join(keys)}" if keys else " (see `fedrun --help` and docs/configuration.md)"
+    has = f"; {did_you_mean(key.rpartition('.')[2], keys)}{parent} has: {', '.join(keys)}" if keys else \
+        " (see `fedrun --help` and docs/configuration.md)"
     return ConfigError(key, value, f"unknown setting{has}")
 
 

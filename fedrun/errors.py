@@ -105,6 +105,15 @@ def first_line(error: BaseException, limit: int = 200) -> str:
     return lines[0][:limit] if lines else type(error).__name__
 
 
+def did_you_mean(word: str, choices) -> str:
+    """``did you mean X? `` for the closest of ``choices`` to a misspelt ``word`` (difflib's ratio
+    >= 0.6, as Python's own NameError suggestions), or ``""``: the start of an error's advice."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f"did you mean {close[0]}? " if close else ""
+
+
 def check(condition: bool, setting: str, value, allowed: str) -> None:
     """Raise :class:`ConfigError` unless ``condition`` holds."""
     if not condition:

@@ -27,7 +27,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from fedrun.errors import ConfigError, first_line
+from fedrun.errors import ConfigError, did_you_mean, first_line
 
 TARGET = "_target_"
 # Hydra's own keys in an object node: how to build it, not settings of it.
@@ -95,8 +95,8 @@ def _check_node(node, schema, path: str) -> None:
     for key, value in node.items():
         name = f"{path}{key}"
         if key not in schema:
-            raise ConfigError(name, show(value), f"unknown setting; {path.rstrip('.') or 'the top level'} "
-                              f"has: {', '.join(schema)}")
+            raise ConfigError(name, show(value), f"unknown setting; {did_you_mean(key, schema)}"
+                              f"{path.rstrip('.') or 'the top level'} has: {', '.join(schema)}")
         rule = schema[key]
         if rule is ANY:
             continue
@@ -132,7 +132,8 @@ def check_object(node, path: str) -> None:
         if key not in settable:
             supplied = " (fedrun passes it itself)" if key in params else ""
             raise ConfigError(f"{path}.{key}", show(value), f"unknown setting of {short}{supplied}; "
-                              f"its settings are: {', '.join(settable) or 'none'}")
+                              f"{did_you_mean(key, settable) if not supplied else ''}its settings are: "
+                              f"{', '.join(settable) or 'none'}")
         if key in hints:
             check_value(value, hints[key], f"{path}.{key}")
 

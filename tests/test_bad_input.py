@@ -132,6 +132,11 @@ SETTINGS = [
      ["hydra.sweep.subdir=s${seed}", "differ in aggregator", "add ${hydra:runtime.choices.aggregator}"]),
     (["-m", "seed=range(0)"], ["seed=range(0)", "sweeps no value"]),
     (["seed=0", "-m", "hyperparams.lr=0.1,-1"], ["hyperparams.lr=-1", "must be > 0"]),  # -m after an override
+    # A misspelt key or option: the closest name first.
+    (["aggregator=fedprx"], ["aggregator=fedprx", "unknown option; did you mean fedprox? choose one of:"]),
+    (["hyperparams.lrr=0.1"], ["hyperparams.lrr=0.1", "unknown setting; did you mean lr? hyperparams has:"]),
+    (["aggregator.betta=0.5"], ["aggregator.betta=0.5", "did you mean beta?"]),
+    (["model=mnist_cn"], ["model=mnist_cn", "did you mean mnist_cnn?"]),
 ]
 if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None:  # fedrun[sweeps]
     SETTINGS += [
