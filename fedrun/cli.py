@@ -338,6 +338,12 @@ def main() -> None:
         print(" ".join(words))
         return
     overrides, config_dirs = _split_config_dirs(args)
+    if any(a in ("--help", "-h") for a in overrides):  # fedrun's own: settings described, internal ones hidden
+        try:
+            print(_help([a for a in overrides if not a.startswith("-")], config_dirs), end="")
+        except FedrunError as e:
+            exit_with(e, e.exit_code)
+        return
     sweep = any(a in ("-m", "--multirun") for a in overrides)
     overrides = [a for a in overrides if a not in ("-m", "--multirun")]
     if not any(a.startswith("-") for a in overrides):  # --help, --cfg ...: Hydra's alone
@@ -372,6 +378,25 @@ def main() -> None:
         exit_with(f"{len(failed)} job(s) of the sweep failed (listed above)", failed[0]["exit_code"])
     if code:
         sys.exit(code)
+
+
+def _help(overrides: list[str], config_dirs: list[str]) -> str:
+    """``fedrun [overrides] --help``: the run those overrides make, every setting a user may set
+    with its value, what it does and what it takes (:mod:`fedrun.help`)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    from fedrun.help import help_text
+
+    if config_dirs and not any(o.startswith("hydra.searchpath=") for o in overrides):
+        overrides = overrides + [f"hydra.searchpath=[{','.join('file://' + d for d in config_dirs)}]"]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        precheck(overrides)  # the one-line error the run itself would give
+        raise
+    return help_text(cfg, cfg.hydra.help.header, cfg.hydra.help.footer)
 
 
 def _nested_completion(args: list[str]) -> list[str] | None:

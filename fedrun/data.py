@@ -45,9 +45,9 @@ class DatasetConfig:
 
     name: str  # the dataset's name (file labels, augmentation presets)
     load: Any  # the loader: a node whose _target_ returns RawData
-    channels: int
+    channels: int  # image channels (1 grey, 3 RGB)
     image_size: int  # square images: height = width
-    num_classes: int
+    num_classes: int  # the labels' count: labels are 0 .. num_classes - 1
     mean: Union[list[float], None] = None  # per-channel mean to subtract; null: from the training images
     std: Union[list[float], None] = None  # per-channel std to divide by; null: from the training images
     max_train: Union[int, None] = None  # keep a random subset of the training set

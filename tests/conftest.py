@@ -38,15 +38,16 @@ TINY = [
 RESUMABLE = [*TINY, "hyperparams.client_fraction=1.0", "hyperparams.batch_size=2", "hyperparams.rounds=5"]
 
 
-def compose(overrides: list[str] = (), resolve: bool = False):
+def compose(overrides: list[str] = (), resolve: bool = False, hydra: bool = False):
     """The config ``fedrun <overrides>`` would run, composed as the CLI does (a DictConfig, or
-    plain values with ``resolve=True``): the one way tests look at presets and defaults."""
+    plain values with ``resolve=True``; ``hydra``: with Hydra's node, which names the options
+    chosen): the one way tests look at presets and defaults."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="test"):
-        cfg = hydra_compose("config", overrides=list(overrides))
+        cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra)
     return OmegaConf.to_container(cfg, resolve=True) if resolve else cfg
 
 
