@@ -228,12 +228,18 @@ def test_bad_values_one_line_error(overrides, setting, tmp_path):
 def test_help_lists_config_groups(tmp_path):
     proc = fedrun_ok(["--help"], tmp_path)
     out = proc.stdout
-    assert "== Configuration groups ==" in out
-    lines = {line.split(":")[0]: line for line in out.splitlines() if ": " in line}
-    for group in ("aggregator", "model", "partition"):  # every YAML file of the group is listed
-        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-        assert lines[group] == f"{group}: {', '.join(names)}"
-    assert "dataset:" in out and "synthetic" in out and "hyperparams:" in out
+    section = out.split("Config groups (group=option; * the one in use):\n", 1)[1].split("\n\n", 1)[0]
+    groups: dict[str, str] = {}
+    for line in section.splitlines():  # "  group: a, b," then indented continuation lines
+        if not line.startswith("   "):
+            name, _, rest = line.strip().partition(": ")
+            groups[name] = rest
+        else:
+            groups[name] += " " + line.strip()
+    for group, default in (("aggregator", "fednnnn"), ("model", "mnist_cnn"), ("partition", "shards")):
+        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))  # every YAML file of the group
+        assert groups[group] == ", ".join(f"*{n}" if n == default else n for n in names)
+    assert "synthetic" in groups["dataset"] and "*default" in groups["hyperparams"]
 
 
 def test_multirun_creates_one_dir_per_job(tmp_path):
