@@ -57,6 +57,10 @@ if TYPE_CHECKING:  # pandas loads when a table is made, not with every fedrun co
 # ``centralized``, which the ``mode`` column names).
 NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_root", "threads", "checkpoint_every",
                 "centralized")
+# Settings that change what a run logs or reports, not its rounds' numbers: the dashboards, what a
+# sweep is returned, the summary's rounds-to-accuracy and the saved snapshots.  They never tell
+# groups apart (runs with and without TensorBoard are one group).
+NOT_RESULTS = ("logger", "objective", "targets", "snapshots")
 # summary.json's numbers a sweep can optimize; see objective().
 SUMMARY_OBJECTIVES = ("best_test_acc", "final_test_acc", "final_test_loss", "best_round", "final_val_acc",
                       "best_val_acc", "final_average_test_acc", "final_sent_test_acc")
@@ -332,7 +336,7 @@ METHOD_NAMES = {
     "scaffold": "SCAFFOLD", "fednova": "FedNova",
 }
 # Identity columns that are not a run's settings (``seed`` is averaged over, not a group).
-NOT_GROUPING = ("run_dir", "job", "method", "group", "seed")
+NOT_GROUPING = ("run_dir", "job", "method", "group", "seed", *NOT_RESULTS)
 # The config groups people vary first, named first in a group's label.
 FIRST = ("dataset", "partition", "model", "hyperparams", "experiment", "mode", "engine", "scale")
 # fedrun's own config groups (a table's columns of these names are their options).
@@ -410,7 +414,7 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
     import pandas as pd
 
     configs = [read_config(run) for run in runs]
-    settings = [_flatten({k: v for k, v in c.items() if k not in NOT_SETTINGS}) for c in configs]
+    settings = [_flatten({k: v for k, v in c.items() if k not in NOT_SETTINGS + NOT_RESULTS}) for c in configs]
     keys = sorted(set().union(*settings)) if settings else []
     _fill_later_settings(configs, settings, keys)
     # Left out: mirrors of hyperparams (the objects built from them), _target_s (the group's
@@ -432,7 +436,8 @@ def run_identity(runs: list[Path]) -> pd.DataFrame:
     identity = pd.DataFrame(rows, columns=["run_dir", *groups, *[k for k in differ if k not in groups]])
     identity.insert(1, "job", [_job_number(run) for run in runs])
     identity.insert(2, "method", [method_name(m) for m in identity.get("aggregator", [None] * len(identity))])
-    identity.insert(3, "group", group_labels(identity, groups) if len(identity) else [])
+    grouping = [g for g in groups if g not in NOT_RESULTS]
+    identity.insert(3, "group", group_labels(identity, grouping) if len(identity) else [])
     identity.attrs["varied"] = [k for k in differ if k not in groups]
     identity.attrs["swept"] = _swept(configs)
     return identity

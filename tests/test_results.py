@@ -240,3 +240,18 @@ def test_a_run_made_before_a_setting_existed_counts_as_its_default(tmp_path):
     group = {Path(k).name: v for k, v in identity["group"].items()}
     assert group == {"old": "SCAFFOLD, correction=gradient", "new": "SCAFFOLD, correction=gradient",
                      "other": "SCAFFOLD, correction=after_step", "fedavg": "FedAvg"}
+
+
+def test_settings_that_change_no_result_never_split_a_group(tmp_path):
+    """The dashboard, the sweep's objective, the summary's targets and the snapshots change what a
+    run logs or reports, not its rounds: runs that differ only in them are one group."""
+    def config(seed, logger, extra=""):
+        return (f"seed: {seed}\nchoices: {{aggregator: fedavg, logger: {logger}}}\n"
+                f"aggregator: {{_target_: fedrun.aggregators.fedavg}}\nlogger: {{_target_: x, use: {{{logger}: true}}}}\n"
+                + extra)
+
+    _folder(tmp_path / "a", "config.yaml", "rounds.csv", config=config(0, "tensorboard", "objective: best_test_acc\n"))
+    _folder(tmp_path / "b", "config.yaml", "rounds.csv", config=config(1, "mlflow", "objective: final_test_acc\n"
+                                                                                   "targets: [0.5]\nsnapshots: [2]\n"))
+    identity = results.run_identity(results.find_runs(tmp_path))
+    assert set(identity["group"]) == {"FedAvg"}
