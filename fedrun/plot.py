@@ -159,13 +159,28 @@ def _partition(config: dict) -> str | None:
     return text + (", power-law sizes" if node.get("sizes") == "powerlaw" else "")
 
 
+def _subset(node: dict) -> str | None:
+    """The part of the dataset a run used, where it did not use all of it: ``dataset.max_train``,
+    ``max_test`` (random subsets), ``per_class`` (the first n images of each class)."""
+    parts = []
+    if isinstance(node.get("per_class"), int):
+        parts.append(f"the first {node['per_class']:,} training images of each class")
+    if isinstance(node.get("max_train"), int):
+        parts.append(f"{node['max_train']:,} random training images")
+    if isinstance(node.get("max_test"), int):
+        parts.append(f"{node['max_test']:,} random test images")
+    return "; ".join(parts) or None
+
+
 def _facts(config: dict) -> dict:
     choices, hp = config.get("choices") or {}, config.get("hyperparams") or {}
-    dataset = choices.get("dataset") or (config.get("dataset") or {}).get("name")
+    node = config.get("dataset") or {}
+    dataset = choices.get("dataset") or node.get("name")
     centralized = choices.get("mode") == "centralized" or config.get("centralized") is True
     k, c = hp.get("num_clients"), hp.get("client_fraction")
     federated = not centralized and k is not None
-    return {"dataset": DATASET_NAMES.get(dataset, dataset), "mode": "centralized" if centralized else None,
+    return {"dataset": DATASET_NAMES.get(dataset, dataset), "subset": _subset(node),
+            "mode": "centralized" if centralized else None,
             "partition": _partition(config) if not centralized else None,
             "K": k if federated else None, "C": c if federated else None,
             "m": _clients_per_round(k, c) if federated and c is not None else None,
@@ -196,6 +211,10 @@ def setting(run_dirs) -> str:
             parts.append(f"{key} varies")
         elif value is not None:
             parts.append(str(value))
+    subset = one("subset")  # beside the dataset's name: "Fashion-MNIST (1,000 random training images)"
+    if subset is not None:
+        said = "data subset varies" if subset == "varies" else f"({subset})"
+        parts[0:1] = [f"{parts[0]} {said}"] if parts and one("dataset") is not None else [said, *parts]
     k, c, m = one("K"), one("C"), one("m")
     if k is not None:
         clients = "K varies" if k == "varies" else f"K={fmt(k)} clients"
@@ -283,6 +302,7 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
     seeds = {int(runs[g]) for g in groups}
     text = setting(df["run_dir"].unique()) if "run_dir" in df else ""
     stops = diverged_groups(df)
+    clipped: list[tuple[str, str, float, float | None]] = []  # (group, metric, low, high) of bands cut at a bound
     rows, cols, size = layout(len(metrics), cols, figsize)
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=size, layout="constrained")
@@ -302,6 +322,8 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
                 handles.setdefault(key, line)
                 if band != "none" and (c["n"] > 1).any():
                     low, high = BOUNDS.get(column, (0.0, None))
+                    if (c["low"] < low).any() or (high is not None and (c["high"] > high).any()):
+                        clipped.append((key, column, low, high))
                     ax.fill_between(c["round"], scale * c["low"].clip(low, high), scale * c["high"].clip(low, high),
                                     color=color, alpha=0.2, linewidth=0)
             ax.set_ylabel(ylabel)
@@ -355,11 +377,30 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
         for column in metrics:
             if column not in drawn:
                 log(f"warning: {key}: no values of {column}; left out of its panel")
+    for key, column, low, high in clipped:
+        log(f"note: {key}: the band of {column} ({results.BANDS[band]}) reaches past [{low:g}, "
+            f"{'inf' if high is None else f'{high:g}'}]; drawn clipped to it")
+    for key, seed, dirs in repeated_seeds(df):
+        log(f"warning: {key}: seed {seed} in {len(dirs)} runs ({', '.join(dirs)}): the same config run again, "
+            "counted as separate seeds in the mean and band")
     for run, why in not_drawn:
         log(f"warning: {run}: {why}; not drawn")
     if text:
         log(f"setting: {text}")
     return [*paths, data]
+
+
+def repeated_seeds(df) -> list[tuple[str, object, list[str]]]:
+    """``(group, seed, run folders)`` for each seed more than one run of a group has: the same
+    config and seed run twice (into two folders), which the mean and the band count twice."""
+    if "seed" not in df or "run_dir" not in df:
+        return []
+    runs = df.drop_duplicates("run_dir")
+    found = []
+    for (key, seed), rows in runs.groupby(["group", "seed"], sort=True):
+        if len(rows) > 1:
+            found.append((key, seed, [Path(r).name for r in rows["run_dir"]]))
+    return found
 
 
 def check_drawable(df, metrics: tuple[str, ...]) -> None:

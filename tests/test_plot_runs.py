@@ -260,6 +260,30 @@ def test_the_caption_says_which_settings_vary(tmp_path):
     assert fedrun_plot.layout(4) == (2, 2, (3.5, 5.2)) and fedrun_plot.layout(4, figsize=(7.16, 2.6))[:2] == (1, 4)
 
 
+def test_the_caption_names_a_data_subset(tmp_path):
+    run = with_hyperparams(fake_run(tmp_path / "a", "fedavg", 0, [0.5]))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["dataset"].update(max_train=1000, max_test=300)
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert fedrun_plot.setting([run]).startswith(
+        "Fashion-MNIST (1,000 random training images; 300 random test images), Dirichlet")
+    other = with_hyperparams(fake_run(tmp_path / "b", "fedavg", 1, [0.5]))
+    assert fedrun_plot.setting([run, other]).startswith("Fashion-MNIST data subset varies, ")
+
+
+def test_a_seed_run_twice_and_a_clipped_band_are_said(tmp_path, capsys):
+    """Two runs of one config and seed count as two seeds in the band: a warning names them; a
+    band cut at an accuracy bound is drawn clipped and says so."""
+    fake_run(tmp_path / "first", "fedavg", 0, [0.05, 0.98])
+    fake_run(tmp_path / "again", "fedavg", 0, [0.5, 0.99])
+    fake_run(tmp_path / "other", "fedavg", 1, [0.95, 0.40])
+    assert fedrun_plot.main([str(tmp_path), "--out", str(tmp_path / "figs"), "--metrics", "test_acc"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: FedAvg: seed 0 in 2 runs (again, first): the same config run again" in out
+    assert ("note: FedAvg: the band of test_acc (mean ± one standard deviation over seeds) reaches past [0, 1]; "
+            "drawn clipped to it") in out
+
+
 @pytest.mark.slow
 def test_the_readme_sweep_at_tiny_scale_draws_five_different_methods(tmp_path, shared_data, capsys):
     """The README's sweep at scale=tiny, plotted as the README says: five groups drawn and
