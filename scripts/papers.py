@@ -281,3 +281,25 @@ def mean_by_round(frames: list, column: str = "round"):
     if len(frames) == 1:
         return frames[0]
     return pd.concat(frames).groupby(column, as_index=False).mean(numeric_only=True)
+
+
+def read_dataset(run) -> str | None:
+    """The dataset option a run read (``choices.dataset``, else ``dataset.name``), which can differ
+    from the one it stands for in a paper's table (``Run.dataset``: its preset's ``tags.dataset``)."""
+    config = run.config
+    return (config.get("choices") or {}).get("dataset") or (config.get("dataset") or {}).get("name")
+
+
+def dataset_title(runs, paper: str, labels: dict | None = None) -> str:
+    """The dataset a figure's runs read, for its title: the paper's (``paper``, shown by
+    ``labels``) when they read it, else what they read in its place (``Fashion-MNIST in place of
+    MNIST``), so a substituted figure is never titled with a dataset it did not see."""
+    from fedrun.plot import DATASET_NAMES
+
+    labels = labels or {}
+    shown = labels.get(paper, DATASET_NAMES.get(paper, paper))
+    read = sorted({d for d in (read_dataset(r) for r in runs) if d})
+    if not read or read == [paper]:
+        return shown
+    return f"{' / '.join(DATASET_NAMES.get(d, d) for d in read)} in place of {shown}"
+

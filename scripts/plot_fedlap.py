@@ -46,8 +46,8 @@ from pathlib import Path
 
 import plots
 import tables
-from papers import (count_notes, group, load_tagged, mean_by_round, one_line_errors, require_runs, round_number,
-                    setting_deviations, stopped_notes, unreadable, with_rounds)
+from papers import (count_notes, dataset_title, group, load_tagged, mean_by_round, one_line_errors, require_runs,
+                    round_number, setting_deviations, stopped_notes, unreadable, with_rounds)
 
 from fedrun.errors import UsageError
 from fedrun.paths import writable_file, writable_folder
@@ -138,7 +138,8 @@ def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, 
     out.mkdir(parents=True, exist_ok=True)
     panels = _panels(groups, dataset)
     notes = sorted({d for (ds, _s, _m), rs in groups.items() if ds == dataset for r in rs for d in deviations(r)})
-    name = DATASET_LABELS.get(dataset, dataset)
+    name = dataset_title([r for (ds, _s, _m), rs in groups.items() if ds == dataset for r in rs], dataset,
+                         DATASET_LABELS)
     written: list[Path] = []
 
     # Figs. 1-4: accuracy, one panel per straggler fraction.

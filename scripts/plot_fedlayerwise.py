@@ -38,7 +38,7 @@ import plots
 from fedlayerwise_table1 import (METHOD_LABELS, METHODS, PAPER_TARGET, SCENARIO_LABELS, SCENARIOS, deviations,
                                  load_runs, paper_table)
 from matplotlib.lines import Line2D
-from papers import group, one_line_errors, require_runs, stopped_notes, unreadable, with_rounds
+from papers import dataset_title, group, one_line_errors, require_runs, stopped_notes, unreadable, with_rounds
 
 from fedrun.paths import writable_folder
 from fedrun.plot import ROUNDS, mean_label, parser as plot_parser, pyplot
@@ -166,7 +166,9 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     frames = {m: [r.rounds() for r in groups[m]] for m in methods}
     several = any(len(frames[m]) > 1 for m in methods)
     notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
-    where = SCENARIO_LABELS.get(scenario, scenario)
+    runs = [r for rs in groups.values() for r in rs]
+    read = dataset_title(runs, "mnist")  # the presets' dataset: MNIST
+    where = SCENARIO_LABELS.get(scenario, scenario) + ("" if read == "MNIST" else f" ({read})")
     label = {m: mean_label(METHOD_LABELS.get(m, m), len(groups[m])) for m in methods}
     paper = paper_table()
     written: list[Path] = []

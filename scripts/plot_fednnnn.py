@@ -35,7 +35,8 @@ from pathlib import Path
 import plots
 from fednnnn_table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS, DATASETS, METHOD_LABELS, METHODS, cell,
                             deviations, load_runs)
-from papers import group, mean_by_round, one_line_errors, require_runs, stopped_notes, unreadable, with_rounds
+from papers import (dataset_title, group, mean_by_round, one_line_errors, require_runs, stopped_notes, unreadable,
+                    with_rounds)
 
 from fedrun.paths import writable_folder
 from fedrun.plot import ROUNDS, integer_rounds, markers, mean_label, parser as plot_parser, pyplot
@@ -71,7 +72,8 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
     out.mkdir(parents=True, exist_ok=True)
     data = {m: _columns(mean_by_round([r.rounds() for r in groups[m]])) for m in METHODS if groups.get(m)}
     notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
-    where = f"{DATASET_LABELS.get(dataset, dataset)}, {CONDITION_LABELS.get(condition, condition)}"
+    runs = [r for rs in groups.values() for r in rs]
+    where = f"{dataset_title(runs, dataset, DATASET_LABELS)}, {CONDITION_LABELS.get(condition, condition)}"
 
     def png(name: str) -> Path:
         return out / f"{dataset}_{condition}_{name}.png"
@@ -81,10 +83,11 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
 
     # Fig. 7: accuracy curves.
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for m, df in data.items():
-        plots.curve(ax, df, "test_acc", 100, color=COLORS.get(m), label=label[m])
+    for m in data:
+        plots.seed_curve(ax, [r.rounds() for r in groups[m]], "test_acc", 100, color=COLORS.get(m), label=label[m])
     ax.set_ylabel("Test accuracy (%)")
-    ax.legend(fontsize=8)
+    several = any(len(groups[m]) > 1 for m in data)
+    ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(_finish(fig, ax, f"Accuracy curves, {where} (Fig. 7 style)", notes, png("accuracy"), left_out))
 
     # Figs. 8, 9 (and Fig. 3 over the whole model): E solid, N dashed.

@@ -147,7 +147,7 @@ def _save(fig, cs: list[Curve], colors: dict, notes: list[str], path: Path, left
     _legend(fig, cs, colors)
     rows = math.ceil((len(colors) + len({c.setting for c in cs})) / 5)
     top = 1 - 0.05 * rows * (6 / max(fig.get_figheight(), 1))
-    return plots.save_figure(fig, path, notes, left_out=left_out, bottom=0.05, top=top, dpi=110)
+    return plots.save_figure(fig, path, notes, left_out=left_out, bottom=0.05, top=top)
 
 
 def _panel(ax, ylabel: str, fontsize: int | None = None) -> None:
@@ -233,7 +233,7 @@ def plot_neurons(run: Run, title: str, round_: int, path: Path, notes: list[str]
     ax.set_ylabel("learner")
     ax.set_title(f"{title}\noutput-layer neuron magnitude after round {round_}", fontsize=8)
     fig.colorbar(im, ax=ax, label=r"$\|d_q\|$ (weight row norm)")
-    return plots.save_figure(fig, path, notes, bottom=0.05, dpi=110)
+    return plots.save_figure(fig, path, notes, bottom=0.05)
 
 
 def _run_title(run: Run) -> tuple[str, str]:

@@ -365,7 +365,8 @@ def test_a_diverged_run_is_named_below_the_paper_figures(tmp_path, capsys, monke
     figures = []
     monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
     assert plot_fednnnn.main([str(tmp_path / "runs"), "--out", str(tmp_path / "figs")]) == 0
-    assert len(figures) == 4  # accuracy, norms of all layers, N/E, server step sum (no conv/fc columns)
+    # accuracy, norms of all layers, N/E, server step sum (no conv/fc columns), each as PNG and PDF
+    assert len(figures) == 8 and figures[0::2] == figures[1::2]
     for fig in figures:
         notes = "\n".join(t.get_text() for t in fig.texts).splitlines()  # below the panels, in red
         assert "Not drawn: FedAvg seed 1: diverged at round 3" in notes

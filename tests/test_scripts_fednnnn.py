@@ -367,6 +367,21 @@ def test_plot_writes_nonempty_pngs(tmp_path, capsys, n_def):
     for p in printed:
         data = Path(p).read_bytes()
         assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+        pdf = Path(p).with_suffix(".pdf").read_bytes()  # the same figure for a paper: fonts embedded as TrueType
+        assert pdf[:5] == b"%PDF-" and b"/Type3" not in pdf
+        assert b"/CIDFontType2" in pdf or b"/TrueType" in pdf  # matplotlib's Type 42: TrueType outlines
+
+
+def test_a_figure_of_substituted_data_is_titled_with_what_it_read(tmp_path):
+    """A FashionMNIST run filed under a MNIST preset (``--substitute``) is titled with the data it
+    read, beside the paper's, never as MNIST."""
+    import papers
+
+    real = results.Run.load(make_run(tmp_path / "a", "fedavg", "mnist", "iid-b", 0.5))
+    other = results.Run.load(make_run(tmp_path / "b", "fedavg", "mnist", "iid-b", 0.5, data_name="fmnist", seed=1))
+    assert papers.dataset_title([real], "mnist") == "MNIST"
+    assert papers.dataset_title([other], "mnist") == "Fashion-MNIST in place of MNIST"
+    assert papers.dataset_title([real, other], "mnist", {"mnist": "MNIST"}) == "Fashion-MNIST / MNIST in place of MNIST"
 
 
 def test_plot_without_matching_runs_fails_cleanly(grid, tmp_path, capsys):
