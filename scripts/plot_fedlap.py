@@ -313,6 +313,7 @@ def parser():
     p.add_argument("--round", type=round_number, default=20, dest="round_",
                    help="the round of the table's first accuracy column (default 20)")
     p.add_argument("--csv", default=None, help="with --summary: also write the table to this CSV")
+    tables.format_option(p)
     return p
 
 
@@ -333,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     groups = group(runs, cell)
     if args.summary:
         rows = summary_rows(groups, args.round_)
-        print(format_summary(rows, args.round_))
+        with tables.use_format(args.format):
+            print(format_summary(rows, args.round_))
         tables.print_notes(NOT_PAPER, count_notes(deviations(r) for r in runs), sys.stdout)
         if args.csv:
             tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")

@@ -162,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", action="append", default=[], metavar="KEY",
                    help="leave this setting out of the group labels (e.g. rounds); repeatable")
     p.add_argument("--csv", default=None, help="also write the numbers to this CSV (long form)")
+    tables.format_option(p)
     return p
 
 
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     df = results.load(*args.dirs)  # no run below the DIRs, a damaged file: one line (exit 2)
     results.require_rows(df)
     rows = reading_rows(relabel(df, args.ignore), args.metric, args.target, args.at, args.mean_to, args.upto)
-    print(format_table(rows, args.metric, args.target, args.at, args.mean_to, args.upto))
+    with tables.use_format(args.format):
+        print(format_table(rows, args.metric, args.target, args.at, args.mean_to, args.upto))
     if args.csv:
         tables.write_csv(long_rows(rows), args.csv, COLUMNS, ".4g")
     return 0

@@ -12,6 +12,7 @@ paper's setting), the long-form CSV, and the ``collect`` / ``run`` command line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import sys
@@ -53,11 +54,39 @@ def minus(ours: float | None, paper: float | None) -> float | None:
 
 # ----------------------------------------------------------------------------- text
 
+FORMATS = ("text", "markdown", "latex")
+_FORMAT = ["text"]  # the format render() writes in, set by a script's --format (use_format)
+
+
+@contextlib.contextmanager
+def use_format(fmt: str):
+    """While inside, :func:`render` writes ``fmt`` (one of :data:`FORMATS`): the ``--format`` of
+    every table script, of readings.py and of plot_fedlap.py's summary."""
+    _FORMAT.append(fmt)
+    try:
+        yield
+    finally:
+        _FORMAT.pop()
+
+
+def format_option(*parsers: argparse.ArgumentParser) -> None:
+    for q in parsers:
+        q.add_argument("--format", choices=FORMATS, default="text",
+                       help="the table as aligned text (default), GitHub Markdown, or a LaTeX tabular (booktabs)")
+
+
 def render(head: list[str], body: list[list[str]], labels: int = 1, groups: list[tuple[str, int]] | None = None,
            align_head: Callable[[str, int], str] = str.center) -> str:
-    """A text table: the first ``labels`` columns left-aligned, the values right-aligned under their
+    """A table: the first ``labels`` columns left-aligned, the values right-aligned under their
     headers (centred, or ``align_head``).  ``groups`` ``[(title, n)]`` puts a title over each run of
-    ``n`` value columns (FedNNNN's condition over its two datasets)."""
+    ``n`` value columns (FedNNNN's condition over its two datasets).  As aligned text, or in the
+    format :func:`use_format` chose: Markdown (a group's title prefixes its columns' headers, as
+    Markdown has no spanning cells) or a LaTeX ``tabular`` with booktabs rules."""
+    fmt = _FORMAT[-1]
+    if fmt == "markdown":
+        return _markdown(head, body, labels, groups)
+    if fmt == "latex":
+        return _latex(head, body, labels, groups)
     widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(head)]
 
     def line(cells: list[str], align) -> str:
@@ -75,6 +104,50 @@ def render(head: list[str], body: list[list[str]], labels: int = 1, groups: list
     else:
         rule += ["-" * w for w in widths[labels:]]
     lines += [line(head, align_head), "-+-".join(rule)] + [line(b, str.rjust) for b in body]
+    return "\n".join(lines)
+
+
+def _spanned(head: list[str], labels: int, groups) -> list[str]:
+    """``head`` with each group's title before its columns' names (``IID - B: MNIST``)."""
+    if not groups:
+        return head
+    out, i = list(head[:labels]), labels
+    for title, n in groups:
+        out += [f"{title}: {h}" for h in head[i:i + n]]
+        i += n
+    return out + head[i:]
+
+
+def _markdown(head, body, labels, groups) -> str:
+    def row(cells):
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    rule = ["---" if i < labels else "---:" for i in range(len(head))]
+    return "\n".join([row(_spanned(head, labels, groups)), row(rule), *(row(b) for b in body)])
+
+
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _latex(head, body, labels, groups) -> str:
+    """A booktabs ``tabular``: labels left, values right; a group's title spans its columns."""
+    def row(cells):
+        return " & ".join(latex_escape(c) for c in cells) + r" \\"
+
+    lines = [r"\begin{tabular}{" + "l" * labels + "r" * (len(head) - labels) + "}", r"\toprule"]
+    if groups:
+        top, rules, i = [""] * labels, [], labels
+        for title, n in groups:
+            top.append(rf"\multicolumn{{{n}}}{{c}}{{{latex_escape(title)}}}")
+            rules.append(rf"\cmidrule(lr){{{i + 1}-{i + n}}}")
+            i += n
+        lines += [" & ".join(top) + r" \\", " ".join(rules)]
+    lines += [row(head), r"\midrule", *(row(b) for b in body), r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines)
 
 
@@ -192,6 +265,7 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
                         "model train together, each with the results it has alone (docs/sweeps.md)")
     r.add_argument("--substitute", action="append", type=lambda text: grid.dataset_substitute(text, datasets),
                    default=[], metavar=substitute_metavar, help=substitute_help)
+    format_option(c, r)
     columns = ",".join(paper_csv(None, paper)[0])
     for q in (c, r):
         q.add_argument("--paper-csv", default=None,
@@ -209,11 +283,12 @@ def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace]
     line, ``prog: error: ...``, exit 2."""
     if args.csv:
         writable_file("--csv", Path(args.csv))
-    if args.mode == "run":
-        writable_folder("--out", Path(args.out))
-        return run_grid(args)
-    folders(args.dirs)
-    collect(args, args.csv or None)  # no CSV unless asked: collect writes nothing into what it reads
+    with use_format(args.format):
+        if args.mode == "run":
+            writable_folder("--out", Path(args.out))
+            return run_grid(args)
+        folders(args.dirs)
+        collect(args, args.csv or None)  # no CSV unless asked: collect writes nothing into what it reads
     return 0
 
 

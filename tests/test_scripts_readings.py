@@ -107,3 +107,23 @@ def test_a_real_run_of_one_seed(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.startswith("Readings x outcome on test_acc") and "\nFedNNNN " in text
     assert capsys.readouterr().err == ""
+
+
+def test_tables_come_as_text_markdown_or_latex():
+    """Every script's table (tables.render): aligned text by default, GitHub Markdown (a group's
+    title before its columns' names) or a booktabs LaTeX tabular (the title spans its columns;
+    LaTeX's special characters escaped), chosen by --format."""
+    import tables
+
+    head, body = ["method", "MNIST", "CIFAR10"], [["FedAvg", "99.0", "81.3"], ["Fed_x & y", "50%", "-"]]
+    assert tables.render(head, body).splitlines()[0].startswith("method    |")
+    with tables.use_format("markdown"):
+        assert tables.render(head, body, groups=[("IID", 2)]).splitlines() == [
+            "| method | IID: MNIST | IID: CIFAR10 |", "| --- | ---: | ---: |", "| FedAvg | 99.0 | 81.3 |",
+            "| Fed_x & y | 50% | - |"]
+    with tables.use_format("latex"):
+        lines = tables.render(head, body, groups=[("IID", 2)]).splitlines()
+    assert lines[0] == r"\begin{tabular}{lrr}" and lines[-1] == r"\end{tabular}"
+    assert r" & \multicolumn{2}{c}{IID} \\" in lines and r"\cmidrule(lr){2-3}" in lines
+    assert r"Fed\_x \& y & 50\% & - \\" in lines
+    assert tables.render(head, body).startswith("method")  # the format ends with its block
