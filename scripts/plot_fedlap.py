@@ -146,10 +146,10 @@ def plot_dataset(groups: dict[tuple[str, float, str], list[Run]], dataset: str, 
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
     axes = list(axes[0])
     for ax, (s, methods) in zip(axes, panels):
-        for m in methods:
+        for i, m in enumerate(methods):
             rs = groups[(dataset, s, m)]
             plots.seed_curve(ax, [r.rounds() for r in rs], "test_acc", 100, color=COLORS.get(m),
-                             label=mean_label(METHOD_LABELS.get(m, m), len(rs)))
+                             label=mean_label(METHOD_LABELS.get(m, m), len(rs)), **plots.method_style(i))
         fig_ref = FIGURES.get((dataset, s))
         ax.set_title(straggler_label(s) + (f" ({fig_ref} style)" if fig_ref else ""), fontsize=9)
         ax.set_xlabel(ROUNDS)

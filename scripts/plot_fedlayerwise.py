@@ -175,8 +175,8 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
 
     # Fig. 1: accuracy curves, with Table I's target and the paper's rounds to reach it.
     fig, ax = plt.subplots(figsize=(6.6, 4.4))
-    for m in methods:
-        plots.seed_curve(ax, frames[m], metric, 100, color=COLORS.get(m), label=label[m])
+    for i, m in enumerate(methods):
+        plots.seed_curve(ax, frames[m], metric, 100, color=COLORS.get(m), label=label[m], **plots.method_style(i))
         if (m, scenario) in paper:
             ax.plot([paper[(m, scenario)]], [100 * PAPER_TARGET], marker="x", ms=9, mew=2, color=COLORS.get(m),
                     ls="none", label=f"{METHOD_LABELS.get(m, m)}: paper reaches 95% at round {paper[(m, scenario)]}")
@@ -191,8 +191,8 @@ def plot_scenario(groups: dict[str, list[Run]], scenario: str, out: Path, metric
     # Fig. 2: loss curves.
     column = loss_column([f for fs in frames.values() for f in fs])
     fig, ax = plt.subplots(figsize=(6.6, 4.4))
-    for m in methods:
-        plots.seed_curve(ax, frames[m], column, color=COLORS.get(m), label=label[m])
+    for i, m in enumerate(methods):
+        plots.seed_curve(ax, frames[m], column, color=COLORS.get(m), label=label[m], **plots.method_style(i))
     ax.set_ylabel({"val_loss": "Validation loss (val_loss)",
                    "test_loss": "Test loss (test_loss; no validation split recorded)"}[column])
     ax.set_xlabel(ROUNDS)

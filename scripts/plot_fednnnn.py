@@ -53,7 +53,7 @@ def _finish(fig, ax, title: str, notes: list[str], path: Path, left_out=()) -> P
     """FedNNNN's figures: round axis, the title over the axes, grid, then save."""
     ax.set_xlabel(ROUNDS)
     integer_rounds(ax)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(plots.fitted(title, fig), fontsize=10)
     ax.grid(alpha=0.3)
     return plots.save_figure(fig, path, notes, left_out=left_out, bottom=0.06)
 
@@ -83,8 +83,9 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
 
     # Fig. 7: accuracy curves.
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for m in data:
-        plots.seed_curve(ax, [r.rounds() for r in groups[m]], "test_acc", 100, color=COLORS.get(m), label=label[m])
+    for i, m in enumerate(data):
+        plots.seed_curve(ax, [r.rounds() for r in groups[m]], "test_acc", 100, color=COLORS.get(m), label=label[m],
+                         **plots.method_style(i))
     ax.set_ylabel("Test accuracy (%)")
     several = any(len(groups[m]) > 1 for m in data)
     ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)

@@ -17,8 +17,17 @@ def curve(ax, df, column: str, scale: float = 1.0, **style) -> bool:
     else:
         d = df[["round", column]].dropna()
         points = [d["round"], scale * d[column]]
-    ax.plot(*points, **markers(len(points[0])), **style)
+    ax.plot(*points, **{**markers(len(points[0])), **style})  # a curve's own marker wins over the default
     return len(points[0]) > 0
+
+
+def method_style(i: int) -> dict:
+    """The i-th method's line style and marker, as fedrun-plot draws groups: curves that coincide
+    (FedAvg and FedProx at a small mu) stay apart in greyscale and where one hides the other."""
+    from fedrun.plot import MARKERS, STYLES
+
+    return {"linestyle": STYLES[i % len(STYLES)], "marker": MARKERS[i % len(MARKERS)], "markersize": 4,
+            "markerfacecolor": "none"}
 
 
 def seed_curve(ax, frames: list, column: str, scale: float = 1.0, **style) -> bool:
@@ -41,6 +50,14 @@ def seed_curve(ax, frames: list, column: str, scale: float = 1.0, **style) -> bo
 
 
 BAND_NOTE = "lines: mean over seeds; shaded: min to max over seeds"
+
+
+def fitted(title: str, fig, fontsize: float = 10) -> str:
+    """``title`` broken into lines that fit the figure's width (about 0.55 em a character), so a
+    long title (a substituted dataset's) is never cut at the figure's edge."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))))
 
 
 def save_figure(fig, path, notes=(), *, left_out=(), bottom: float = 0.06, right: float = 1.0, top: float = 1.0,
@@ -76,5 +93,5 @@ def finish(fig, axes, title: str, notes: list[str], path: Path, *, bottom: float
     for ax in axes:
         integer_rounds(ax)
         ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(fitted(title, fig), fontsize=10)
     return save_figure(fig, path, notes, left_out=left_out, bottom=bottom, right=right)
