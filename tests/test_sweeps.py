@@ -86,7 +86,7 @@ def test_a_bad_value_anywhere_in_a_sweep_is_one_line_before_any_job(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_fedrun(["-m", *TINY, "aggregator=fedavg,fedprx", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert proc.returncode == 2 and not sweep.exists()
-    assert proc.stderr.startswith("fedrun: error: aggregator=fedprx: unknown option; choose one of:")
+    assert proc.stderr.startswith("fedrun: error: aggregator=fedprx: unknown option; did you mean fedprox? choose one of:")
     assert len(proc.stderr.strip().splitlines()) == 1
     # The same check in-process: a value out of range in a later position, a missing plugin.
     with pytest.raises(ConfigError, match=r"^hyperparams\.lr=-1: must be > 0$"):
