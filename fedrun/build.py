@@ -91,7 +91,7 @@ def build(cfg: DictConfig) -> dict:
     check(not last or int(last.group(1)) <= hp["rounds"], "objective", values["objective"],
           f"averages the last n evaluated rounds, and the run has {hp['rounds']} (hyperparams.rounds): choose "
           f"n <= {hp['rounds']}")
-    check(not values["objective"].endswith("_val_acc") or hp["validation_fraction"] > 0, "objective",
+    check("_val_acc" not in values["objective"] or hp["validation_fraction"] > 0, "objective",
           values["objective"], "a validation accuracy needs hyperparams.validation_fraction > 0; choose another "
           "objective (best_test_acc, ...) or hold out a validation split")
     check(values["threads"] is None or values["threads"] >= 1, "threads", values["threads"], "must be >= 1 or null")

@@ -64,28 +64,40 @@ NOT_RESULTS = ("logger", "objective", "targets", "snapshots")
 # summary.json's numbers a sweep can optimize; see objective().
 SUMMARY_OBJECTIVES = ("best_test_acc", "final_test_acc", "final_test_loss", "best_round", "final_val_acc",
                       "best_val_acc", "final_average_test_acc", "final_sent_test_acc")
-LAST_N = re.compile(r"^mean_test_acc_last_(\d+)$")
+# mean_<split>_acc_last_<n> (the last n evaluated rounds) and mean_<split>_acc (every evaluated round: the
+# area under the accuracy curve, what "higher accuracy in the first T rounds" compares).
+MEAN_ACC = re.compile(r"^mean_(test|val)_acc(?:_last_(\d+))?$")
+LAST_N = re.compile(r"^mean_(?:test|val)_acc_last_(\d+)$")
 
 
 def check_objective(name: str) -> None:
     """One line for an ``objective`` that no run can report."""
-    if name in SUMMARY_OBJECTIVES or (LAST_N.match(name) and int(LAST_N.match(name).group(1)) >= 1):
+    match = MEAN_ACC.match(name)
+    if name in SUMMARY_OBJECTIVES or (match and (match.group(2) is None or int(match.group(2)) >= 1)):
         return
-    raise ConfigError("objective", name, f"choose one of: {', '.join(SUMMARY_OBJECTIVES)}, or "
-                      "mean_test_acc_last_<n> (the mean test accuracy of the last n evaluated rounds)")
+    raise ConfigError("objective", name, f"choose one of: {', '.join(SUMMARY_OBJECTIVES)}, "
+                      "mean_test_acc_last_<n> or mean_val_acc_last_<n> (the mean accuracy of the last n evaluated "
+                      "rounds), or mean_test_acc / mean_val_acc (of every evaluated round)")
 
 
 def objective(summary: dict, run_dir: str | Path, name: str) -> float:
     """The run's value of ``objective`` as a float: a number of ``summary.json``, or
     ``mean_test_acc_last_<n>``, the mean ``test_acc`` of the last n evaluated rounds (steadier
-    than the final or best accuracy for tuning)."""
+    than the final or best accuracy for tuning), ``mean_test_acc``, the mean over every evaluated
+    round (the area under the curve), and the same of ``val_acc`` (``mean_val_acc_last_<n>``,
+    ``mean_val_acc``) for tuning on a validation split."""
     import pandas as pd
 
     check_objective(name)
-    match = LAST_N.match(name)
+    match = MEAN_ACC.match(name)
     if match:
-        rounds = pd.read_csv(Path(run_dir) / "rounds.csv").dropna(subset=["test_acc"])
-        return float(rounds["test_acc"].tail(int(match.group(1))).mean())
+        column = f"{match.group(1)}_acc"
+        rounds = pd.read_csv(Path(run_dir) / "rounds.csv")
+        values = rounds[column].dropna() if column in rounds else pd.Series(dtype=float)
+        if values.empty:
+            raise ConfigError("objective", name, f"this run has no {column} in rounds.csv ("
+                              + ("needs hyperparams.validation_fraction > 0)" if column == "val_acc" else "none evaluated)"))
+        return float(values.tail(int(match.group(2))).mean() if match.group(2) else values.mean())
     value = summary.get(name)
     if value is None:
         raise ConfigError("objective", name, "this run has no such value (final_val_acc and best_val_acc need "

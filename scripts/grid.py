@@ -153,11 +153,12 @@ class Progress:
         self.typical = sum(earlier) / len(earlier) if earlier else None
         self.earlier = len(earlier)
 
-    def announce(self, sweeps: int) -> None:
+    def announce(self, sweeps: int | None = None) -> None:
         guess = (f"about {_duration(self.typical)} a run, from the {self.earlier} run(s) already in the folder: "
                  f"about {_duration(self.typical * self.total)} in all, one after another"
                  if self.typical is not None else "time: an ETA follows each finished run")
-        print(f"{self.total} run(s) to do in {sweeps} sweep(s); {guess}", flush=True)
+        where = f" in {sweeps} sweep(s)" if sweeps is not None else ""
+        print(f"{self.total} run(s) to do{where}; {guess}", flush=True)
 
     def done(self, name: str, seconds: float | None) -> None:
         self.finished += 1
@@ -216,7 +217,7 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
     wanted = {(m, s) for m in methods for s in seeds}
     states = {column: cell_state(out / column) for column in columns}
     progress = Progress(sum(len(wanted - done - started) for done, started in states.values()), out)
-    progress.announce(sum(len(product_blocks(wanted - done - started)) for done, started in states.values()))
+    progress.announce(sum(len(product_blocks(sorted(wanted - done - started))) for done, started in states.values()))
     failures = []
     for i, column in enumerate(columns, 1):
         done, started = states[column]
@@ -260,7 +261,7 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
                banner: list[str], collect: Callable[[Path], object]) -> int:
     """A table script's ``run``: launch ``command(out, column, methods, seeds)`` per column (runs
     already in ``--out`` are skipped), then ``collect(out)``; the exit code (1 if a run is missing)."""
-    out = Path(args.out).resolve()
+    out = Path(args.out)  # as given: a relative folder stays relative in the runs' records
     print_banner(banner, args.set)
     t_all = time.perf_counter()
     failures = launch(columns, lambda column, methods, seeds: command(out, column, methods, seeds),
