@@ -1,6 +1,8 @@
 """fedrun: federated-learning simulation for research.
 
-The library takes plain Python values; only :mod:`fedrun.cli` touches Hydra.  One round, in the
+The library takes plain Python values; only the command floor (:mod:`fedrun.cli`, :mod:`fedrun.build`,
+:mod:`fedrun.help`, :mod:`fedrun.sweeps`, :mod:`fedrun.resolvers`) touches Hydra and OmegaConf, so
+``import fedrun`` loads neither (tests/test_layering.py).  One round, in the
 order a reader of the papers expects (see :func:`fedrun.simulation.simulate`):
 
 1. sample the round's clients from ``(seed, round)``            -- :mod:`fedrun.seeding`
@@ -12,8 +14,6 @@ order a reader of the papers expects (see :func:`fedrun.simulation.simulate`):
 """
 
 __version__ = "0.1.0"
-
-from fedrun import resolvers  # noqa: E402,F401  (${fedrun.num_clients:...} in the scale presets)
 
 
 def run(overrides: list[str] | tuple[str, ...] = (), run_dir: str | None = None) -> dict:

@@ -21,10 +21,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun import engines, results, settings
+from fedrun import resolvers  # noqa: F401  (registers ${fedrun.num_clients:...}, used by the scale presets)
+from fedrun import engines, settings
 from fedrun.augment import make_augmentation
 from fedrun.data import NORMALIZATIONS, DatasetConfig, check_labels, prepare
 from fedrun.errors import ConfigError, DataError, FedrunError, check, first_line
+from fedrun.objective import LAST_N, check_objective
 from fedrun.rundir import refuse_existing_run
 from fedrun.federated_run import FederatedRun
 from fedrun.paths import conf_dir
@@ -86,8 +88,8 @@ def build(cfg: DictConfig) -> dict:
             check(hp[key] == one, f"hyperparams.{key}", hp[key], f"mode=centralized trains one learner on all the "
                   f"data (hyperparams.{key}={one}); use mode=federated for {key}={hp[key]}")
     check(all(0 <= t <= 1 for t in values["targets"]), "targets", values["targets"], "accuracies, each in [0, 1]")
-    results.check_objective(values["objective"])
-    last = results.LAST_N.match(values["objective"])
+    check_objective(values["objective"])
+    last = LAST_N.match(values["objective"])
     check(not last or int(last.group(1)) <= hp["rounds"], "objective", values["objective"],
           f"averages the last n evaluated rounds, and the run has {hp['rounds']} (hyperparams.rounds): choose "
           f"n <= {hp['rounds']}")

@@ -22,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from fedrun import resolvers  # noqa: F401  (registers ${fedrun.num_clients:...}, used by the scale presets)
 from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, did_you_mean, disk_full,
                            exit_with, first_line)
 from fedrun.paths import conf_dir, conf_options, writable_folder
@@ -47,15 +48,15 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     A failed job of a sweep raises :class:`fedrun.sweeps.JobFailed` inside the job, so every
     launcher (basic, joblib, submitit, ray) reports it, and records it in the sweep folder, where
     :func:`main` lists every failed job once the sweep is over."""
-    from fedrun import results
     from fedrun.build import run
+    from fedrun.objective import objective
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     _thread_budget(cfg, hydra_cfg)
     try:
         summary = _guarded(run_dir, lambda: run(cfg, run_dir, hydra_cfg.runtime.choices, hydra_cfg.overrides.task))
-        return results.objective(summary, run_dir, cfg.objective)
+        return objective(summary, run_dir, cfg.objective)
     except FedrunError as e:
         if hydra_cfg.mode == RunMode.MULTIRUN and not isinstance(e, Interrupted):
             raise job_failed(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, run_dir, e) from None

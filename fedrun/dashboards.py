@@ -192,16 +192,40 @@ def swept_keys(run_dir: str | Path) -> list[str] | None:
         return None
     try:
         import yaml
-        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         hydra = (yaml.safe_load(path.read_text()) or {}).get("hydra") or {}
-        lines = list((hydra.get("overrides") or {}).get("task") or [])
+        lines = [str(line) for line in (hydra.get("overrides") or {}).get("task") or []]
         params = (hydra.get("sweeper") or {}).get("params") or {}
-        parsed = OverridesParser.create().parse_overrides(lines)
     except Exception:  # noqa: BLE001 - a name without the sweep rather than a failed run
         return None
-    keys = [o.key_or_group for o in parsed if o.is_sweep_override()]
+    keys = [key.lstrip("+~") for key, sep, value in (line.partition("=") for line in lines) if sep and _sweeps(value)]
     return list(dict.fromkeys(keys + [str(k).lstrip("+") for k in params]))
+
+
+# Hydra's sweep functions (``seed=range(0,3)``, ``'aggregator.beta=interval(0.5,1.1)'``).
+SWEEP_FUNCTIONS = ("range", "choice", "interval", "glob", "shuffle", "sort", "tag")
+
+
+def _sweeps(value: str) -> bool:
+    """Whether an override's value is a sweep, as Hydra's grammar reads it: a sweep function, or
+    values separated by a comma outside brackets, braces, parentheses and quotes (``fedavg,fedprox``;
+    not ``[1,2]`` nor ``'a,b'``).  Read here without Hydra, which only the command floor imports."""
+    value = value.strip()
+    if any(value.startswith(f"{name}(") for name in SWEEP_FUNCTIONS):
+        return True
+    depth, quote = 0, None
+    for i, ch in enumerate(value):
+        if quote:
+            quote = None if ch == quote and value[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return True
+    return False
 
 
 def _value(text: str):

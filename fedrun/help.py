@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from fedrun import resolvers  # noqa: F401  (registers ${fedrun.num_clients:...}, used by the scale presets)
 from fedrun import settings
 from fedrun.paths import conf_dir, conf_options
 

@@ -22,6 +22,9 @@ import torch
 import fedrun
 
 RUN_FILE = "run.json"
+# The environment variable holding the id of the sweep that launched a job (set by the sweep's
+# launching process, fedrun.sweeps.SweepCallback); each session of a sweep's job records it.
+SWEEP_ID = "FEDRUN_SWEEP_ID"
 # summary.json's values that say when and where a run ran, not what it computed: two runs of one
 # config and seed differ in these alone.
 VOLATILE = ("round_seconds", "provenance", "started", "finished", "processes")

@@ -31,11 +31,11 @@ import numpy as np
 import torch
 
 from fedrun import provenance
+from fedrun.objective import objective as objective_value
 from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.layers import Layer
 from fedrun.params import Params
 from fedrun.rundir import open_run_file, write_atomic
-from fedrun.sweeps import SWEEP_ID
 
 if TYPE_CHECKING:  # rundir reads CSV headers; the recorder only holds the open directory
     from fedrun.rundir import RunDirectory
@@ -264,7 +264,7 @@ class Recorder:
             self.dashboard.start(self.path, config, first_round)
         sessions = self.sessions()
         # A sweep's job says which sweep ran it: the sweep's closing table lists its own jobs by it.
-        sweep = {"sweep": os.environ[SWEEP_ID]} if os.environ.get(SWEEP_ID) else {}
+        sweep = {"sweep": os.environ[provenance.SWEEP_ID]} if os.environ.get(provenance.SWEEP_ID) else {}
         sessions.append({**provenance.describe(self.device), **sweep, "started": provenance.now(),
                          "first_round": first_round})
         write_json(sessions, self.path / provenance.RUN_FILE)
@@ -341,8 +341,6 @@ class Recorder:
     def summary(self, aggregator: str, targets: list[float], objective: str | None = None) -> dict:
         """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``, the run's
         ``objective`` and its provenance), closing this process's session in ``run.json``."""
-        from fedrun.results import objective as objective_value
-
         out = {"aggregator": aggregator, "partition_fingerprint": self.fingerprint,
                **summarize(self.path / "rounds.csv", list(targets))}
         if objective is not None and out.get("rounds"):

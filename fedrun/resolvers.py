@@ -1,4 +1,5 @@
-"""The config resolvers fedrun adds to OmegaConf (registered when :mod:`fedrun` is imported).
+"""The config resolvers fedrun adds to OmegaConf (registered when the command floor, :mod:`fedrun.cli` or
+:mod:`fedrun.build`, is imported).
 
 ``${fedrun.num_clients:K0,M,C,centralized}``: the number of clients K of a shrunk run
 (``scale=tiny``, ``scale=smoke``) that keeps the preset's client fraction C and still trains at

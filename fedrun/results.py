@@ -21,7 +21,7 @@ key is NaN: group by ``group``, or pass ``dropna=False`` when grouping by settin
 :func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
 :func:`find_runs` lists run directories (``require=FINISHED_FILES``: the finished ones, with or
 without ``rounds.csv``); :func:`read_config`, :func:`read_summary` and :func:`read_csv` read one.
-:func:`objective` is what a job returns to Hydra's sweepers.
+:func:`objective` (from :mod:`fedrun.objective`) is what a job returns to Hydra's sweepers.
 
 One run at a time: :class:`Run` is a run directory's config, summary and (read once, on demand)
 CSVs; :func:`load_runs` reads the finished runs under some folders as :class:`Run` objects, with
@@ -61,49 +61,8 @@ NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_ro
 # sweep is returned, the summary's rounds-to-accuracy and the saved snapshots.  They never tell
 # groups apart (runs with and without TensorBoard are one group).
 NOT_RESULTS = ("logger", "objective", "targets", "snapshots")
-# summary.json's numbers a sweep can optimize; see objective().
-SUMMARY_OBJECTIVES = ("best_test_acc", "final_test_acc", "final_test_loss", "best_round", "final_val_acc",
-                      "best_val_acc", "final_average_test_acc", "final_sent_test_acc")
-# mean_<split>_acc_last_<n> (the last n evaluated rounds) and mean_<split>_acc (every evaluated round: the
-# area under the accuracy curve, what "higher accuracy in the first T rounds" compares).
-MEAN_ACC = re.compile(r"^mean_(test|val)_acc(?:_last_(\d+))?$")
-LAST_N = re.compile(r"^mean_(?:test|val)_acc_last_(\d+)$")
-
-
-def check_objective(name: str) -> None:
-    """One line for an ``objective`` that no run can report."""
-    match = MEAN_ACC.match(name)
-    if name in SUMMARY_OBJECTIVES or (match and (match.group(2) is None or int(match.group(2)) >= 1)):
-        return
-    raise ConfigError("objective", name, f"choose one of: {', '.join(SUMMARY_OBJECTIVES)}, "
-                      "mean_test_acc_last_<n> or mean_val_acc_last_<n> (the mean accuracy of the last n evaluated "
-                      "rounds), or mean_test_acc / mean_val_acc (of every evaluated round)")
-
-
-def objective(summary: dict, run_dir: str | Path, name: str) -> float:
-    """The run's value of ``objective`` as a float: a number of ``summary.json``, or
-    ``mean_test_acc_last_<n>``, the mean ``test_acc`` of the last n evaluated rounds (steadier
-    than the final or best accuracy for tuning), ``mean_test_acc``, the mean over every evaluated
-    round (the area under the curve), and the same of ``val_acc`` (``mean_val_acc_last_<n>``,
-    ``mean_val_acc``) for tuning on a validation split."""
-    import pandas as pd
-
-    check_objective(name)
-    match = MEAN_ACC.match(name)
-    if match:
-        column = f"{match.group(1)}_acc"
-        rounds = pd.read_csv(Path(run_dir) / "rounds.csv")
-        values = rounds[column].dropna() if column in rounds else pd.Series(dtype=float)
-        if values.empty:
-            raise ConfigError("objective", name, f"this run has no {column} in rounds.csv ("
-                              + ("needs hyperparams.validation_fraction > 0)" if column == "val_acc" else "none evaluated)"))
-        return float(values.tail(int(match.group(2))).mean() if match.group(2) else values.mean())
-    value = summary.get(name)
-    if value is None:
-        raise ConfigError("objective", name, "this run has no such value (final_val_acc and best_val_acc need "
-                          "hyperparams.validation_fraction > 0; final_average/sent_test_acc need an aggregator "
-                          "whose two models differ)")
-    return float(value)
+# What a job returns to a sweeper lives with the run (fedrun.objective); named here too, as before.
+from fedrun.objective import LAST_N, MEAN_ACC, SUMMARY_OBJECTIVES, check_objective, objective  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------- finding and reading runs

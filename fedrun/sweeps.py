@@ -22,6 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from fedrun.errors import FedrunError
+from fedrun.provenance import SWEEP_ID
 from fedrun.rundir import remove_empty_run_dir
 
 log = logging.getLogger("fedrun")
@@ -41,10 +42,9 @@ class JobFailed(FedrunError, CompactHydraException):
 
 
 FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
-# The launching process's sweep, in the environment its jobs inherit (joblib's and submitit's
-# processes too): each sweep keeps its notes apart, so two sweeps into one folder, or a sweep
-# run again, list only their own failed jobs.
-SWEEP_ID = "FEDRUN_SWEEP_ID"
+# The launching process's sweep id (SWEEP_ID, fedrun.provenance), in the environment its jobs inherit
+# (joblib's and submitit's processes too): each sweep keeps its notes apart, so two sweeps into one
+# folder, or a sweep run again, list only their own failed jobs.
 
 
 def _notes(sweep_dir: Path) -> Path:

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from fedrun import resolvers  # noqa: F401  (the scale presets resolve ${fedrun.num_clients:...})
 from fedrun.provenance import VOLATILE
 from fedrun.recorder import TIMING_COLUMNS
 

@@ -225,3 +225,19 @@ def test_two_dashboards_at_once_get_the_same_rounds(tmp_path):
     assert dashboards.dashboards({}) is None
     with pytest.raises(ConfigError, match=r"^logger\.use=wandb: choose among tensorboard, mlflow"):
         dashboards.dashboards({"wandb": True})
+
+
+@pytest.mark.parametrize("line", ["seed=0,1,2", "seed=range(2)", "seed=range(0,3)", "aggregator=fedavg,fednnnn",
+                                  "model.hidden=[8,16]", "model.hidden=[8,16],[32]", "tags.note='a,b'",
+                                  "tags.note=\"a,b\",c", "aggregator.beta=interval(0.5,1.1)", "x=choice(1,2)",
+                                  "x={a:1,b:2}", "x=glob(*)", "hyperparams.lr=0.1", "x=f(1,2)", "x="])
+def test_sweep_overrides_read_as_hydra_reads_them(line):
+    """dashboards reads a sweep's varied settings without Hydra (only the command floor imports
+    it); on these lines it agrees with Hydra's own override grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        expected = OverridesParser.create().parse_overrides([line])[0].is_sweep_override()
+    except Exception:  # noqa: BLE001 - a line Hydra refuses is no sweep for dashboards either
+        expected = False
+    assert dashboards._sweeps(line.partition("=")[2]) == expected

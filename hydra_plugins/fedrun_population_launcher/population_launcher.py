@@ -124,7 +124,8 @@ class PopulationLauncher(Launcher):
         together, and turn each run's summary or error into its job's return."""
         import torch
 
-        from fedrun import build, results
+        from fedrun import build
+        from fedrun.objective import objective
         from fedrun.errors import FedrunError, Interrupted, exit_with
         from fedrun.simulation import simulate_runs
 
@@ -160,7 +161,7 @@ class PopulationLauncher(Launcher):
                     returns[job.num] = self._failed(job, cfg, outcome)
                     continue
                 returns[job.num] = self._return(job, cfg, JobStatus.COMPLETED,
-                                                results.objective(outcome, job.run_dir, cfg.objective))
+                                                objective(outcome, job.run_dir, cfg.objective))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
 
