@@ -78,13 +78,14 @@ class BatchedEngine:
 
     Args:
       model, train_x, train_y, local, regularizer, seed: as ``SequentialEngine``.
-      clients_per_step: train at most this many clients at once (None: all of the round's;
-        ``"auto"``: as many as fit in the free GPU memory; ``CPU_CHUNK`` on a CPU).
+      clients_per_step: train at most this many clients at once (``"auto"``, the default as in
+        conf/engine/batched.yaml: as many as fit in the free GPU memory, ``CPU_CHUNK`` on a CPU;
+        None: all of the round's).
       precision, compile: as ``SequentialEngine``; ``compile`` compiles the vmapped forward.
     """
 
     def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, local: LocalTraining,
-                 regularizer: Regularizer | None, seed: int, clients_per_step: int | str | None = None,
+                 regularizer: Regularizer | None, seed: int, clients_per_step: int | str | None = "auto",
                  precision: str = "fp32", compile: bool = False):
         check_clients_per_step(clients_per_step)
         check_engine_options(precision, compile)

@@ -121,7 +121,9 @@ class FederatedRun:
         self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
                                num_classes=data.num_classes, seed=seed)
         self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
-        self.engine = make_engine(self.model, data.train_x, data.train_y, local, aggregator.regularizer, seed)
+        # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
+        regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
+        self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)

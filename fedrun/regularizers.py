@@ -11,9 +11,12 @@ for exactly the clients it is initialized with.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from fedrun.errors import ConfigError, check
+from fedrun.layers import Layer
 from fedrun.params import Params
 
 
@@ -32,9 +35,28 @@ class Regularizer:
     * ``after_step(state, stacked, rows, lr)``: only where ``acts_after_step`` is True, a change to
       the clients' parameters after each optimizer step, outside the optimizer (SCAFFOLD as
       NIID-Bench's code applies it); the engines call it under ``torch.no_grad``.
+
+    The run hands its regularizer the model's layers before training (:meth:`for_layers`), so
+    a method may treat conv, dense (``fc``) and normalization layers apart, as the engines and
+    the per-layer diagnostics do: ``self.layers`` and ``self.kind(param)``.
     """
 
     acts_after_step = False
+    layers: tuple[Layer, ...] = ()  # the model's layers (fedrun.layers.layers), set by for_layers
+
+    def for_layers(self, layers) -> Regularizer:
+        """A copy of this regularizer that knows the model's layers (each a
+        :class:`~fedrun.layers.Layer`: its name, kind ``conv`` | ``fc`` | ``norm`` | ``other`` and
+        parameter names).  A copy, so one aggregator's regularizer serves runs of other models."""
+        out = copy.copy(self)
+        out.layers = tuple(layers)
+        out._kinds = {name: layer.type for layer in out.layers for name in layer.params}
+        return out
+
+    def kind(self, param: str) -> str:
+        """The kind of the layer that owns parameter ``param`` (``conv``, ``fc``, ``norm``,
+        ``other``); ``other`` before :meth:`for_layers` or for a name no layer owns."""
+        return getattr(self, "_kinds", {}).get(param, "other")
 
     def init(self, anchor: Params, m: int, inputs: Params | None = None) -> dict:
         return {}

@@ -7,7 +7,10 @@ checkpoint (``torch.save`` / ``torch.load(weights_only=True)``) and the next rou
 loaded state equals the next round from the original; a round where no client moved leaves
 finite models; a round where every client sends the same update ``d`` gives the average model
 ``w + d`` (whatever the weights or the reduce: a mean, a median and Krum's choice of identical
-updates are that update).  A new method added as one YAML is checked by these tests without new
+updates are that update), and the server's step to the model it sends follows ``d``: in every
+coordinate it has ``d``'s sign and is not zero, round after round (a multiple of ``d`` for the
+mean-based servers, scaled per coordinate for FedOpt's adaptive ones), so a server that never
+moves, or moves elsewhere, fails.  A new method added as one YAML is checked by these tests without new
 code: every list of methods here is the YAML files of ``conf/aggregator/``.
 """
 from __future__ import annotations
@@ -108,6 +111,42 @@ def same_update_gives_w_plus_d(agg, seed=4):
 @pytest.mark.parametrize("name", NAMES)
 def test_all_clients_sending_the_same_update_d_give_w_plus_d(name):
     same_update_gives_w_plus_d(build(name))
+
+
+def sent_step_follows_d(agg, seed=5, rounds=3):
+    """Every client sends the same update ``d`` for ``rounds`` rounds: each round the sent model's
+    step ``w_{t+1} - w_t`` is non-zero and has ``d``'s sign in every coordinate where ``d`` is
+    not zero (zero where it is).  Raises AssertionError if not."""
+    params, deltas = random_round(seed)
+    d = {k: v[0] for k, v in deltas.items()}
+    same = {k: v.expand(len(N), *v.shape).clone() for k, v in d.items()}
+    w, state = params, None
+    for t in range(rounds):
+        out = aggregate(agg, w, same, N, LAYERS, state, clients=[7, 2, 9, 0, 4])
+        step = {k: out.sent[k] - w[k] for k in w}
+        assert sum(float((step[k] * d[k]).sum()) for k in d) > 0, f"round {t + 1}: the sent step does not follow d"
+        for k in d:
+            agree = torch.where(d[k] == 0, step[k] == 0, torch.sign(step[k]) == torch.sign(d[k]))
+            assert agree.all(), f"round {t + 1}: {k}'s step has the wrong sign in {int((~agree).sum())} coordinates"
+        w, state = out.sent, out.state
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_sent_step_follows_a_shared_update(name):
+    sent_step_follows_d(build(name))
+
+
+def test_the_sent_step_property_catches_a_server_that_never_moves():
+    # A FedAvg whose server drops the step keeps w + d as its average model (the property
+    # above holds) but sends w_t back every round: only this property fails it.
+    from fedrun import transforms as T
+
+    still = T.ServerTransform(lambda params: {}, lambda step, state, stats: ({k: 0 * v for k, v in step.items()}, state))
+    broken = dataclasses.replace(build("fedavg"), server=still)
+    same_update_gives_w_plus_d(broken)
+    sent_step_follows_d(build("fedavg"))
+    with pytest.raises(AssertionError, match="does not follow d"):
+        sent_step_follows_d(broken)
 
 
 def test_the_same_update_property_catches_a_broken_reduce():
