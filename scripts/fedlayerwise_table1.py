@@ -21,7 +21,7 @@ Two modes:
     marks a cell with no run.  ``--csv PATH`` writes a long-form CSV (``run``: OUT/fedlayerwise_table1.csv
     unless ``--csv ''``; ``collect``: none unless asked, never into the DIRs it reads) of (method, scenario, target, metric,
     ours_rounds, paper_rounds, diff_rounds, n_runs, n_reached, rounds_run, final_acc_pct,
-    per_run_rounds, run_dir, deviations).  Runs that depart from the paper's setting (substituted
+    per_run_rounds, run_dir: the runs' folders relative to the CSV's, deviations).  Runs that depart from the paper's setting (substituted
     data, fewer rounds, other client data sizes: read from each run's config.yaml) are marked ``*``
     and listed in a NOTE under the table.  The paper's numbers exist for 95% only; with another
     ``--target`` the paper column is ``-``.

@@ -34,8 +34,12 @@ Two modes:
     Until then a second table sets ours beside another published result for the same cells, named as
     such and never mixed into the paper column: ``scripts/paper_targets/niidbench_reference_results.csv``
     holds the numbers of Flower's reimplementation of NIID-Bench (adap/flower, baselines/niid_bench,
-    README "Expected Results": one run, seed 42, on the whole datasets; its FedProx mu tuned over
-    {0.001, 0.01, 0.1, 1}).  The CSV's ``reference_pct`` / ``reference_source`` columns carry them.
+    README "Expected Results" at commit 6dc7b73 of pull request #2428: one run, seed 42, on the whole
+    datasets; its FedProx mu tuned over {0.001, 0.01, 0.1, 1}; the README merged since reports other
+    numbers, the best round's mean +- sd over three runs).  The CSV's ``reference_pct`` /
+    ``reference_source`` columns carry them.  When the DIRs are the committed grid
+    (outputs/reproductions/niidbench), the figures docs/reproductions.md quotes from it follow the
+    tables (scripts/claims.py).
 
 ``run --out DIR``
     Launch the grid: one ``fedrun -m experiment=niidbench/<dataset>_<partition>
@@ -69,6 +73,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import claims
 import grid
 import tables
 from papers import DIVERGED, group, load_tagged, one_line_errors, setting_deviations
@@ -277,6 +282,9 @@ def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = Non
     tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table III",
                   paper="NIID-Bench", deviations=deviations, not_paper=NOT_PAPER, out=out)
     tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4f", out)
+    root, sections = claims.sections_of(dirs, claims.NIIDBENCH_SECTIONS)
+    if root is not None:  # the committed grid: the figures docs/reproductions.md quotes from it
+        claims.print_sections(sections, root, out)
     return rows
 
 

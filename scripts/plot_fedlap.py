@@ -32,7 +32,9 @@ method the same clients and batches, so seeds pair up).  A DIR may be a run dire
 set a reading of one method against the others' preset runs, name those runs' folders.
 
 Runs that depart from the paper's setting (substituted data, fewer rounds, fewer local epochs: read
-from each run's own config.yaml) say so under each plot and in a NOTE under the table.  The paper
+from each run's own config.yaml) say so under each plot and in a NOTE under the table.  When the
+DIRs are committed runs (outputs/reproductions/fedlap/fmnist, mnist_train10k, readings, preset), the
+figures docs/reproductions.md quotes from them follow the table (scripts/claims.py).  The paper
 does not state its number of rounds T; the presets run 100, which is what runs are compared with.
 Examples::
 
@@ -44,6 +46,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import claims
 import plots
 import tables
 from papers import (count_notes, dataset_title, group, load_tagged, mean_by_round, one_line_errors, require_runs,
@@ -337,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         with tables.use_format(args.format):
             print(format_summary(rows, args.round_))
         tables.print_notes(NOT_PAPER, count_notes(deviations(r) for r in runs), sys.stdout)
+        root, sections = claims.sections_of(args.dirs, claims.FEDLAP_SECTIONS)
+        if root is not None:  # the committed runs: the figures docs/reproductions.md quotes from them
+            claims.print_sections(sections, root, sys.stdout)
         if args.csv:
             tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")
     if args.out:

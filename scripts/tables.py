@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import csv
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Iterable
@@ -195,18 +196,34 @@ def report(runs: list[Run], skipped: list, rows: list[dict], dirs: list[str], *,
     print_notes("\n" + not_paper, count_notes(deviations(r) for r in runs), out)
 
 
+# The long-form CSVs' column of run folders (several joined by ";"), written relative to the CSV's folder.
+RUN_DIR_COLUMN = "run_dir"
+
+
 def write_csv(rows: list[dict], path: str | None, columns: list[str], float_format: str, out=None) -> None:
     """The long-form CSV (floats as ``float_format``; None and NaN empty) and a ``wrote`` line;
-    nothing when ``path`` is None or empty."""
+    nothing when ``path`` is None or empty.  The run folders of a ``run_dir`` column are written
+    relative to the CSV's folder (``5iid_5noniid/fedavg_seed0``, ``../runs/fedavg_seed0``), never as
+    this machine's absolute paths, so the CSV stays right wherever its folder is checked out."""
     if not path:
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(path).resolve().parent
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: _csv_value(r[k], float_format) for k in columns})
+            writer.writerow({k: relative_runs(r[k], folder) if k == RUN_DIR_COLUMN else _csv_value(r[k], float_format)
+                             for k in columns})
     print(f"\nwrote {path}", file=out or sys.stdout)
+
+
+def relative_runs(value, folder: Path) -> str:
+    """``value``'s run folders (one path, or several joined by ``;``) relative to ``folder``, with
+    ``/`` between the names; empty for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or str(value) == "":
+        return ""
+    return ";".join(Path(os.path.relpath(Path(p).resolve(), folder)).as_posix() for p in str(value).split(";") if p)
 
 
 def _csv_value(value, float_format: str):

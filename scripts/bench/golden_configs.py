@@ -10,9 +10,9 @@ columns, every ``summary.json`` and every model snapshot's tensors.  Run ``run``
 before a change and with the code after it (``PYTHONPATH=<checkout>`` picks the code), then
 ``compare``::
 
-    PYTHONPATH=/tmp/before python scripts/bench/golden_configs.py run /tmp/golden/before
-    python scripts/bench/golden_configs.py run /tmp/golden/after
-    python scripts/bench/golden_configs.py compare /tmp/golden/before /tmp/golden/after
+    PYTHONPATH=../before python scripts/bench/golden_configs.py run outputs/golden/before
+    python scripts/bench/golden_configs.py run outputs/golden/after
+    python scripts/bench/golden_configs.py compare outputs/golden/before outputs/golden/after
 
 Each run takes a few seconds on a CPU (synthetic data, 10 clients).
 """

@@ -1,0 +1,1323 @@
+#!/usr/bin/env python
+"""The figures that docs/reproductions.md states in its prose, computed from the committed run
+folders under ``outputs/reproductions/``, so that the docs and the data cannot drift apart.
+
+A *claim* is one phrase of the doc with its numbers left as format fields (``in #C=2 FedAvg is
+ahead of FedProx in each of the {n} seeds (by {lo} to {hi} points)``) and a function that computes
+those fields from the run folders.  ``tests/test_claims.py`` renders every claim and checks that
+the text occurs in docs/reproductions.md word for word; a claim whose data says otherwise renders
+another text, and the test names it.  Where a sentence says something that is true or false rather
+than a number ("in each seed", "within a point"), the field holds the words, and renders other
+words when the data disagrees.
+
+One rounding, everywhere: :func:`fmt` rounds half up (0.125 -> 0.13) on the exact decimal value
+(``Decimal(str(x))``, never the binary float), and :func:`exact` writes a value that has at most
+two decimals (an accuracy on 2,000 or 10,000 test images, in %) without rounding it at all.  Means,
+differences and ranges are computed on the runs' unrounded values (accuracies read as decimals
+from rounds.csv), never on the rounded cells of a table.
+
+The sections are those of docs/reproductions.md: ``niidbench`` (the NIID-Bench grid and its
+comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFOLD's divergence),
+``fednova_stragglers``, ``fedlap_fmnist`` (the bullets under "What holds and what does not"),
+``fedlap_readings`` and ``fedlap_mnist_train10k``.  ``niidbench_table3.py collect`` and
+``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
+
+Examples (from the repository root)::
+
+    python scripts/claims.py                       # every section
+    python scripts/claims.py --section fedlap_readings niidbench
+    python scripts/claims.py --check               # also: is each text in docs/reproductions.md?
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Callable, Iterable
+
+import yaml
+
+from fedrun.results import Run, find_runs, read_csv, read_rounds, read_summary, stopped
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository root
+RUNS = Path("outputs") / "reproductions"  # where the runs are, below a root
+DOC = Path("docs") / "reproductions.md"
+REFERENCE_CSV = Path("scripts") / "paper_targets" / "niidbench_reference_results.csv"  # Flower's numbers
+HEADING = "Figures quoted in docs/reproductions.md"
+SEEDS = (0, 1, 2)
+# The whole MNIST's training set (the runs read its first 10,000 images: mnist_train10k).
+MNIST_TRAIN = 60_000
+# rounds.csv's columns that time a round (they differ between two runs of the same numbers).
+TIMINGS = ("train_s", "eval_s", "wall_s")
+WORDS = {0: "no", 1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+# ----------------------------------------------------------------------------- numbers as text
+
+def dec(x) -> Decimal:
+    """``x`` as the decimal it was written as: ``Decimal(str(x))`` for a float (0.9655 stays
+    0.9655, not the binary 0.96549999...), itself for a Decimal or an int."""
+    if isinstance(x, Decimal):
+        return x
+    if isinstance(x, bool) or x is None:
+        raise TypeError(f"not a number: {x!r}")
+    return Decimal(x) if isinstance(x, int) else Decimal(str(float(x)))
+
+
+def fmt(x, digits: int = 1) -> str:
+    """``x`` rounded half up to ``digits`` decimals (0 for an integer), on its exact decimal value:
+    fmt(0.125, 2) == "0.13", fmt(2.675, 2) == "2.68", fmt(96.65, 1) == "96.7".  The one rounding
+    of every claim."""
+    value = dec(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return f"{value.copy_abs() if value.is_zero() else value:f}"
+
+
+def exact(x, digits: int = 2) -> str:
+    """``x`` written out without rounding, with one to ``digits`` decimals (96.55, 97.2, 80.0): for
+    a value that has no more decimals, as an accuracy in % on 2,000 test images has (multiples of
+    0.05).  A value that would need rounding raises ValueError: use :func:`fmt` for it."""
+    text = fmt(x, digits)
+    if Decimal(text) != dec(x):
+        raise ValueError(f"{x} has more than {digits} decimals: round it with fmt()")
+    while text.endswith("0") and not text.endswith(".0"):
+        text = text[:-1]
+    return text
+
+
+def pct(fraction) -> Decimal:
+    """An accuracy (a fraction, as rounds.csv holds it) in %, exactly."""
+    return dec(fraction) * 100
+
+
+def mean(values: Iterable) -> Decimal:
+    values = [dec(v) for v in values]
+    return sum(values, Decimal(0)) / len(values)
+
+
+def joined(items: Iterable[str], last: str = "and") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {last} " + items[-1]
+
+
+def words(n: int) -> str:
+    return WORDS.get(n, str(n))
+
+
+def thousands(n) -> str:
+    """An integer with thousands separators (6,000)."""
+    value = dec(n)
+    if value != value.to_integral_value():
+        raise ValueError(f"{n} is not an integer")
+    return f"{int(value):,}"
+
+
+# ----------------------------------------------------------------------------- the runs
+
+class Data:
+    """The run folders under ``root/outputs/reproductions``, read once: :meth:`run` by a folder
+    name and (method, seed, stragglers), filed from each run's own config.yaml and summary.json,
+    so folder names need not follow one pattern."""
+
+    def __init__(self, root: str | Path = ROOT):
+        self.root = Path(root)
+        self._index: dict[str, dict] = {}
+        self._rounds: dict[Path, object] = {}
+
+    def folder(self, name: str) -> Path:
+        return self.root / RUNS / name
+
+    def index(self, name: str) -> dict[tuple, Run]:
+        """``{(method, seed, stragglers, max_train): Run}`` for every run that started under ``name``
+        (a folder below outputs/reproductions), the diverged ones included."""
+        if name not in self._index:
+            runs = [load_run(path) for path in find_runs(self.folder(name), require=("config.yaml",))]
+            table = {}
+            for run in runs:
+                key = (run.method, run.seed, stragglers(run), (run.config.get("dataset") or {}).get("max_train"))
+                if key in table:
+                    raise ValueError(f"{name}: two runs of {key}: {table[key].path} and {run.path}")
+                table[key] = run
+            self._index[name] = table
+        return self._index[name]
+
+    def runs(self, name: str, method: str | None = None, stragglers: float | None = None) -> list[Run]:
+        """The runs under ``name`` of ``method`` (and straggler fraction), in seed order."""
+        return [run for (m, seed, s, _n), run in sorted(self.index(name).items(), key=lambda kv: str(kv[0]))
+                if method in (None, m) and stragglers in (None, s)]
+
+    def run(self, name: str, method: str, seed: int, stragglers: float = 0.0, max_train: int | None = None) -> Run:
+        """The run under ``name`` of ``method``, ``seed``, ``stragglers`` (and ``dataset.max_train``)."""
+        try:
+            return self.index(name)[(method, seed, stragglers, max_train)]
+        except KeyError:
+            raise ValueError(f"{self.folder(name)}: no run of {method}, seed {seed}, stragglers {stragglers}"
+                             + (f", max_train {max_train}" if max_train else "")) from None
+
+    def rounds(self, run: Run):
+        """rounds.csv (read once), the rows with a test accuracy."""
+        if run.path not in self._rounds:
+            self._rounds[run.path] = read_rounds(run.path).dropna(subset=["test_acc"]).reset_index(drop=True)
+        return self._rounds[run.path]
+
+    def curve(self, run: Run) -> dict[int, Decimal]:
+        """``{round: test accuracy in %}``, exact."""
+        df = self.rounds(run)
+        return {int(r): pct(a) for r, a in zip(df["round"], df["test_acc"])}
+
+    def final(self, run: Run) -> Decimal | None:
+        """The accuracy (%) after the last round; None for a run that diverged (no final model)."""
+        return None if diverged_at(run) else list(self.curve(run).values())[-1]
+
+    def best(self, run: Run) -> Decimal:
+        return max(self.curve(run).values())
+
+    def at(self, run: Run, round_: int) -> Decimal:
+        return self.curve(run)[round_]
+
+    def mean_to(self, run: Run, round_: int) -> Decimal:
+        """The mean accuracy (%) over rounds 1..round_ (plot_fedlap.py's "mean 1-20")."""
+        curve = self.curve(run)
+        if max(curve) < round_:
+            raise ValueError(f"{run.path}: stopped before round {round_}")
+        return mean(v for r, v in curve.items() if r <= round_)
+
+    def clients(self, run: Run):
+        df = read_csv(run.path, "clients.csv")
+        if df is None:
+            raise ValueError(f"{run.path}: no clients.csv")
+        return df
+
+    def train_images(self, run: Run) -> int:
+        """The training images the run's clients hold together (partition.csv)."""
+        df = read_csv(run.path, "partition.csv")
+        if df is None:
+            raise ValueError(f"{run.path}: no partition.csv")
+        return int(df["examples"].sum())
+
+    def reference(self) -> dict[tuple[str, str, str], Decimal]:
+        """Flower's numbers that docs/reproductions.md quotes: {(method, dataset, partition): %}."""
+        with open(self.root / REFERENCE_CSV, newline="") as f:
+            return {(r["method"], r["dataset"], r["partition"]): Decimal(r["accuracy_pct"]) for r in csv.DictReader(f)
+                    if r["source"] == "flower" and r["accuracy_pct"].strip()}
+
+
+def load_run(path: Path) -> Run:
+    """:meth:`fedrun.results.Run.load`, with config.yaml parsed by libyaml where PyYAML has it (ten
+    times faster than its Python parser: the claims read some 180 configs); the same Run, and a
+    config that libyaml cannot read goes through :func:`fedrun.results.read_config` and its checks."""
+    loader = getattr(yaml, "CSafeLoader", None)
+    try:
+        config = yaml.load((path / "config.yaml").read_bytes(), Loader=loader) if loader else None
+    except yaml.YAMLError:
+        config = None
+    if not isinstance(config, dict) or not config:
+        return Run.load(path)
+    return Run(path, config, read_summary(path))
+
+
+def stragglers(run: Run) -> float:
+    return float((run.config.get("hyperparams") or {}).get("stragglers") or 0.0)
+
+
+def diverged_at(run: Run) -> int | None:
+    """The round a run's model became NaN or Inf (run.json), None for a run that did not."""
+    how = None if run.finished else stopped(run.path)
+    return how["round"] if how and how["reason"] == "diverged" else None
+
+
+def hyper(run: Run, key: str):
+    return (run.config.get("hyperparams") or {}).get(key)
+
+
+def held_out_images(run: Run, train: int) -> int:
+    """The held-out test images of a run on a split dataset (``dataset.load.test_fraction``)."""
+    fraction = dec(((run.config.get("dataset") or {}).get("load") or {})["test_fraction"])
+    return int(dec(train) * fraction / (1 - fraction))
+
+
+# ----------------------------------------------------------------------------- the registry
+
+@dataclass(frozen=True)
+class Claim:
+    """A phrase of docs/reproductions.md (``template``, with format fields) and the function that
+    computes its fields from the runs (its docstring says what it checks)."""
+
+    id: str
+    section: str
+    template: str
+    compute: Callable[[Data], dict]
+
+    def render(self, data: Data) -> str:
+        return self.template.format(**self.compute(data))
+
+    @property
+    def checks(self) -> str:
+        return " ".join((self.compute.__doc__ or "").split())
+
+
+CLAIMS: dict[str, Claim] = {}
+
+
+def claim(id: str, section: str, template: str):
+    """Register the decorated function as the claim ``id`` of ``section``."""
+    def register(compute: Callable[[Data], dict]) -> Callable[[Data], dict]:
+        if id in CLAIMS:
+            raise ValueError(f"claim {id} registered twice")
+        CLAIMS[id] = Claim(id, section, template, compute)
+        return compute
+    return register
+
+
+def sections() -> list[str]:
+    return list(dict.fromkeys(c.section for c in CLAIMS.values()))
+
+
+def render_section(section: str, data: Data) -> list[tuple[Claim, str | None, str | None]]:
+    """``(claim, text, error)`` for each claim of ``section``; a claim that cannot be computed (its
+    runs missing or damaged) has ``text`` None and the error's line."""
+    out = []
+    for c in CLAIMS.values():
+        if c.section != section:
+            continue
+        try:
+            out.append((c, c.render(data), None))
+        except Exception as e:  # noqa: BLE001 - a table script prints the table whatever a claim does
+            out.append((c, None, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def print_section(section: str, root: str | Path = ROOT, file=None, data: Data | None = None) -> bool:
+    """Print ``[section]`` and each of its claims' text, one line each, its id first; True when
+    every claim could be computed."""
+    file = file or sys.stdout
+    if section not in sections():
+        raise ValueError(f"no section {section!r}; the sections: {', '.join(sections())}")
+    print(f"[{section}]", file=file)
+    ok = True
+    for c, text, error in render_section(section, data or Data(root)):
+        print(f"{c.id}: {text if error is None else 'CANNOT BE COMPUTED: ' + error}", file=file)
+        ok = ok and error is None
+    return ok
+
+
+def print_sections(names: Iterable[str], root: str | Path = ROOT, file=None) -> bool:
+    """:data:`HEADING`, then :func:`print_section` for each of ``names`` (one reading of the runs)."""
+    file = file or sys.stdout
+    data = Data(root)
+    print(f"\n{HEADING}", file=file)
+    return all([print_section(name, root, file, data) for name in names])
+
+
+def root_of(path: str | Path, below: str) -> Path | None:
+    """The repository root of ``path`` if it lies at or under ``<root>/outputs/reproductions/<below>``
+    (``below`` may name several levels, ``fedlap/fmnist``), else None."""
+    parts = Path(path).resolve().parts
+    want = (*RUNS.parts, *Path(below).parts)
+    for i in range(len(parts) - len(want) + 1):
+        if parts[i:i + len(want)] == want:
+            return Path(*parts[:i]) if i else Path("/")
+    return None
+
+
+# The sections each table script prints, by the folder (below outputs/reproductions) its DIRs lie in.
+NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers")}
+FEDLAP_SECTIONS = {"fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
+                   "fedlap/readings": ("fedlap_readings",), "fedlap/preset": ("fedlap_readings",)}
+
+
+def sections_of(dirs: Iterable[str | Path], by_folder: dict[str, tuple[str, ...]]) -> tuple[Path | None, list[str]]:
+    """The repository root and the sections to print for a table script's DIRs: those of
+    ``by_folder`` whose folder holds a DIR; no root (print nothing) unless every DIR lies in one
+    of the folders of one checkout's outputs/reproductions."""
+    roots, names = set(), []
+    for d in dirs:
+        found = [(root_of(d, folder), folder) for folder in by_folder]
+        found = [(root, folder) for root, folder in found if root is not None]
+        if not found:
+            return None, []
+        roots.add(found[0][0])
+        names += [n for n in by_folder[found[0][1]] if n not in names]
+    return (roots.pop(), names) if len(roots) == 1 else (None, [])
+
+
+def normalized(text: str) -> str:
+    """Markdown text with its line breaks joined and its white space collapsed to one space."""
+    return " ".join(text.split())
+
+
+def in_doc(text: str, doc: str) -> bool:
+    return normalized(text) in normalized(doc)
+
+
+# ============================================================================= NIID-Bench (MNIST)
+
+NB = "niidbench"
+PARTITIONS = ("dir05", "c1", "c2", "c3", "iid")
+METHODS = ("fedavg", "fedprox", "scaffold", "fednova")
+
+
+def nb(data: Data, partition: str, method: str) -> list[Run]:
+    """The three seeds' runs of a NIID-Bench cell (outputs/reproductions/niidbench/mnist_<partition>)."""
+    return [data.run(f"niidbench/mnist_{partition}", method, s) for s in SEEDS]
+
+
+def finals(data: Data, partition: str, method: str) -> list[Decimal | None]:
+    return [data.final(r) for r in nb(data, partition, method)]
+
+
+def cell_mean(data: Data, partition: str, method: str) -> Decimal:
+    """A cell's mean final accuracy (%) over the seeds that did not diverge (as the table's)."""
+    return mean(v for v in finals(data, partition, method) if v is not None)
+
+
+def flower_gaps(data: Data, partition: str) -> list[Decimal]:
+    """Flower's one run minus our mean final accuracy, per method with a finished run."""
+    ref = data.reference()
+    return [ref[(m, "mnist", partition)] - cell_mean(data, partition, m) for m in METHODS
+            if any(v is not None for v in finals(data, partition, m))]
+
+
+def seed_leads(data: Data, partition: str, method: str) -> list[Decimal]:
+    """Per seed: ``method``'s final accuracy minus the best of the other three (points)."""
+    out = []
+    for i in range(len(SEEDS)):
+        others = [finals(data, partition, m)[i] for m in METHODS if m != method]
+        out.append(finals(data, partition, method)[i] - max(v for v in others if v is not None))
+    return out
+
+
+def images(points: Decimal, tests: int) -> int:
+    """A difference in accuracy (points) as a number of test images."""
+    n = points * tests / 100
+    if n != n.to_integral_value():
+        raise ValueError(f"{points} points of {tests} images is no whole number of images")
+    return int(n)
+
+
+def nb_sizes(data: Data) -> dict:
+    run = nb(data, "iid", "fedavg")[0]
+    train = data.train_images(run)
+    parties = hyper(run, "num_clients")
+    return {"train": train, "parties": parties, "party": train // parties, "test": held_out_images(run, train),
+            "B": hyper(run, "batch_size"), "E": hyper(run, "local_epochs")}
+
+
+def sci(x) -> str:
+    """A power of ten's multiple as the doc writes it: 1e-5."""
+    mantissa, exponent = f"{float(x):e}".split("e")
+    return f"{fmt(mantissa, 0) if float(mantissa).is_integer() else mantissa.rstrip('0')}e{int(exponent)}"
+
+
+@claim("niidbench.setting", NB, "FedAvg, FedProx (mu = {mu}), SCAFFOLD and FedNova under p_k ~ Dir(0.5), #C=1, #C=2, "
+       "#C=3 and IID, with the presets of `conf/experiment/niidbench/` (the simple CNN, {parties} parties all in every "
+       "round, {rounds} rounds, E = {E}, B = {B}, SGD lr {lr} with momentum {momentum} and weight decay {wd};")
+def _(data):
+    """The settings every run of the grid shares (config.yaml: one value each over the 60 runs),
+    and FedProx's mu."""
+    runs = [r for p in PARTITIONS for m in METHODS for r in nb(data, p, m)]
+    keys = ("num_clients", "client_fraction", "rounds", "local_epochs", "batch_size", "lr", "momentum", "weight_decay")
+    values = {}
+    for key in keys:
+        seen = {hyper(r, key) for r in runs}
+        if len(seen) != 1:
+            raise ValueError(f"the grid's runs differ in hyperparams.{key}: {sorted(map(str, seen))}")
+        values[key] = seen.pop()
+    models = {(r.config.get("model") or {}).get("_target_") for r in runs}
+    mus = {aggregator(r, "mu") for p in PARTITIONS for r in nb(data, p, "fedprox")}
+    if models != {"fedrun.models.SimpleCNN"} or values["client_fraction"] != 1.0 or len(mus) != 1:
+        raise ValueError(f"the grid's models {models}, client_fraction {values['client_fraction']}, FedProx mu {mus}")
+    return {"mu": mus.pop(), "parties": values["num_clients"], "rounds": values["rounds"], "E": values["local_epochs"],
+            "B": values["batch_size"], "lr": values["lr"], "momentum": values["momentum"],
+            "wd": sci(values["weight_decay"])}
+
+
+@claim("niidbench.data", NB, "{train} images to train ({party} a party, so {batches} batches an epoch and {steps} "
+       "local steps a round, where the whole MNIST gives about {whole} on average) and {test} held out as the test set")
+def _(data):
+    """The IID runs' data: training images (partition.csv), per party, batches of B an epoch, the
+    local steps every party takes a round (clients.csv, all seeds: one value), what the whole
+    MNIST (60,000 images) gives with as many parties, and the held-out test images."""
+    size = nb_sizes(data)
+    steps = {int(s) for r in nb(data, "iid", "fedavg") for s in data.clients(r)["steps"]}
+    if len(steps) != 1:
+        raise ValueError(f"the IID parties take different numbers of steps: {sorted(steps)}")
+    whole = math.ceil(MNIST_TRAIN / size["parties"] / size["B"]) * size["E"]
+    return {"train": thousands(size["train"]), "party": thousands(size["party"]),
+            "batches": math.ceil(size["party"] / size["B"]),
+            "steps": steps.pop(), "whole": whole, "test": thousands(size["test"])}
+
+
+@claim("niidbench.command", NB, "({n} runs; a finished run took {lo} to {hi} minutes")
+def _(data):
+    """How many runs the grid holds (finished and diverged) and the range of a finished run's time
+    in its rounds (summary.json's round_seconds, the sum of rounds.csv's wall_s), in minutes."""
+    runs = [r for p in PARTITIONS for m in METHODS for r in nb(data, p, m)]
+    minutes = [dec(r.summary["round_seconds"]) / 60 for r in runs if r.finished]
+    return {"n": len(runs), "lo": fmt(min(minutes), 0), "hi": fmt(max(minutes), 0)}
+
+
+@claim("niidbench.paper_cells", NB, "`scripts/paper_targets/niidbench_table3_accuracy.csv` lists its {n} cells {empty}")
+def _(data):
+    """The transcription of the paper's Table III: how many cells it lists, and that none has a number."""
+    with open(data.root / "scripts" / "paper_targets" / "niidbench_table3_accuracy.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    filled = sum(bool(r["accuracy_pct"].strip()) for r in rows)
+    return {"n": len(rows), "empty": "empty" if not filled else f"with {filled} filled"}
+
+
+@claim("niidbench.iid_spread", NB, "in each seed the four methods end within {spread} points of each other")
+def _(data):
+    """IID: the largest spread (best minus worst final accuracy) of the four methods in one seed."""
+    spreads = []
+    for i in range(len(SEEDS)):
+        values = [finals(data, "iid", m)[i] for m in METHODS]
+        spreads.append(max(values) - min(values))
+    return {"spread": exact(max(spreads))}
+
+
+@claim("niidbench.iid_fednova_is_fedavg", NB, "FedNova's runs are {same} to the last digit of every `rounds.csv` "
+       "column but the timings")
+def _(data):
+    """IID: FedNova's rounds.csv equals FedAvg's, seed by seed, in every column but the timings
+    (equal parties take equal steps, where FedNova is FedAvg)."""
+    same = True
+    for a, b in zip(nb(data, "iid", "fednova"), nb(data, "iid", "fedavg")):
+        x, y = (data.rounds(r).drop(columns=list(TIMINGS)) for r in (a, b))
+        same = same and list(x.columns) == list(y.columns) and x.equals(y)
+    return {"same": "FedAvg's" if same else "NOT FedAvg's"}
+
+
+@claim("niidbench.iid_scaffold", NB, "SCAFFOLD ends highest in {where}, by {lo} to {hi} points ({ilo} to {ihi} "
+       "test images)")
+def _(data):
+    """IID: in how many seeds SCAFFOLD's final accuracy is above the other three's, by how much
+    (points and test images of the 2,000)."""
+    leads = seed_leads(data, "iid", "scaffold")
+    tests = nb_sizes(data)["test"]
+    ahead = sum(v > 0 for v in leads)
+    return {"where": "each seed" if ahead == len(leads) else f"{ahead} of {len(leads)} seeds",
+            "lo": exact(min(leads)), "hi": exact(max(leads)),
+            "ilo": images(min(leads), tests), "ihi": images(max(leads), tests)}
+
+
+@claim("niidbench.iid_flower", NB, "The gap to Flower's whole-MNIST run is {lo} to {hi} points, as under Dir(0.5)")
+def _(data):
+    """IID: Flower's one run minus our mean final accuracy, the range over the four methods."""
+    gaps = flower_gaps(data, "iid")
+    return {"lo": fmt(min(gaps)), "hi": fmt(max(gaps))}
+
+
+@claim("niidbench.dir05_spread", NB, "the four methods are within {bound} of each other")
+def _(data):
+    """Dir(0.5): the four methods' final accuracies in one seed lie within a point (the largest
+    spread over the seeds)."""
+    spread = max(max(v) - min(v) for v in zip(*(finals(data, "dir05", m) for m in METHODS)))
+    return {"bound": "a point" if spread < 1 else f"{fmt(spread)} points"}
+
+
+@claim("niidbench.dir05_scaffold", NB, "SCAFFOLD is ahead of the other three in {where}, but by {lo} to {hi} "
+       "points over the next best ({ilo} to {ihi} of the {test} test images)")
+def _(data):
+    """Dir(0.5): SCAFFOLD's final accuracy beats the other three's in each seed; its lead over the
+    next best (points and test images)."""
+    leads = seed_leads(data, "dir05", "scaffold")
+    tests = nb_sizes(data)["test"]
+    ahead = sum(v > 0 for v in leads)
+    return {"where": f"each of the {len(leads)} seeds" if ahead == len(leads) else f"{ahead} of {len(leads)} seeds",
+            "lo": exact(min(leads)), "hi": exact(max(leads)), "ilo": images(min(leads), tests),
+            "ihi": images(max(leads), tests), "test": thousands(tests)}
+
+
+@claim("niidbench.dir05_flower", NB, "Every method is {lo} to {hi} points below Flower's run on the whole MNIST")
+def _(data):
+    """Dir(0.5): Flower's one run minus our mean final accuracy, the range over the four methods."""
+    gaps = flower_gaps(data, "dir05")
+    return {"lo": fmt(min(gaps)), "hi": fmt(max(gaps))}
+
+
+@claim("niidbench.fewer_images", NB, "what {ratio} times fewer training images")
+def _(data):
+    """The whole MNIST's 60,000 training images over the runs' (partition.csv)."""
+    return {"ratio": fmt(Decimal(MNIST_TRAIN) / nb_sizes(data)["train"])}
+
+
+@claim("niidbench.c1", NB, "FedAvg, FedProx and FedNova end anywhere between {lo}% and {hi}% depending on the seed "
+       "(standard deviations of {sdlo} to {sdhi} points); SCAFFOLD stays at chance ({clo}-{chi}%) in {n} seeds and "
+       "diverges at round {r} in the third")
+def _(data):
+    """#C=1: the range of FedAvg's, FedProx's and FedNova's final accuracies over their 9 runs, the
+    range of the three methods' standard deviations over seeds; SCAFFOLD's finished runs (their
+    final accuracies) and the round its third run diverged at."""
+    values = {m: finals(data, "c1", m) for m in ("fedavg", "fedprox", "fednova")}
+    every = [v for vs in values.values() for v in vs]
+    sds = [statistics.stdev(vs) for vs in values.values()]
+    scaffold = nb(data, "c1", "scaffold")
+    ended = [data.final(r) for r in scaffold if data.final(r) is not None]
+    rounds = [diverged_at(r) for r in scaffold if diverged_at(r)]
+    if len(rounds) != 1:
+        raise ValueError(f"#C=1: {len(rounds)} SCAFFOLD runs diverged, the doc says one")
+    return {"lo": fmt(min(every), 0), "hi": fmt(max(every), 0), "sdlo": fmt(min(sds), 0), "sdhi": fmt(max(sds), 0),
+            "clo": fmt(min(ended), 0), "chi": fmt(max(ended), 0), "n": words(len(ended)), "r": rounds[0]}
+
+
+@claim("niidbench.c1_flower", NB, "Flower's one run scatters the same way (FedAvg {a}%, FedProx {p}%)")
+def _(data):
+    """#C=1: Flower's FedAvg and FedProx (scripts/paper_targets/niidbench_reference_results.csv)."""
+    ref = data.reference()
+    return {"a": fmt(ref[("fedavg", "mnist", "c1")]), "p": fmt(ref[("fedprox", "mnist", "c1")])}
+
+
+@claim("niidbench.c2_fedavg_fedprox", NB, "In #C=2 FedAvg is ahead of FedProx in {where} (by {lo} to {hi} points)")
+def _(data):
+    """#C=2: FedAvg's final accuracy minus FedProx's, seed by seed (in how many seeds it is ahead,
+    and the range of the differences)."""
+    diffs = [a - p for a, p in zip(finals(data, "c2", "fedavg"), finals(data, "c2", "fedprox"))]
+    ahead = sum(d > 0 for d in diffs)
+    return {"where": f"each of the {len(diffs)} seeds" if ahead == len(diffs) else f"{ahead} of {len(diffs)} seeds",
+            "lo": fmt(min(diffs)), "hi": fmt(max(diffs))}
+
+
+@claim("niidbench.fednova_seed0", NB, "(FedNova's seed 0 ends at {c2}% under #C=2 and {c3}% under #C=3, after best "
+       "rounds of {b2}% and {b3}%)")
+def _(data):
+    """FedNova, seed 0: its final and best accuracy under #C=2 and #C=3 (the last round's swing)."""
+    c2, c3 = nb(data, "c2", "fednova")[0], nb(data, "c3", "fednova")[0]
+    return {"c2": exact(data.final(c2)), "c3": exact(data.final(c3)), "b2": exact(data.best(c2)),
+            "b3": exact(data.best(c3))}
+
+
+@claim("niidbench.flower_gap_skew", NB, "{dlo} to {dhi} points under Dir(0.5), {c3lo} to {c3hi} under #C=3, {c2lo} to "
+       "{c2hi} under #C=2")
+def _(data):
+    """Flower's one run minus our mean final accuracy, the range over the methods (those with a
+    finished run), under Dir(0.5), #C=3 and #C=2."""
+    out = {}
+    for key, partition in (("d", "dir05"), ("c3", "c3"), ("c2", "c2")):
+        gaps = flower_gaps(data, partition)
+        out.update({f"{key}lo": fmt(min(gaps)), f"{key}hi": fmt(max(gaps))})
+    return out
+
+
+@claim("niidbench.party_size", NB, "Fewer images a party ({party} instead of about {whole})")
+def _(data):
+    """Training images per party here (partition.csv) and with the whole MNIST's 60,000."""
+    size = nb_sizes(data)
+    return {"party": thousands(size["party"]), "whole": thousands(MNIST_TRAIN // size["parties"])}
+
+
+@claim("niidbench.scaffold_diverges", NB, "in {k2} of {n2} seeds under #C=2 (rounds {r2}) and in {k3} of {n3} under "
+       "#C=3 (round {r3}; the other two end at {a}% and {b}%)")
+def _(data):
+    """SCAFFOLD under #C=2 and #C=3: how many seeds diverged and at which rounds (run.json), and
+    the final accuracies of the #C=3 runs that did not."""
+    out = {}
+    for key, partition in (("2", "c2"), ("3", "c3")):
+        runs = nb(data, partition, "scaffold")
+        rounds = [str(diverged_at(r)) for r in runs if diverged_at(r)]
+        out.update({f"k{key}": len(rounds), f"n{key}": len(runs), f"r{key}": ", ".join(rounds)})
+    ended = [v for v in finals(data, "c3", "scaffold") if v is not None]
+    if len(ended) != 2:
+        raise ValueError(f"#C=3: {len(ended)} SCAFFOLD runs finished, the doc names two")
+    return {**out, "a": exact(ended[0]), "b": exact(ended[1])}
+
+
+@claim("niidbench.flower_scaffold", NB, "Flower's MNIST run does not ({c2}%, {c3}%; on FashionMNIST #C=2 its "
+       "SCAFFOLD ends at chance, {f}%)")
+def _(data):
+    """Flower's SCAFFOLD on MNIST #C=2 and #C=3 and on FashionMNIST #C=2 (the reference CSV)."""
+    ref = data.reference()
+    return {"c2": fmt(ref[("scaffold", "mnist", "c2")]), "c3": fmt(ref[("scaffold", "mnist", "c3")]),
+            "f": fmt(ref[("scaffold", "fmnist", "c2")])}
+
+
+# ----------------------------------------------------------------------------- NIID-Bench readings
+
+NR = "niidbench_readings"
+
+
+def readings(data: Data, folder: str, method: str, max_train: int | None = None) -> list[Run]:
+    return [data.run(f"niidbench_readings/{folder}", method, s, max_train=max_train) for s in SEEDS]
+
+
+@claim("readings.mnist_half", NR, "(`dataset.max_train={max_train}`, {party} images a party) lowers the best round's "
+       "accuracy in {where} ({h0}, {h1}, {h2}% against {f0}, {f1}, {f2}%) and the final mean from {fm}% to {hm}% "
+       "(seed by seed {hs0}, {hs1}, {hs2} against {fs0}, {fs1}, {fs2})")
+def _(data):
+    """FedAvg under #C=2 with half of the training images (max_train=4000) against the grid's:
+    the best round's accuracy seed by seed (in how many seeds it is lower) and the final
+    accuracy, each seed and the mean over seeds."""
+    half, full = readings(data, "mnist_c2_train4000", "fedavg", 4000), nb(data, "c2", "fedavg")
+    hb, fb = [data.best(r) for r in half], [data.best(r) for r in full]
+    hf, ff = [data.final(r) for r in half], [data.final(r) for r in full]
+    lower = sum(h < f for h, f in zip(hb, fb))
+    max_train = (half[0].config.get("dataset") or {}).get("max_train")
+    out = {"max_train": max_train, "party": thousands(data.train_images(half[0]) // hyper(half[0], "num_clients")),
+           "where": "each seed" if lower == len(hb) else f"{lower} of {len(hb)} seeds",
+           "fm": fmt(mean(ff)), "hm": fmt(mean(hf))}
+    for i in range(len(SEEDS)):
+        out.update({f"h{i}": exact(hb[i]), f"f{i}": exact(fb[i]), f"hs{i}": exact(hf[i]), f"fs{i}": exact(ff[i])})
+    return out
+
+
+@claim("readings.fmnist_size", NR, "the full training set against its first {n8k} images ({pfull} against {p8k} a "
+       "party, the same 10,000 test images), seeds 0 and 1: final {f0}% and {f1}% against {e0}% and {e1}% ({d0} and "
+       "{d1} points lower), best rounds {b0}% and {b1}% against {c0}% and {c1}%; Flower's one whole-data run: {fl}%")
+def _(data):
+    """FedAvg on FashionMNIST #C=2, the whole training set against its first 8,000 images, seeds 0
+    and 1: training images per party (partition.csv), final and best accuracy, the drop of the
+    final accuracy seed by seed, and Flower's one run (the reference CSV)."""
+    name = "niidbench_readings/fmnist_c2_size"
+    full, small = [], []
+    for r in data.runs(name, "fedavg"):
+        (small if (r.config.get("dataset") or {}).get("max_train") else full).append(r)
+    full.sort(key=lambda r: r.seed)
+    small.sort(key=lambda r: r.seed)
+    if [r.seed for r in full] != [0, 1] or [r.seed for r in small] != [0, 1]:
+        raise ValueError(f"{name}: expected seeds 0 and 1 of both sizes")
+    parties = hyper(full[0], "num_clients")
+    out = {"n8k": thousands(data.train_images(small[0])), "pfull": thousands(data.train_images(full[0]) // parties),
+           "p8k": thousands(data.train_images(small[0]) // parties),
+           "fl": fmt(data.reference()[("fedavg", "fmnist", "c2")])}
+    for i in range(2):
+        out.update({f"f{i}": fmt(data.final(full[i])), f"e{i}": fmt(data.final(small[i])),
+                    f"d{i}": fmt(data.final(full[i]) - data.final(small[i])),
+                    f"b{i}": fmt(data.best(full[i])), f"c{i}": fmt(data.best(small[i]))})
+    return out
+
+
+@claim("readings.fmnist_apart", NR, "two seeds of the whole FashionMNIST end {d} points apart")
+def _(data):
+    """The whole FashionMNIST's two FedAvg runs (#C=2): the difference of their final accuracies."""
+    full = [r for r in data.runs("niidbench_readings/fmnist_c2_size", "fedavg")
+            if not (r.config.get("dataset") or {}).get("max_train")]
+    values = [data.final(r) for r in full]
+    return {"d": fmt(max(values) - min(values))}
+
+
+def seed_cells(data: Data, runs: list[Run]) -> dict:
+    """A table row's cells, seed by seed: ``diverged at t`` or the final accuracy (exact) in %."""
+    return {f"s{i}": f"diverged at {diverged_at(r)}" if diverged_at(r) else f"{exact(data.final(r))}%"
+            for i, r in enumerate(runs)}
+
+
+ROW = "| {s0} | {s1} | {s2} |"
+
+
+@claim("readings.scaffold_gradient", NR, "| momentum 0.9, correction through the optimizer (`correction=gradient`, the "
+       "preset) " + ROW)
+def _(data):
+    """SCAFFOLD under #C=2 with the preset's correction: each seed's divergence round or final accuracy."""
+    return seed_cells(data, nb(data, "c2", "scaffold"))
+
+
+@claim("readings.scaffold_after_step", NR, "| momentum 0.9, correction after each step (`correction=after_step`, "
+       "NIID-Bench's code) " + ROW)
+def _(data):
+    """SCAFFOLD under #C=2 with correction=after_step: each seed's divergence round or final accuracy."""
+    runs = readings(data, "mnist_c2_after_step", "scaffold")
+    if any((r.config.get("aggregator") or {}).get("correction") != "after_step" for r in runs):
+        raise ValueError("mnist_c2_after_step: a run without correction=after_step")
+    return seed_cells(data, runs)
+
+
+@claim("readings.scaffold_momentum0", NR, "| momentum 0 (plain SGD: both readings are one) " + ROW)
+def _(data):
+    """SCAFFOLD under #C=2 with momentum 0: each seed's final accuracy (or divergence round)."""
+    runs = readings(data, "mnist_c2_momentum0", "scaffold")
+    if any(hyper(r, "momentum") != 0 for r in runs):
+        raise ValueError("mnist_c2_momentum0: a run with momentum")
+    return seed_cells(data, runs)
+
+
+@claim("readings.fedavg_momentum0", NR, "| FedAvg, momentum 0 (for comparison) " + ROW)
+def _(data):
+    """FedAvg under #C=2 with momentum 0: each seed's final accuracy."""
+    return seed_cells(data, readings(data, "mnist_c2_momentum0", "fedavg"))
+
+
+@claim("readings.c1_after_step", NR, "`correction=after_step` also ends at chance or diverges ({a}% and {b}%; seed "
+       "{s} diverged at round {r})")
+def _(data):
+    """SCAFFOLD under #C=1 with correction=after_step: the finished seeds' final accuracies and the
+    seed and round that diverged."""
+    runs = readings(data, "mnist_c1_after_step", "scaffold")
+    ended = [data.final(r) for r in runs if not diverged_at(r)]
+    gone = [(r.seed, diverged_at(r)) for r in runs if diverged_at(r)]
+    if len(ended) != 2 or len(gone) != 1:
+        raise ValueError(f"mnist_c1_after_step: {len(ended)} finished and {len(gone)} diverged, the doc says 2 and 1")
+    return {"a": fmt(ended[0]), "b": fmt(ended[1]), "s": gone[0][0], "r": gone[0][1]}
+
+
+@claim("readings.momentum0_lower", NR, "It then ends lower ({slo} to {shi}%, against FedAvg's {flo} to {fhi}% with "
+       "momentum), and so does FedAvg without momentum ({alo} to {ahi}%)")
+def _(data):
+    """#C=2: the range over seeds of the final accuracy of SCAFFOLD without momentum, of FedAvg
+    with momentum (the grid) and of FedAvg without momentum."""
+    s = [data.final(r) for r in readings(data, "mnist_c2_momentum0", "scaffold")]
+    f = finals(data, "c2", "fedavg")
+    a = [data.final(r) for r in readings(data, "mnist_c2_momentum0", "fedavg")]
+    return {"slo": exact(min(s)), "shi": exact(max(s)), "flo": exact(min(f)), "fhi": exact(max(f)),
+            "alo": exact(min(a)), "ahi": exact(max(a))}
+
+
+@claim("readings.scaffold_vs_fedavg_momentum0", NR, "({ahead}, {behind})")
+def _(data):
+    """#C=2 without momentum: SCAFFOLD's final accuracy minus FedAvg's, seed by seed (the seeds it
+    is ahead in and behind in, and by how much)."""
+    s = [data.final(r) for r in readings(data, "mnist_c2_momentum0", "scaffold")]
+    a = [data.final(r) for r in readings(data, "mnist_c2_momentum0", "fedavg")]
+    diffs = [x - y for x, y in zip(s, a)]
+
+    def part(word, which):
+        seeds = [i for i, d in enumerate(diffs) if which(d)]
+        if not seeds:
+            return f"{word} in no seed"
+        label = "seeds" if len(seeds) > 1 else "seed"
+        return (f"{word} in {label} {joined(str(SEEDS[i]) for i in seeds)} by "
+                f"{joined(exact(abs(diffs[i])) for i in seeds)}")
+    ahead = part("ahead", lambda d: d > 0) + " points"
+    return {"ahead": ahead, "behind": part("behind", lambda d: d < 0)}
+
+
+@claim("readings.steps", NR, "(about {whole} local steps a round instead of {steps})")
+def _(data):
+    """The local steps a party takes a round with the whole MNIST (60,000 images over the parties,
+    batches of B, E epochs) and here (clients.csv of the IID runs)."""
+    size = nb_sizes(data)
+    steps = {int(s) for r in nb(data, "iid", "fedavg") for s in data.clients(r)["steps"]}
+    return {"whole": math.ceil(MNIST_TRAIN / size["parties"] / size["B"]) * size["E"], "steps": joined(map(str, steps))}
+
+
+# ----------------------------------------------------------------------------- FedNova with stragglers
+
+FN = "fednova_stragglers"
+# The rows of the table: (label, folder, method).
+FEDNOVA_ROWS = (("FedAvg, all E epochs", "niidbench/mnist_dir05", "fedavg"),
+                ("FedNova, all E epochs", "niidbench/mnist_dir05", "fednova"),
+                ("FedAvg, epochs drawn in [1, 10]", "niidbench_readings/mnist_dir05_stragglers", "fedavg"),
+                ("FedNova, epochs drawn in [1, 10]", "niidbench_readings/mnist_dir05_stragglers", "fednova"),
+                ("FedAvg, epochs drawn, momentum 0", "niidbench_readings/mnist_dir05_stragglers_momentum0", "fedavg"),
+                ("FedNova, epochs drawn, momentum 0", "niidbench_readings/mnist_dir05_stragglers_momentum0", "fednova"))
+
+
+def drawn(data: Data, method: str, momentum0: bool = False) -> list[Run]:
+    folder = "mnist_dir05_stragglers" + ("_momentum0" if momentum0 else "")
+    return [data.run(f"niidbench_readings/{folder}", method, s, 1.0) for s in SEEDS]
+
+
+def a_norm(steps: int, rho) -> Decimal:
+    """FedNova's ``||a_k||_1`` for ``steps`` local steps of SGD with momentum ``rho``:
+    ``sum_{j=1..steps} (1 - rho^j) / (1 - rho)`` (the step count for rho = 0)."""
+    rho = dec(rho)
+    if rho == 0:
+        return Decimal(steps)
+    return sum(((1 - rho ** j) / (1 - rho) for j in range(1, steps + 1)), Decimal(0))
+
+
+def round_one(data: Data, fednova: Run, fedavg: Run) -> dict:
+    """Round 1 of a FedNova run and its FedAvg twin: the one-epoch and the ten-epoch client's steps,
+    ``||a_k||_1`` and weights, checked against FedNova's rule ``q_k = tau_eff p_k / ||a_k||_1`` (p_k:
+    FedAvg's weights)."""
+    nova, avg = (data.clients(r) for r in (fednova, fedavg))
+    nova, avg = nova[nova["round"] == 1].set_index("client"), avg[avg["round"] == 1].set_index("client")
+    rho = hyper(fednova, "momentum")
+    a = {k: a_norm(int(nova.at[k, "steps"]), rho) for k in nova.index}
+    p = {k: dec(avg.at[k, "weight"]) for k in nova.index}
+    tau = sum((p[k] * a[k] for k in a), Decimal(0))
+    for k in a:  # the weights clients.csv holds are the rule's, to its 8 significant digits
+        if abs(tau * p[k] / a[k] - dec(nova.at[k, "weight"])) > Decimal("1e-6") * tau * p[k] / a[k]:
+            raise ValueError(f"{fednova.path}: client {k}'s weight is not tau_eff p_k / ||a_k||_1")
+    out = {}
+    for epochs in (1, 10):
+        ks = [k for k in nova.index if int(nova.at[k, "epochs"]) == epochs]
+        if len(ks) != 1:
+            raise ValueError(f"{fednova.path}: {len(ks)} clients of {epochs} epochs in round 1, the doc names one")
+        k = ks[0]
+        out[epochs] = {"steps": int(nova.at[k, "steps"]), "a": a[k], "q": dec(nova.at[k, "weight"]), "p": p[k]}
+    return out
+
+
+def weight_sums(data: Data, runs: list[Run]) -> list[Decimal]:
+    """Each round's sum of the clients' weights, over the runs."""
+    return [sum((dec(w) for w in weights), Decimal(0)) for r in runs
+            for _, weights in data.clients(r).groupby("round")["weight"]]
+
+
+def fednova_finals(data: Data, folder: str, method: str) -> dict:
+    stragglers_ = 0.0 if folder.startswith("niidbench/") else 1.0
+    return {"finals": ", ".join(exact(data.final(data.run(folder, method, s, stragglers_))) for s in SEEDS)}
+
+
+# readings.py prints the other columns of the table (rounds to 95%, their mean, the accuracy after
+# round 10); the final accuracy seed by seed, the last column, is no script's.
+for _label, _folder, _method in FEDNOVA_ROWS:
+    def _row(data, _folder=_folder, _method=_method):
+        """The last cell of a row of the FedNova table: each seed's final accuracy, exact."""
+        return fednova_finals(data, _folder, _method)
+    claim(f"fednova.finals.{_method}_{'all' if _folder.startswith('niidbench/') else 'drawn'}"
+          f"{'_momentum0' if _folder.endswith('momentum0') else ''}", FN,
+          "| {finals} |")(_row)
+
+
+@claim("fednova.dir05_steps", FN, "the parties' sizes already differ ({lo} to {hi} local steps a round), and FedNova "
+       "and FedAvg end {level}")
+def _(data):
+    """Dir(0.5), all E epochs: the fewest and most local steps a party takes a round (clients.csv,
+    FedAvg's three seeds); FedNova's and FedAvg's mean final accuracy less than 0.1 points apart."""
+    steps = [int(s) for r in nb(data, "dir05", "fedavg") for s in data.clients(r)["steps"]]
+    nova, avg = cell_mean(data, "dir05", "fednova"), cell_mean(data, "dir05", "fedavg")
+    return {"lo": min(steps), "hi": max(steps),
+            "level": "level" if abs(nova - avg) < Decimal("0.1") else f"{fmt(abs(nova - avg))} points apart"}
+
+
+@claim("fednova.unstable", FN, "in seed 1 its accuracy swings between {lo}% and {hi}% from round 5 to round 30, its "
+       "server step (`server_step`, up to {ss}) is several times FedAvg's (at most {fa}), and it ends {side} FedAvg "
+       "in {where} (by {d0}, {d1} and {d2} points)")
+def _(data):
+    """Epochs drawn, momentum 0.9: FedNova's seed 1, its lowest and highest accuracy from round 5 to
+    30 and its largest server step, against FedAvg's largest in seed 1; FedAvg's final accuracy
+    minus FedNova's, seed by seed."""
+    nova, avg = drawn(data, "fednova"), drawn(data, "fedavg")
+    span = [v for t, v in data.curve(nova[1]).items() if 5 <= t <= 30]
+    diffs = [data.final(a) - data.final(n) for a, n in zip(avg, nova)]
+    below = sum(d > 0 for d in diffs)
+    return {"lo": exact(min(span)), "hi": exact(max(span)), "ss": fmt(data.rounds(nova[1])["server_step"].max()),
+            "fa": fmt(data.rounds(avg[1])["server_step"].max()), "side": "below" if below else "above",
+            "where": "each seed" if below in (0, len(diffs)) else f"{below} of {len(diffs)} seeds",
+            **{f"d{i}": exact(abs(d)) for i, d in enumerate(diffs)}}
+
+
+@claim("fednova.a_norms", FN, "a client of one epoch ({s1} steps) has `||a_k||_1 = {a1}` and one of ten epochs "
+       "({s10} steps) {a10}, {ratio} times as much")
+def _(data):
+    """Round 1 of seed 0 (epochs drawn, momentum 0.9): the one-epoch and the ten-epoch client's
+    steps and ``||a_k||_1`` (from the steps and the momentum, checked against the weights in
+    clients.csv), and their ratio."""
+    one = round_one(data, drawn(data, "fednova")[0], drawn(data, "fedavg")[0])
+    return {"s1": one[1]["steps"], "a1": fmt(one[1]["a"]), "s10": one[10]["steps"], "a10": fmt(one[10]["a"], 0),
+            "ratio": fmt(one[10]["a"] / one[1]["a"], 0)}
+
+
+@claim("fednova.weights", FN, "(round 1 of seed 0: {q1} for the one-epoch client, against FedAvg's {p1}; {q10} for "
+       "the ten-epoch client, against {p10}) sum to {lo} to {hi} a round")
+def _(data):
+    """Epochs drawn, momentum 0.9: the one-epoch and ten-epoch client's weights in round 1 of seed 0
+    (FedNova's and FedAvg's, clients.csv), and the range over rounds and seeds of the sum of
+    FedNova's weights."""
+    one = round_one(data, drawn(data, "fednova")[0], drawn(data, "fedavg")[0])
+    sums = weight_sums(data, drawn(data, "fednova"))
+    return {"q1": fmt(one[1]["q"], 2), "p1": exact(one[1]["p"], 4), "q10": fmt(one[10]["q"], 3),
+            "p10": fmt(one[10]["p"], 3), "lo": fmt(min(sums), 2), "hi": fmt(max(sums), 2)}
+
+
+@claim("fednova.momentum0", FN, "`||a_k||_1` is the step count, the short and long clients differ {r0}-fold instead "
+       "of {r}-fold, and FedNova is stable: its weights sum to {lo} to {hi} a round, its largest server step {eq} "
+       "FedAvg's ({ss}), and it ends {side} FedAvg in {where} (by {d0}, {d1} and {d2} points)")
+def _(data):
+    """Epochs drawn, momentum 0: the ratio of the ten-epoch to the one-epoch client's ``||a_k||_1``
+    in round 1 of seed 0 (against momentum 0.9's), the range of the sum of FedNova's weights a
+    round, both methods' largest server step (two decimals), and FedNova's final accuracy minus
+    FedAvg's, seed by seed."""
+    m0 = round_one(data, drawn(data, "fednova", True)[0], drawn(data, "fedavg", True)[0])
+    m9 = round_one(data, drawn(data, "fednova")[0], drawn(data, "fedavg")[0])
+    nova, avg = drawn(data, "fednova", True), drawn(data, "fedavg", True)
+    sums = weight_sums(data, nova)
+    ss_nova = fmt(max(data.rounds(r)["server_step"].max() for r in nova), 2)
+    ss_avg = fmt(max(data.rounds(r)["server_step"].max() for r in avg), 2)
+    diffs = [data.final(n) - data.final(a) for n, a in zip(nova, avg)]
+    ahead = sum(d > 0 for d in diffs)
+    return {"r0": fmt(m0[10]["a"] / m0[1]["a"], 0), "r": fmt(m9[10]["a"] / m9[1]["a"], 0),
+            "lo": fmt(min(sums), 2), "hi": fmt(max(sums), 2),
+            "eq": "equals" if ss_nova == ss_avg else f"({ss_nova}) differs from", "ss": ss_avg,
+            "side": "ahead of" if ahead else "behind",
+            "where": "each seed" if ahead in (0, len(diffs)) else f"{ahead} of {len(diffs)} seeds",
+            **{f"d{i}": exact(abs(d)) for i, d in enumerate(diffs)}}
+
+
+@claim("fednova.momentum0_95", FN, "{who} reaches {target}% in {rounds} rounds at lr {lr} without momentum")
+def _(data):
+    """Epochs drawn, momentum 0: whether FedAvg or FedNova reaches 95% test accuracy in any round."""
+    runs = drawn(data, "fedavg", True) + drawn(data, "fednova", True)
+    reached = [r for r in runs if max(data.curve(r).values()) >= 95]
+    rounds = {hyper(r, "rounds") for r in runs}
+    lrs = {hyper(r, "lr") for r in runs}
+    if len(rounds) != 1 or len(lrs) != 1:
+        raise ValueError("the momentum-0 runs differ in rounds or lr")
+    return {"who": "neither" if not reached else "one", "target": 95, "rounds": rounds.pop(), "lr": lrs.pop()}
+
+
+# ============================================================================= FedLap
+
+LF = "fedlap_fmnist"
+LR = "fedlap_readings"
+LM = "fedlap_mnist_train10k"
+FRACTIONS = (0.0, 0.5, 0.9)
+BASELINES = ("fedprox", "fedavg")
+T = 20  # the rounds of the claim "in the first 20 communication rounds"
+
+
+def fedlap_cells(data: Data, folder: str) -> dict[tuple[str, float], list[Run]]:
+    """``{(method, stragglers): [runs in seed order]}`` under ``fedlap/<folder>``."""
+    out: dict[tuple[str, float], list[Run]] = {}
+    for (m, seed, s, _n), run in sorted(data.index(f"fedlap/{folder}").items(), key=lambda kv: (kv[0][1], str(kv[0]))):
+        out.setdefault((m, s), []).append(run)
+    return out
+
+
+def seed_means(data: Data, runs: list[Run]) -> list[Decimal]:
+    return [data.mean_to(r, T) for r in runs]
+
+
+def ahead_of_both(data: Data, lap: list[Run], others: list[list[Run]]) -> tuple[int, int]:
+    """(seeds in which FedLap's mean over rounds 1-20 beats every other method's, seeds compared)."""
+    by_seed = [{r.seed: data.mean_to(r, T) for r in runs} for runs in [lap, *others]]
+    common = sorted(set.intersection(*(set(b) for b in by_seed)))
+    ahead = sum(by_seed[0][s] > max(b[s] for b in by_seed[1:]) for s in common)
+    return ahead, len(common)
+
+
+@claim("fedlap.fmnist_ahead", LF, "its mean accuracy over rounds 1-20 beats both baselines in {k} of {n} (seed, "
+       "fraction) pairs")
+def _(data):
+    """FashionMNIST presets: the (seed, straggler fraction) pairs in which FedLap's mean accuracy
+    over rounds 1-20 beats both FedProx's and FedAvg's."""
+    cells = fedlap_cells(data, "fmnist")
+    k = n = 0
+    for s in FRACTIONS:
+        a, b = ahead_of_both(data, cells[("fedlap", s)], [cells[(m, s)] for m in BASELINES])
+        k, n = k + a, n + b
+    return {"k": k, "n": n}
+
+
+def leads(data: Data, cells: dict, measure: Callable[[Run], Decimal]) -> list[Decimal]:
+    """Per straggler fraction: FedLap's mean (over seeds) of ``measure`` minus the better of the
+    baselines' means."""
+    out = []
+    for s in FRACTIONS:
+        lap = mean(measure(r) for r in cells[("fedlap", s)])
+        out.append(lap - max(mean(measure(r) for r in cells[(m, s)]) for m in BASELINES))
+    return out
+
+
+@claim("fedlap.fmnist_lead", LF, "By {lo} to {hi} points, not the paper's 3 to 5")
+def _(data):
+    """FashionMNIST presets: FedLap's mean over rounds 1-20 minus the better of FedProx's and
+    FedAvg's (means over seeds), the range over the straggler fractions."""
+    lead = leads(data, fedlap_cells(data, "fmnist"), lambda r: data.mean_to(r, T))
+    return {"lo": fmt(min(lead)), "hi": fmt(max(lead))}
+
+
+@claim("fedlap.fmnist_stragglers", LF, "the stragglers leave all three methods within {x} points of their mean "
+       "accuracy over rounds 1-20 without stragglers")
+def _(data):
+    """FashionMNIST presets: the largest difference, over the methods and the 50% and 90% straggler
+    fractions, between a method's mean over rounds 1-20 (mean over seeds) and its mean without
+    stragglers."""
+    cells = fedlap_cells(data, "fmnist")
+    means = {key: mean(seed_means(data, runs)) for key, runs in cells.items()}
+    x = max(abs(means[(m, s)] - means[(m, 0.0)]) for m in ("fedlap", *BASELINES) for s in FRACTIONS[1:])
+    return {"x": fmt(x)}
+
+
+@claim("fedlap.fmnist_round20", LF, "After round 20 alone the differences are {inside} the seeds' ranges (which span "
+       "{lo} to {hi} points)")
+def _(data):
+    """FashionMNIST presets, accuracy after round 20: FedLap's lead over the better baseline (means
+    over seeds) is smaller than every method's range over seeds at that fraction; the ranges'
+    smallest and largest width."""
+    cells = fedlap_cells(data, "fmnist")
+    widths = {key: max(data.at(r, T) for r in runs) - min(data.at(r, T) for r in runs) for key, runs in cells.items()}
+    lead = leads(data, cells, lambda r: data.at(r, T))
+    inside = all(abs(lead[i]) < min(widths[(m, s)] for m in ("fedlap", *BASELINES)) for i, s in enumerate(FRACTIONS))
+    return {"inside": "inside" if inside else "NOT inside", "lo": fmt(min(widths.values()), 0),
+            "hi": fmt(max(widths.values()), 0)}
+
+
+def client_means(data: Data, runs: list[Run], column: str, round_: int) -> Decimal:
+    """The mean over ``runs`` of a round's mean of a clients.csv column over the clients that trained."""
+    values = []
+    for r in runs:
+        df = data.clients(r)
+        df = df[(df["round"] == round_) & (df["dropped"].fillna(0) == 0)]
+        values.append(mean(dec(v) for v in df[column]))
+    return mean(values)
+
+
+@claim("fedlap.fmnist_lambda", LF, "the clients' mean dissimilarity lambda falls from {l1} in round 1 to {l20} in "
+       "round 20, and the regularization term from {r1} to {r20} (FedProx's with mu = 1: {p1} to {p20})")
+def _(data):
+    """FashionMNIST presets, all straggler fractions and seeds: the mean over runs of a round's mean
+    ``lambda_mean`` and ``reg_loss`` (clients.csv) in rounds 1 and 20, FedLap's and FedProx's."""
+    cells = fedlap_cells(data, "fmnist")
+    lap = [r for s in FRACTIONS for r in cells[("fedlap", s)]]
+    prox = [r for s in FRACTIONS for r in cells[("fedprox", s)]]
+    return {"l1": fmt(client_means(data, lap, "lambda_mean", 1), 3),
+            "l20": fmt(client_means(data, lap, "lambda_mean", T), 3),
+            "r1": fmt(client_means(data, lap, "reg_loss", 1), 3), "r20": fmt(client_means(data, lap, "reg_loss", T), 3),
+            "p1": fmt(client_means(data, prox, "reg_loss", 1), 2),
+            "p20": fmt(client_means(data, prox, "reg_loss", T), 2)}
+
+
+# ----------------------------------------------------------------------------- FedLap readings
+
+def reading_runs(data: Data) -> dict[str, list[Run]]:
+    """The runs the readings table sets side by side (FashionMNIST, no stragglers unless named)."""
+    preset = {s: fedlap_cells(data, f"preset/stragglers{s:g}") for s in FRACTIONS}
+    return {"fedavg": preset[0.0][("fedavg", 0.0)],
+            "previous_lap": preset[0.0][("fedlap", 0.0)], "previous_prox": preset[0.0][("fedprox", 0.0)],
+            **{f"previous_lap_{s:g}": preset[s][("fedlap", s)] for s in FRACTIONS},
+            **{f"previous_prox_{s:g}": preset[s][("fedprox", s)] for s in FRACTIONS},
+            **{f"fedavg_{s:g}": preset[s][("fedavg", s)] for s in FRACTIONS},
+            "L1": fedlap_cells(data, "readings/L1_q1")[("fedlap", 0.0)],
+            "L2": fedlap_cells(data, "readings/L2_interpolate")[("fedlap", 0.0)],
+            "L3": fedlap_cells(data, "readings/L3_fedprox_mu1")[("fedprox", 0.0)],
+            "L4": fedlap_cells(data, "readings/L4_fan_in")[("fedlap", 0.0)]}
+
+
+def reading_cells(data: Data, lap: list[Run], prox: list[Run], avg: list[Run]) -> tuple[str, str, str]:
+    """A readings row: FedLap's and FedProx's mean over rounds 1-20 (%), and ``k of n`` seeds in
+    which FedLap's beats both FedProx's and FedAvg's."""
+    k, n = ahead_of_both(data, lap, [prox, avg])
+    return (f"{fmt(mean(seed_means(data, lap)))}%", f"{fmt(mean(seed_means(data, prox)))}%", f"{k} of {n}")
+
+
+def aggregator(run: Run, key: str):
+    return (run.config.get("aggregator") or {}).get(key)
+
+
+def require(runs: list[Run], what: str, **settings) -> None:
+    """Refuse a readings row whose runs do not have the settings its label names."""
+    for r in runs:
+        for key, want in settings.items():
+            have = aggregator(r, key)
+            if have != want and not (isinstance(want, float) and have is not None and float(have) == want):
+                raise ValueError(f"{r.path}: {what}: aggregator.{key} is {have!r}, the row says {want!r}")
+
+
+@claim("fedlap.readings_fedavg", LR, "mean test accuracy over rounds 1-20 (FedAvg: {x}%)")
+def _(data):
+    """FashionMNIST without stragglers: FedAvg's mean over rounds 1-20 (mean over seeds)."""
+    return {"x": fmt(mean(seed_means(data, reading_runs(data)["fedavg"])))}
+
+
+READING_ROWS = {
+    "previous": ("| FedLap `form=linear` q = 0.5 (c = q lambda: half of eq. 10), FedProx mu = 0.01 (the previous "
+                 "presets) | {lap} | {prox} | {ahead} |", "previous_lap", "previous_prox",
+                 {"form": "linear", "q": 0.5}, {"mu": 0.01}),
+    "q1": ("| FedLap linear q = 1 (eq. 10 exactly as printed), FedProx mu = 1 | {lap} | {prox} | {ahead} |",
+           "L1", "L3", {"form": "linear", "q": 1.0}, {"mu": 1.0}),
+    "linear_mu1": ("| FedLap linear q = 0.5, FedProx mu = 1 | {lap} | {prox} | {ahead} |", "previous_lap", "L3",
+                   {"form": "linear", "q": 0.5}, {"mu": 1.0}),
+    "presets": ("| **FedLap `form=interpolate` q = 0.5 (c = q lambda^(1-q)), FedProx mu = 1 (the presets)** | {lap} | "
+                "{prox} | {ahead} |", "L2", "L3", {"form": "interpolate", "q": 0.5}, {"mu": 1.0}),
+    "fan_in": ("| FedLap interpolate, `vectors=fan_in` (rows of PyTorch's weight), FedProx mu = 1 | {lap} | {prox} | "
+               "{ahead} |", "L4", "L3", {"form": "interpolate", "vectors": "fan_in"}, {"mu": 1.0}),
+}
+
+for _key, (_template, _lap, _prox, _lap_settings, _prox_settings) in READING_ROWS.items():
+    def _reading(data, _lap=_lap, _prox=_prox, _lap_settings=_lap_settings, _prox_settings=_prox_settings):
+        """A row of the readings table (FashionMNIST, no stragglers): FedLap's and FedProx's mean
+        over rounds 1-20 (means over seeds) and the seeds in which FedLap's beats both FedProx's and
+        FedAvg's; the runs' aggregator settings must be the row's."""
+        runs = reading_runs(data)
+        require(runs[_lap], "FedLap", **_lap_settings)
+        require(runs[_prox], "FedProx", **_prox_settings)
+        lap, prox, ahead = reading_cells(data, runs[_lap], runs[_prox], runs["fedavg"])
+        return {"lap": lap, "prox": prox, "ahead": ahead}
+    claim(f"fedlap.readings_row.{_key}", LR, _template)(_reading)
+
+
+@claim("fedlap.readings_row.previous_stragglers", LR, "| the same at 50% / 90% stragglers | {lap5} / {lap9} | "
+       "{prox5} / {prox9} | {a5} / {a9} |")
+def _(data):
+    """The previous presets (FedLap linear q = 0.5, FedProx mu = 0.01) at 50% and 90% stragglers:
+    FedLap's and FedProx's mean over rounds 1-20 and the seeds in which FedLap's beats both."""
+    runs = reading_runs(data)
+    out = {}
+    for s, key in ((0.5, "5"), (0.9, "9")):
+        require(runs[f"previous_lap_{s:g}"], "FedLap", form="linear", q=0.5)
+        require(runs[f"previous_prox_{s:g}"], "FedProx", mu=0.01)
+        lap, prox, ahead = reading_cells(data, runs[f"previous_lap_{s:g}"], runs[f"previous_prox_{s:g}"],
+                                         runs[f"fedavg_{s:g}"])
+        out.update({f"lap{key}": lap, f"prox{key}": prox, f"a{key}": ahead})
+    return out
+
+
+@claim("fedlap.readings_spread", LR, "How FedLap's penalty is read changes its accuracy by {bound}")
+def _(data):
+    """Without stragglers: the range of FedLap's mean over rounds 1-20 (means over seeds) over the
+    five readings of the table."""
+    runs = reading_runs(data)
+    values = [mean(seed_means(data, runs[k])) for k in ("previous_lap", "L1", "L2", "L4")]
+    spread = max(values) - min(values)
+    return {"bound": "less than a point" if spread < 1 else f"{fmt(spread)} points"}
+
+
+@claim("fedlap.readings_lambda", LR, "its lambda is small ({lo} to {hi}, a round's mean over its clients)")
+def _(data):
+    """Without stragglers, FedLap's runs of the readings table: the smallest and largest of a
+    round's mean ``lambda_mean`` over its clients (clients.csv)."""
+    runs = reading_runs(data)
+    values = []
+    for key in ("previous_lap", "L1", "L2", "L4"):
+        for r in runs[key]:
+            df = data.clients(r)
+            df = df[df["dropped"].fillna(0) == 0]
+            values += [mean(dec(v) for v in g) for _, g in df.groupby("round")["lambda_mean"]]
+    return {"lo": fmt(min(values), 3), "hi": fmt(max(values), 3)}
+
+
+@claim("fedlap.readings_mu001", LR, "FedProx with mu = 0.01 (a value common in the FedProx literature) beats FedLap "
+       "{where}")
+def _(data):
+    """The previous presets (FedProx mu = 0.01, FedLap linear q = 0.5): the (seed, straggler fraction)
+    pairs in which FedProx's mean over rounds 1-20 beats FedLap's."""
+    runs = reading_runs(data)
+    wins = n = 0
+    for s in FRACTIONS:
+        prox = {r.seed: data.mean_to(r, T) for r in runs[f"previous_prox_{s:g}"]}
+        lap = {r.seed: data.mean_to(r, T) for r in runs[f"previous_lap_{s:g}"]}
+        wins += sum(prox[k] > lap[k] for k in lap)
+        n += len(lap)
+    return {"where": "in every seed, at every straggler fraction" if wins == n else
+            f"in {wins} of {n} (seed, fraction) pairs"}
+
+
+@claim("fedlap.readings_mu1", LR, "which trains more slowly early on ({x}% over rounds 1-20)")
+def _(data):
+    """FedProx with mu = 1 (the presets), no stragglers: its mean over rounds 1-20 (mean over seeds)."""
+    runs = reading_runs(data)
+    require(runs["L3"], "FedProx", mu=1.0)
+    return {"x": fmt(mean(seed_means(data, runs["L3"])))}
+
+
+@claim("fedlap.readings_paper_lead", LR, "The paper's 3-5 point lead is {verdict} by any reading tried (FedLap's "
+       "largest lead over the better of FedProx and FedAvg: {x} points over rounds 1-20)")
+def _(data):
+    """Without stragglers: the largest, over the table's readings, of FedLap's mean over rounds
+    1-20 minus the better of its row's FedProx's and FedAvg's (means over seeds)."""
+    runs = reading_runs(data)
+    best = Decimal("-Infinity")
+    for _template, lap, prox, _a, _b in READING_ROWS.values():
+        rival = max(mean(seed_means(data, runs[prox])), mean(seed_means(data, runs["fedavg"])))
+        best = max(best, mean(seed_means(data, runs[lap])) - rival)
+    return {"verdict": "not reached" if best < 3 else "reached", "x": fmt(best)}
+
+
+@claim("fedlap.readings_same_runs", LR, "(the same runs as those in `outputs/reproductions/fedlap/fmnist`: {same})")
+def _(data):
+    """The readings L2_interpolate and L3_fedprox_mu1 against the FashionMNIST presets' FedLap and
+    FedProx without stragglers: every CSV of each seed equal, but rounds.csv's timing columns."""
+    runs = reading_runs(data)
+    cells = fedlap_cells(data, "fmnist")
+    same = True
+    for key, method in (("L2", "fedlap"), ("L3", "fedprox")):
+        for a, b in zip(runs[key], cells[(method, 0.0)]):
+            if a.seed != b.seed:
+                return {"same": f"NOT the same seeds ({a.path}, {b.path})"}
+            for name in ("rounds.csv", "clients.csv", "layers.csv"):
+                x, y = read_csv(a.path, name), read_csv(b.path, name)
+                if name == "rounds.csv":
+                    x, y = x.drop(columns=list(TIMINGS)), y.drop(columns=list(TIMINGS))
+                same = same and list(x.columns) == list(y.columns) and x.equals(y)
+    return {"same": "their CSVs agree in every column but `rounds.csv`'s timings" if same
+            else "their CSVs DIFFER beyond the timings"}
+
+
+# ----------------------------------------------------------------------------- FedLap on MNIST's first 10,000 images
+
+@claim("fedlap.mnist_data", LM, "{train} training images cut into {shards} label-sorted shards of {size} (not the "
+       "paper's 300), so each client holds {per} images; {test} held-out training images are the test set. {n} runs, "
+       "{minutes} minutes of CPU")
+def _(data):
+    """The MNIST runs' data (partition.csv, the partition's shards a client, the split's test
+    fraction), how many runs and their time in their rounds together (summary.json round_seconds)."""
+    runs = data.runs("fedlap/mnist_train10k")
+    run = runs[0]
+    train = data.train_images(run)
+    clients = hyper(run, "num_clients")
+    shards = clients * (run.config.get("partition") or {})["shards_per_client"]
+    sizes = {int(v) for v in read_csv(run.path, "partition.csv")["examples"]}
+    if len(sizes) != 1:
+        raise ValueError(f"{run.path}: clients of different sizes {sorted(sizes)}")
+    minutes = sum(dec(r.summary["round_seconds"]) for r in runs) / 60
+    return {"train": thousands(train), "shards": shards, "size": train // shards, "per": sizes.pop(),
+            "test": thousands(held_out_images(run, train)), "n": len(runs), "minutes": fmt(minutes, 0)}
+
+
+@claim("fedlap.mnist_fedavg", LM, "FedLap starts ahead of FedAvg ({lo} to {hi} points over rounds 1-20) and ends close "
+       "to it ({elo} to {ehi} points {side} it after round 20)")
+def _(data):
+    """MNIST: FedLap's mean over rounds 1-20 minus FedAvg's, and its accuracy after round 20 minus
+    FedAvg's (means over seeds), the range over the straggler fractions."""
+    cells = fedlap_cells(data, "mnist_train10k")
+    start = [mean(seed_means(data, cells[("fedlap", s)])) - mean(seed_means(data, cells[("fedavg", s)]))
+             for s in FRACTIONS]
+    end = [mean(data.at(r, T) for r in cells[("fedlap", s)]) - mean(data.at(r, T) for r in cells[("fedavg", s)])
+           for s in FRACTIONS]
+    if min(start) <= 0:
+        raise ValueError("MNIST: FedLap does not start ahead of FedAvg at every fraction")
+    side = "below" if max(end) < 0 else "above" if min(end) > 0 else "around"
+    return {"lo": fmt(min(start)), "hi": fmt(max(start)), "elo": fmt(min(abs(e) for e in end)),
+            "ehi": fmt(max(abs(e) for e in end)), "side": side}
+
+
+@claim("fedlap.mnist_fedprox", LM, "here FedProx starts {side} FedLap (by {lo} to {hi} points over rounds 1-20, at "
+       "{where}), where the paper has it behind, and with {per} images a client the stragglers change little (a "
+       "method's mean over rounds 1-20 by at most {x} points)")
+def _(data):
+    """MNIST: FedProx's mean over rounds 1-20 minus FedLap's (means over seeds) at each straggler
+    fraction; the largest change of a method's mean over rounds 1-20 with stragglers against
+    without; the images a client holds (partition.csv)."""
+    cells = fedlap_cells(data, "mnist_train10k")
+    means = {key: mean(seed_means(data, runs)) for key, runs in cells.items()}
+    diffs = [means[("fedprox", s)] - means[("fedlap", s)] for s in FRACTIONS]
+    ahead = sum(d > 0 for d in diffs)
+    change = max(abs(means[(m, s)] - means[(m, 0.0)]) for m in ("fedlap", *BASELINES) for s in FRACTIONS[1:])
+    sizes = {int(v) for v in read_csv(cells[("fedlap", 0.0)][0].path, "partition.csv")["examples"]}
+    return {"side": "ahead of" if ahead == len(diffs) else "behind" if ahead == 0 else "level with",
+            "lo": fmt(min(abs(d) for d in diffs)), "hi": fmt(max(abs(d) for d in diffs)),
+            "where": "every straggler fraction" if ahead in (0, len(diffs)) else f"{ahead} of {len(diffs)} fractions",
+            "per": joined(map(str, sorted(sizes))), "x": fmt(change)}
+
+
+# ----------------------------------------------------------------------------- command line
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="claims.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--section", nargs="+", choices=sections(), default=None, metavar="NAME",
+                   help=f"the sections to print (default all: {', '.join(sections())})")
+    p.add_argument("--root", default=str(ROOT), help="the repository root whose outputs/reproductions is read "
+                                                     "(default: this checkout)")
+    p.add_argument("--check", action="store_true", help="also say, for each claim, whether its text is in "
+                                                        "docs/reproductions.md (exit 1 if one is not)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    data = Data(args.root)
+    doc = (Path(args.root) / DOC).read_text() if args.check else ""
+    ok = True
+    for section in args.section or sections():
+        print(f"[{section}]")
+        for c, text, error in render_section(section, data):
+            if error is not None:
+                print(f"{c.id}: CANNOT BE COMPUTED: {error}")
+                ok = False
+                continue
+            missing = args.check and not in_doc(text, doc)
+            print(f"{c.id}: {text}" + ("    <-- NOT IN docs/reproductions.md" if missing else ""))
+            ok = ok and not missing
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
