@@ -2,18 +2,20 @@
 
 An :class:`Aggregator` is five parts and a choice:
 
-* a client-weighting rule (:mod:`fedrun.weighting`): ``examples`` (``n_k / n``), ``uniform``
+* a client-weighting rule (:mod:`fedrun.server.weighting`): ``examples`` (``n_k / n``), ``uniform``
   (``1 / m``, what FedNNNN uses in its unbalanced runs, sec. 5.1), FedAdp/FedLayerWise's angle
   rules, or Krum's pairwise rule (it reads the round's Gram matrices);
-* a reduce (:mod:`fedrun.reduce`) that turns the stacked client updates and the rule's weights
+* a reduce (:mod:`fedrun.server.reduce`) that turns the stacked client updates and the rule's weights
   into the mean update: the weighted mean (default), or the coordinate-wise median or trimmed mean;
-* a chain of server transforms (:mod:`fedrun.transforms`) applied to the mean update;
-* an optional client regularizer (:mod:`fedrun.regularizers`): FedProx, FedLap;
-* an optional client correction (:mod:`fedrun.corrections`): per-client state across rounds that
+* a chain of server transforms (:mod:`fedrun.server.transforms`) applied to the mean update;
+* an optional client regularizer (:mod:`fedrun.client.regularizers`): FedProx, FedLap;
+* an optional client correction (:mod:`fedrun.server.corrections`): per-client state across rounds that
   the regularizer reads (SCAFFOLD's control variates);
 * which model is evaluated (below).
 
-It is used as two pure functions over one state, as in FedJAX::
+The machine itself, :class:`~fedrun.server.aggregator.Aggregator`, is in :mod:`fedrun.server`;
+this module is the catalog of methods.  It is used as two pure functions over one state, as in
+FedJAX::
 
     state = aggregator.init(params, num_clients, layers)
     outcome, state = aggregator.apply(state, params, client_results)
@@ -34,170 +36,15 @@ model's accuracy is recorded as ``sent_test_acc`` whenever the two differ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
-import torch
+from fedrun.client.regularizers import ControlVariate, LayerAdaptive, Proximal
+from fedrun.errors import check
+from fedrun.server import reduce as R
+from fedrun.server import transforms as T
+from fedrun.server.aggregator import Aggregator
+from fedrun.server.corrections import control_variates
+from fedrun.server.weighting import angle_rule, base_rule, equal_rule, krum_rule, nova_rule
 
-from fedrun import reduce as R
-from fedrun import transforms as T
-from fedrun.corrections import ClientCorrection, control_variates
-from fedrun.errors import ConfigError, DivergenceError, check
-from fedrun.layers import Layer
-from fedrun.local_training import ClientResults, LocalTraining
-from fedrun.nwda import LayerGrams, NormStats, layer_grams, layer_norms, nwda
-from fedrun.params import Params
-from fedrun.regularizers import ControlVariate, LayerAdaptive, Proximal, Regularizer
-from fedrun.weighting import WeightingRule, angle_rule, base_rule, equal_rule, krum_rule, nova_rule
-
-EVALUATE = ("average", "sent")
-
-
-@dataclass
-class RoundOutcome:
-    """What one round of aggregation produced, for the next round and for the CSVs."""
-
-    sent: Params  # w_{t+1}: the model sent to clients next round
-    average: Params  # w_t + reduce(dw, weights): the average-aggregated model (w_t + sum_k p_k dw_k by default)
-    buffers: Params  # averaged non-trainable state (BatchNorm running statistics)
-    weights: torch.Tensor  # [m] aggregation weights, or [L, m] for a per-layer rule
-    stats: NormStats  # N and E (eq. 4-5), with the base weights
-    step_layer_norms: torch.Tensor  # [L] ||w_{t+1} - w_t|| per layer (eq. 24)
-    skipped: bool  # the server kept w_t (N ~ 0 under norm normalization)
-    stats_weights: torch.Tensor = None  # [m] the base weights of N and E
-    diagnostics: dict = field(default_factory=dict)  # the rule's per-client values (smoothed angles)
-
-    @property
-    def client_weights(self) -> torch.Tensor:
-        """``[m]``: each client's weight; for a per-layer rule, the mean over layers."""
-        return self.weights if self.weights.ndim == 1 else self.weights.mean(0)
-
-    @property
-    def server_step(self) -> float:
-        return float(self.step_layer_norms.pow(2).sum().sqrt())
-
-
-@dataclass(frozen=True)
-class Aggregator:
-    """A method's server side.  Per round: ``weighting`` gives the clients' weights, ``reduce`` turns
-    the stacked updates and those weights into the mean update, ``server`` turns that into the step
-    ``w_{t+1} - w_t``; ``regularizer`` (if any) acts on the clients' local training, with the
-    per-client inputs of ``correction`` (if any), whose state outlives the round for every client.
-    ``client_optimizers`` names the client optimizers the method is defined for (empty: any)."""
-
-    name: str
-    server: T.ServerTransform
-    weighting: WeightingRule = field(default_factory=base_rule)
-    regularizer: Regularizer | None = None
-    evaluate: str = "average"
-    reduce: R.Reduce = R.mean  # (stacked updates, weights, layers) -> the mean update
-    correction: ClientCorrection | None = None  # per-client state across rounds (fedrun.corrections)
-    client_optimizers: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        if self.evaluate not in EVALUATE:
-            raise ConfigError("aggregator.evaluate", self.evaluate, f"choose one of: {', '.join(EVALUATE)}")
-
-    def check_local(self, local: LocalTraining) -> None:
-        """Refuse, in one line, a client optimizer the method is not defined for (FedNova and
-        SCAFFOLD normalize by SGD's step coefficients, which Adam does not have)."""
-        check(not self.client_optimizers or local.optimizer in self.client_optimizers, "hyperparams.optimizer",
-              local.optimizer, f"aggregator={self.name} is defined for client {' or '.join(self.client_optimizers)} "
-              "(it normalizes by the SGD steps' coefficients ||a_k||_1); choose hyperparams.optimizer=sgd")
-
-    @property
-    def two_models(self) -> bool:
-        """Whether the model sent to clients can differ from the average-aggregated one (a server
-        transform other than the identity), so both have a test accuracy."""
-        return self.server is not T.IDENTITY
-
-    def init(self, params: Params, num_clients: int, layers: list[Layer]) -> dict:
-        """The server's state before round 1: the transforms' (``d_0 = 0``, FedOpt's moments), the
-        weighting rule's (per client, so ``num_clients``), the layer grouping the rules use and a
-        correction's (SCAFFOLD's control variates, per client too)."""
-        state = {"server": self.server.init(params), "weighting": self.weighting.init(num_clients, len(layers)),
-                 "layers": [(layer.name, layer.type, tuple(layer.params)) for layer in layers]}
-        if self.correction is not None:  # only then: every other method's state (and checkpoint) is as it was
-            state["correction"] = self.correction.init(params, num_clients)
-        return state
-
-    def client_inputs(self, state: dict, clients: list[int]) -> Params | None:
-        """Before the round's training: the regularizer's per-client inputs for ``clients``, stacked
-        ``[m, ...]`` in their order (SCAFFOLD's ``c - c_k``), from the correction's state; None for
-        a method without a correction."""
-        if self.correction is None or not clients:
-            return None
-        return self.correction.inputs(state["correction"], clients)
-
-    def apply(self, state: dict, params: Params, results: ClientResults,
-              grams: LayerGrams | None = None) -> tuple[RoundOutcome, dict]:
-        """Aggregate one round's client results into the next global model.
-
-        Args:
-          state: from :meth:`init` or the previous round.
-          params: the global model ``w_t`` (trainable parameters).
-          results: the clients' stacked updates ``w_k - w_t``, final buffers and sizes ``n_k``.
-          grams: the updates' :func:`fedrun.nwda.layer_grams`, when the caller already computed
-            them (the simulation shares them with parameter divergence); computed here otherwise.
-
-        N and E always use the base weights (``examples`` or ``uniform``), as eq. 4-5 define them,
-        so they compare across aggregators; the rule's weights (angle, Krum, ...) then go to the
-        reduce, which forms the mean update.  BatchNorm statistics are averaged with the base
-        weights too: they are not updates to weigh.
-        """
-        check(len(results.num_examples) > 0, "round", 0, "needs at least one client update")
-        layers = [Layer(*layer) for layer in state["layers"]]
-        rule = self.weighting
-        base = rule.base(results.num_examples)
-        grams = layer_grams(results.deltas, layers) if grams is None else grams
-        stats = nwda(results.deltas, base, layers, grams)
-        steps = results.steps.to(torch.float64) if results.effective_steps is None else results.effective_steps
-        weights, rule_state, diagnostics = rule.update(stats, base, results.clients, state["weighting"], grams, steps)
-        mean = self.reduce(results.deltas, weights, layers)
-        step, server_state = self.server.update(mean, state["server"], stats)
-        skipped = step is None
-        if skipped:
-            step, server_state = {k: torch.zeros_like(v) for k, v in mean.items()}, state["server"]
-        outcome = RoundOutcome(sent={k: params[k] + step[k] for k in params},
-                               average={k: params[k] + mean[k] for k in params},
-                               buffers=average_buffers(results.buffers, base), weights=weights, stats=stats,
-                               step_layer_norms=layer_norms(step, layers).to(torch.float64), skipped=skipped,
-                               stats_weights=base, diagnostics=diagnostics)
-        new_state = {**state, "server": server_state, "weighting": rule_state}
-        if self.correction is not None:  # the clients' training of this round updates their state
-            new_state["correction"] = self.correction.update(state["correction"], results)
-        return outcome, new_state
-
-
-def average_buffers(buffers: Params, weights: torch.Tensor) -> Params:
-    """Weighted mean of float buffers; integer counters (``num_batches_tracked``) take the max."""
-    out = {}
-    for name, stacked in buffers.items():
-        if stacked.is_floating_point():
-            out[name] = torch.tensordot(weights.to(stacked.dtype), stacked, dims=1)
-        else:
-            out[name] = stacked.max(0).values
-    return out
-
-
-def check_finite(outcome: RoundOutcome, losses: torch.Tensor, t: int, name: str) -> None:
-    """Raise :class:`DivergenceError` when a round diverged: NaN or Inf in either model (the one
-    sent to clients, e.g. FedNNNN's normalized model, and the evaluated average; they differ when
-    the server transforms), in N or E, or in the local losses.  One host transfer for all checks."""
-    models = {"sent": outcome.sent, "average": outcome.average}
-    names = [(which, k) for which, model in models.items() for k in model]
-    flags = [torch.isfinite(models[which][k]).all() for which, k in names]
-    flags.append(torch.isfinite(losses).all().to(flags[0].device))
-    finite = torch.stack(flags).tolist()
-    bad = [name for name, ok in zip(names, finite) if not ok]
-    norms_ok = math.isfinite(outcome.stats.N) and math.isfinite(outcome.stats.E)
-    if bad or not norms_ok or not finite[-1]:
-        what = (f"parameter {bad[0][1]} of the {bad[0][0]} model" if bad else "the update norm N or E"
-                if not norms_ok else "the local training loss")
-        raise DivergenceError(f"round {t}: {what} is NaN or Inf after aggregation with {name}; the "
-                              f"CSVs hold rounds before {t}. Try a smaller hyperparams.lr (or beta/gamma)")
-
-
-# ----------------------------------------------------------------------------- FedNNNN's methods
 
 def fedavg(weighting: str = "examples") -> Aggregator:
     """FedAvg (McMahan et al.; Nagura et al. eq. 1): ``w_{t+1} = sum_k (n_k/n) w_k``."""
@@ -246,7 +93,7 @@ def fedlayerwise(alpha: float = 5.0, gompertz: str = "decreasing", weighting: st
 
 def fedlap(q: float = 0.5, form: str = "linear", weighting: str = "examples", vectors: str = "fan_out") -> Aggregator:
     """FedLap (Charteros & Koutsopoulos eq. 10): FedAvg with the layer-wise regularizer
-    ``q/2 sum_l <lambda_l, d_l>`` on clients (:class:`fedrun.regularizers.LayerAdaptive`): eq. 10
+    ``q/2 sum_l <lambda_l, d_l>`` on clients (:class:`fedrun.client.regularizers.LayerAdaptive`): eq. 10
     as printed at q = 1, half of it at the default q = 0.5 (``form=linear``); per-neuron vectors
     the fan-out of eq. 5-8 (``vectors=fan_out``) or the fan-in (``fan_in``)."""
     return Aggregator("fedlap", T.identity(), base_rule(weighting), LayerAdaptive(q, form, vectors))
@@ -259,11 +106,11 @@ def scaffold(eta_g: float = 1.0, weighting: str = "examples", evaluate: str = "s
     """SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020, Algorithm 1, option II).
 
     Every client k keeps a control variate ``c_k`` and the server one, ``c``, zero at the start and
-    kept across rounds for every client, sampled or not (:func:`fedrun.corrections.control_variates`,
+    kept across rounds for every client, sampled or not (:func:`fedrun.server.corrections.control_variates`,
     part of the aggregator's state and so of the checkpoint).  A round:
 
     * line 10, each client's local step: ``y <- y - eta_l (g_k(y) - c_k + c)``, the linear penalty
-      ``<c - c_k, y - x>`` added to its loss (:class:`fedrun.regularizers.ControlVariate`);
+      ``<c - c_k, y - x>`` added to its loss (:class:`fedrun.client.regularizers.ControlVariate`);
     * line 12, option II: ``c_k+ = c_k - c + (x - y_k) / (K_k eta_l)`` (K_k eta_l read as
       ``eta_l ||a_k||_1`` under client momentum);
     * lines 16-17: ``x <- x + eta_g sum_k p_k (y_k - x)`` and ``c <- c + |S|/N mean_k (c_k+ - c_k)``.
@@ -298,7 +145,7 @@ def fednova(weighting: str = "examples") -> Aggregator:
 
         x_{t+1} = x_t - tau_eff sum_k p_k d_k,   d_k = (x_t - y_k) / ||a_k||_1,   tau_eff = sum_k p_k ||a_k||_1,
 
-    i.e. ``w_t + sum_k (tau_eff p_k / ||a_k||_1) dw_k`` (:func:`fedrun.weighting.nova_rule`), with
+    i.e. ``w_t + sum_k (tau_eff p_k / ||a_k||_1) dw_k`` (:func:`fedrun.server.weighting.nova_rule`), with
     ``||a_k||_1`` client k's local steps tau_k (plain SGD) or ``sum_{j<=tau_k} (1 - rho^j)/(1 - rho)``
     under client momentum rho (``hyperparams.momentum``).  It matters where clients take different
     numbers of steps (unequal data sizes, stragglers' local epochs); with equal steps it is FedAvg.
@@ -331,14 +178,14 @@ def _fedopt(name: str, adaptive: T.ServerTransform, server_lr: float, weighting:
 def fedadagrad(server_lr: float = 0.1, beta1: float = 0.9, tau: float = 1e-3, weighting: str = "examples",
                evaluate: str = "sent") -> Aggregator:
     """FedAdagrad (Reddi et al. Algorithm 2): ``v_t = v_{t-1} + Delta_t^2``,
-    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adagrad`)."""
+    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.server.transforms.adagrad`)."""
     return _fedopt("fedadagrad", T.adagrad(beta1, tau), server_lr, weighting, evaluate)
 
 
 def fedadam(server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
             weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
     """FedAdam (Reddi et al. Algorithm 2): ``v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2``,
-    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.adam`)."""
+    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.server.transforms.adam`)."""
     return _fedopt("fedadam", T.adam(beta1, beta2, tau), server_lr, weighting, evaluate)
 
 
@@ -346,19 +193,19 @@ def fedyogi(server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, ta
             weighting: str = "examples", evaluate: str = "sent") -> Aggregator:
     """FedYogi (Reddi et al. Algorithm 2):
     ``v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)``,
-    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.transforms.yogi`)."""
+    ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (:func:`fedrun.server.transforms.yogi`)."""
     return _fedopt("fedyogi", T.yogi(beta1, beta2, tau), server_lr, weighting, evaluate)
 
 
 # ----------------------------------------------------------------------------- Byzantine-robust aggregation
 # The server replaces the weighted mean by a statistic that a few arbitrary (Byzantine) updates
-# cannot drag far: a coordinate-wise median or trimmed mean (a reduce, fedrun.reduce), or Krum's
-# choice of the update closest to the others (a pairwise weighting rule, fedrun.weighting).  The
+# cannot drag far: a coordinate-wise median or trimmed mean (a reduce, fedrun.server.reduce), or Krum's
+# choice of the update closest to the others (a pairwise weighting rule, fedrun.server.weighting).  The
 # model is w_t + that statistic, sent and evaluated alike (identity server transform).
 
 def median(weighting: str = "examples", weighted: bool = False) -> Aggregator:
     """Coordinate-wise median (Yin, Chen, Ramchandran, Bartlett, ICML 2018, Definition 1):
-    ``w_{t+1,j} = w_{t,j} + med_k dw_{k,j}`` for every coordinate j (:func:`fedrun.reduce.median`).
+    ``w_{t+1,j} = w_{t,j} + med_k dw_{k,j}`` for every coordinate j (:func:`fedrun.server.reduce.median`).
 
     Args:
       weighting: the base weights of N, E and the BatchNorm statistics: ``examples`` or ``uniform``.
@@ -372,7 +219,7 @@ def median(weighting: str = "examples", weighted: bool = False) -> Aggregator:
 def trimmed_mean(beta: float = 0.1, weighting: str = "examples", weighted: bool = False) -> Aggregator:
     """Coordinate-wise beta-trimmed mean (Yin et al. 2018, Definition 2): for every coordinate j,
     ``w_{t+1,j} = w_{t,j} + 1/((1 - 2 beta) m) sum_{x in U_j} x``, ``U_j`` the m values
-    ``dw_{k,j}`` less the ``floor(beta m)`` largest and smallest (:func:`fedrun.reduce.trimmed_mean`).
+    ``dw_{k,j}`` less the ``floor(beta m)`` largest and smallest (:func:`fedrun.server.reduce.trimmed_mean`).
 
     Args:
       beta: the fraction trimmed at each end, in [0, 0.5) (0: the plain mean).
@@ -388,7 +235,7 @@ def krum(f: int = 1, multi: int = 1, weighting: str = "examples") -> Aggregator:
 
     Each update's score is ``s(i) = sum_{i -> j} ||dw_i - dw_j||^2`` over its ``m - f - 2`` nearest
     others; Krum's model is ``w_t + dw_{i*}``, ``i* = argmin_i s(i)``; Multi-Krum's is ``w_t`` plus
-    the mean of the ``multi`` updates of lowest score (:func:`fedrun.weighting.krum_rule`: one-hot or
+    the mean of the ``multi`` updates of lowest score (:func:`fedrun.server.weighting.krum_rule`: one-hot or
     ``1/multi`` weights from the round's Gram matrices, then the weighted mean).
 
     Args:

@@ -55,7 +55,7 @@ class NoSpaceError(FedrunError, OSError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a SLURM time limit, preemption), raised where the signal lands as Ctrl-C's
-    KeyboardInterrupt is, so the run stops the same way (:func:`fedrun.cli.main` installs it)."""
+    KeyboardInterrupt is, so the run stops the same way (:func:`fedrun.command.cli.main` installs it)."""
 
 
 class Interrupted(FedrunError):

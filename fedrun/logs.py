@@ -1,6 +1,6 @@
 """What a run tells while it runs: a progress bar, or a line per round, and its log file.
 
-A run writes to its ``fedrun.log`` (:mod:`fedrun.rundir`) its start, one line per round (test
+A run writes to its ``fedrun.log`` (:mod:`fedrun.harness.rundir`) its start, one line per round (test
 accuracy and loss, N/E, seconds) and its end.  On the console the same round lines show when no
 progress bar does: with ``progress=false``, or when the console is not a terminal (``nohup``,
 SLURM's log files), where a bar would be one long line of carriage returns.  In a notebook the bar

@@ -21,7 +21,7 @@ key is NaN: group by ``group``, or pass ``dropna=False`` when grouping by settin
 :func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
 :func:`find_runs` lists run directories (``require=FINISHED_FILES``: the finished ones, with or
 without ``rounds.csv``); :func:`read_config`, :func:`read_summary` and :func:`read_csv` read one.
-:func:`objective` (from :mod:`fedrun.objective`) is what a job returns to Hydra's sweepers.
+:func:`objective` (from :mod:`fedrun.harness.objective`) is what a job returns to Hydra's sweepers.
 
 One run at a time: :class:`Run` is a run directory's config, summary and (read once, on demand)
 CSVs; :func:`load_runs` reads the finished runs under some folders as :class:`Run` objects, with
@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -61,8 +60,8 @@ NOT_SETTINGS = ("choices", "overrides", "resume", "progress", "device", "data_ro
 # sweep is returned, the summary's rounds-to-accuracy and the saved snapshots.  They never tell
 # groups apart (runs with and without TensorBoard are one group).
 NOT_RESULTS = ("logger", "objective", "targets", "snapshots")
-# What a job returns to a sweeper lives with the run (fedrun.objective); named here too, as before.
-from fedrun.objective import LAST_N, MEAN_ACC, SUMMARY_OBJECTIVES, check_objective, objective  # noqa: E402,F401
+# What a job returns to a sweeper lives with the run (fedrun.harness.objective); named here too, as before.
+from fedrun.harness.objective import LAST_N, MEAN_ACC, SUMMARY_OBJECTIVES, check_objective, objective  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------- finding and reading runs
@@ -72,7 +71,7 @@ from fedrun.objective import LAST_N, MEAN_ACC, SUMMARY_OBJECTIVES, check_objecti
 RUN_FILES = ("config.yaml", "rounds.csv")
 # A run that has ended (fedrun writes summary.json last), with or without rounds.csv.
 FINISHED_FILES = ("config.yaml", "summary.json")
-# The processes that ran a run's rounds (fedrun.provenance.RUN_FILE; named here so reading results
+# The processes that ran a run's rounds (fedrun.harness.provenance.RUN_FILE; named here so reading results
 # needs no torch).
 RUN_FILE = "run.json"
 
@@ -532,7 +531,7 @@ def load_partition(*paths: str | os.PathLike) -> pd.DataFrame:
 
 # summary.json's words (not numbers) that summaries() keeps: the objective's name and when and
 # with what the run ran (``provenance.*``: fedrun, git_commit, git_dirty, python, torch, cuda,
-# device, host; fedrun.provenance).
+# device, host; fedrun.harness.provenance).
 SUMMARY_TEXT = ("objective", "started", "finished")
 
 

@@ -42,6 +42,7 @@ from typing import Callable, Iterable
 
 import yaml
 
+from fedrun.moved import current_target
 from fedrun.results import Run, find_runs, read_csv, read_rounds, read_summary, stopped
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
@@ -428,9 +429,9 @@ def _(data):
         if len(seen) != 1:
             raise ValueError(f"the grid's runs differ in hyperparams.{key}: {sorted(map(str, seen))}")
         values[key] = seen.pop()
-    models = {(r.config.get("model") or {}).get("_target_") for r in runs}
+    models = {current_target((r.config.get("model") or {}).get("_target_")) for r in runs}  # old layouts too
     mus = {aggregator(r, "mu") for p in PARTITIONS for r in nb(data, p, "fedprox")}
-    if models != {"fedrun.models.SimpleCNN"} or values["client_fraction"] != 1.0 or len(mus) != 1:
+    if models != {"fedrun.models.nets.SimpleCNN"} or values["client_fraction"] != 1.0 or len(mus) != 1:
         raise ValueError(f"the grid's models {models}, client_fraction {values['client_fraction']}, FedProx mu {mus}")
     return {"mu": mus.pop(), "parties": values["num_clients"], "rounds": values["rounds"], "E": values["local_epochs"],
             "B": values["batch_size"], "lr": values["lr"], "momentum": values["momentum"],

@@ -83,7 +83,7 @@ PAPER_CSV = "fedlayerwise_table1_rounds_to_95pct.csv"  # in scripts/paper_target
 # 600 samples per client, the 582,026-parameter CNN (5x5 conv 32, 5x5 conv 64, FC 1024-512-10).
 PAPER_HYPERPARAMS = {"rounds": 30, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 1,
                      "batch_size": 16, "lr": 0.005, "optimizer": "adam", "stragglers": 0.0, "dropouts": 0.0}
-PAPER_MODEL = {"_target_": "fedrun.models.MnistCNN", "channels": [32, 64], "hidden": 512}
+PAPER_MODEL = {"_target_": "fedrun.models.nets.MnistCNN", "channels": [32, 64], "hidden": 512}
 SMOKE_OVERRIDES = ["scale=smoke", "partition.samples_per_client=60"]
 CSV_NAME = "fedlayerwise_table1.csv"
 CSV_COLUMNS = ["method", "scenario", "target", "metric", "ours_rounds", "paper_rounds", "diff_rounds",
@@ -116,7 +116,7 @@ def cell(run: Run) -> tuple[str, str]:
 
 def deviations(run: Run) -> list[str]:
     """How ``run`` departs from the paper's setting for its scenario (empty: the paper's setting)."""
-    partition = {"_target_": "fedrun.partition.mixed", "samples_per_client": 600}
+    partition = {"_target_": "fedrun.data.partition.mixed", "samples_per_client": 600}
     scenario = run.tags.get("scenario")
     if scenario in IID_CLIENTS:
         partition["iid_clients"] = IID_CLIENTS[scenario]

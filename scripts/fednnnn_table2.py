@@ -72,6 +72,7 @@ import grid
 import tables
 from papers import group, load_tagged, one_line_errors, setting_deviations
 
+from fedrun.moved import current_target
 from fedrun.results import METHOD_NAMES, Run
 
 PAPER = "fednnnn"
@@ -96,7 +97,7 @@ TABLE1 = {
                 "batch_size": 50, "lr": 0.05, "weight_decay": 5.0e-4},
 }
 # The paper's CNNs (Table 3: MNIST, Table 4: CIFAR10), as fedrun's model classes.
-MODELS = {"mnist": "fedrun.models.MnistCNN", "cifar10": "fedrun.models.Cifar10CNN"}
+MODELS = {"mnist": "fedrun.models.nets.MnistCNN", "cifar10": "fedrun.models.nets.Cifar10CNN"}
 # Image shape (channels, size) of each paper dataset, for a synthetic stand-in the paper's CNN accepts.
 SHAPES = {"mnist": (1, 28), "cifar10": (3, 32)}
 PAPER_CSV = "fednnnn_table2_accuracy.csv"  # in scripts/paper_targets: method,dataset,condition,accuracy_pct
@@ -138,7 +139,7 @@ def deviations(run: Run) -> list[str]:
     """How ``run`` departs from the paper's setting (Table 1, the paper's CNN, the real dataset):
     short phrases, empty for a run at the paper's scale on the paper's data."""
     out = setting_deviations(run, TABLE1.get(run.dataset, {}))
-    model = (run.config.get("model") or {}).get("_target_")
+    model = current_target((run.config.get("model") or {}).get("_target_"))  # runs of the earlier layout too
     if model and run.dataset in MODELS and model != MODELS[run.dataset]:
         out.append(f"model {model.rsplit('.', 1)[-1]} (paper {MODELS[run.dataset].rsplit('.', 1)[-1]})")
     return out

@@ -11,7 +11,7 @@ norm of the model's; biases and normalization parameters not moved), made orthog
 in eval mode (BatchNorm's running statistics of the checkpoint) on ``--samples`` training examples
 drawn with ``--seed``.  Model and data are rebuilt from the run's ``config.yaml`` as ``fedrun``
 built them (the ``model`` class and the ``dataset.load`` loader with their settings, and
-``fedrun.data.prepare`` with the config's mean/std, normalization, validation split and seed).
+``fedrun.data.preparation.prepare`` with the config's mean/std, normalization, validation split and seed).
 Nothing in a run directory runs code: only fedrun's own model classes and dataset loaders are
 built (anything else a ``config.yaml`` names is refused in one line, exit 2, nothing written),
 checkpoints are read as tensors only, and the data is not downloaded unless ``--download``.
@@ -45,7 +45,7 @@ from fedrun.errors import ArgumentParser, FedrunError, RunDirectoryError, UsageE
 from fedrun.paths import writable_folder
 from fedrun.plot import pyplot
 from fedrun.results import Run
-from fedrun.rundir import check_own_targets, load_checkpoint
+from fedrun.harness.rundir import check_own_targets, load_checkpoint
 
 plt = pyplot()
 
@@ -72,14 +72,14 @@ def load_state(run_dir: Path, snapshot: int | None, device) -> tuple[dict, dict,
 def build(run_dir: Path, device, data_root: str | None = None, download: bool = False):
     """The run's model and prepared data, rebuilt from its ``config.yaml`` as ``fedrun`` does.
 
-    Only fedrun's own model classes and dataset loaders are built (:data:`fedrun.rundir.MODEL_TARGETS`,
-    :data:`fedrun.rundir.DATA_LOADERS`), with the config's plain values: a crafted ``config.yaml``
+    Only fedrun's own model classes and dataset loaders are built (:data:`fedrun.harness.rundir.MODEL_TARGETS`,
+    :data:`fedrun.harness.rundir.DATA_LOADERS`), with the config's plain values: a crafted ``config.yaml``
     naming anything else is one line, and nothing is called.  The data is not downloaded unless
     ``download`` (into ``data_root``, else the run's)."""
     import inspect
 
-    from fedrun.data import prepare
-    from fedrun.rundir import DATA_LOADERS, MODEL_TARGETS, run_object
+    from fedrun.data.preparation import prepare
+    from fedrun.harness.rundir import DATA_LOADERS, MODEL_TARGETS, run_object
 
     config = results.read_config(run_dir)
     source = run_dir / "config.yaml"
@@ -229,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
 
 @one_line_errors("loss_surface")
 def main(argv: list[str] | None = None) -> int:
-    from fedrun.landscape import filter_normalized_direction, loss_surface, orthogonalize, sharpness
+    from fedrun.diagnostics.landscape import filter_normalized_direction, loss_surface, orthogonalize, sharpness
 
     args = parser().parse_args(argv)
     run_dir = results.folders(args.run_dir)[0]

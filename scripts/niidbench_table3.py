@@ -98,7 +98,7 @@ SHAPES = {"mnist": (1, 28), "fmnist": (1, 28)}
 # SGD lr 0.01 momentum 0.9, the simple CNN.
 PAPER_HYPERPARAMS = {"rounds": 50, "num_clients": 10, "client_fraction": 1.0, "local_epochs": 10,
                      "batch_size": 64, "lr": 0.01, "momentum": 0.9, "optimizer": "sgd"}
-PAPER_MODEL = {"_target_": "fedrun.models.SimpleCNN"}
+PAPER_MODEL = {"_target_": "fedrun.models.nets.SimpleCNN"}
 PAPER_CSV = "niidbench_table3_accuracy.csv"  # in scripts/paper_targets: method,dataset,partition,accuracy_pct,...
 # Other published results for the same cells, NOT the paper's: source,method,dataset,partition,accuracy_pct,...
 REFERENCE_CSV = "niidbench_reference_results.csv"

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
+from fedrun.moved import current_target
 from fedrun.errors import FedrunError, RunDirectoryError, UsageError, print_error
 from fedrun.results import Run, folders, load_runs, read_rounds, stop_note
 
@@ -237,6 +238,8 @@ def setting_deviations(run: Run, hyperparams: dict, data: str | None = None, mod
                 if section == "hyperparams":
                     continue  # not recorded (an older or hand-made config): nothing to compare
                 have = "unset"
+            if key == "_target_":  # a run of fedrun's earlier module layout names its old path
+                have, ref = current_target(have), current_target(ref)
             if not _same(have, ref):
                 name = key if section == "hyperparams" else f"{section}.{key}"
                 shown, ref_shown = (_short(v) if key == "_target_" else v for v in (have, ref))
@@ -245,7 +248,7 @@ def setting_deviations(run: Run, hyperparams: dict, data: str | None = None, mod
 
 
 def _short(target):
-    """``fedrun.models.MnistCNN`` -> ``MnistCNN``."""
+    """``fedrun.models.nets.MnistCNN`` -> ``MnistCNN``."""
     return target.rsplit(".", 1)[-1] if isinstance(target, str) else target
 
 

@@ -76,9 +76,9 @@ FIGURES = {("mnist", 0.0): "Fig. 1a", ("fmnist", 0.0): "Fig. 1b", ("cifar10", 0.
 # CNN (CIFAR10).  T is not stated: the presets' 100 rounds are the reference.
 PAPER_HYPERPARAMS = {"rounds": 100, "num_clients": 100, "client_fraction": 0.1, "local_epochs": 10,
                      "batch_size": 10, "lr": 0.01, "optimizer": "sgd", "momentum": 0.9, "dropouts": 0.0}
-PAPER_MODELS = {"mnist": "fedrun.models.MLP", "fmnist": "fedrun.models.MLP",
-                "cifar10": "fedrun.models.TFTutorialCNN"}
-PAPER_PARTITION = {"_target_": "fedrun.partition.shards", "shards_per_client": 2}
+PAPER_MODELS = {"mnist": "fedrun.models.nets.MLP", "fmnist": "fedrun.models.nets.MLP",
+                "cifar10": "fedrun.models.nets.TFTutorialCNN"}
+PAPER_PARTITION = {"_target_": "fedrun.data.partition.shards", "shards_per_client": 2}
 # Sec. V.A: "200 chunks of size 300, 300, and 200 respectively for MNIST, FashionMNIST, and CIFAR10"
 # (300 is what 60,000 / 200 gives with shard_size null).
 PAPER_SHARD_SIZE = {"cifar10": 200}

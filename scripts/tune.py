@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     tune_seeds, seeds = grid.seed_list(args.tune_seeds), grid.seed_list(args.seeds)
     if args.show:
         if not (out / CHOICE).is_file():
-            parser.error(f"{out / CHOICE} not found: run the protocol first")
+            sys.exit(f"tune.py: {out / CHOICE} not found: run the protocol into {out} first")
         show(json.loads((out / CHOICE).read_text()), out, seeds)
         return 0
     if not args.grid:

@@ -1,7 +1,7 @@
 """Run fedrun's console entry point in-process for many command lines, in one Python process.
 
 A catalogue of bad command lines would spend most of its time starting Python and importing
-PyTorch once per line; this driver starts once and calls :func:`fedrun.cli.main` per case, as the
+PyTorch once per line; this driver starts once and calls :func:`fedrun.command.cli.main` per case, as the
 ``fedrun`` script does.  Reads a JSON list of ``{"args": [...], "cwd": DIR, "env": {...}}`` on
 stdin; prints one JSON line per case: ``{"code": exit status, "stdout": ..., "stderr": ...}``
 (code -1 and the traceback in stderr when an exception escaped ``main``).
@@ -18,7 +18,7 @@ import traceback
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    from fedrun.cli import main as fedrun_main
+    from fedrun.command.cli import main as fedrun_main
 
     base_env = dict(os.environ)
     for case in cases:

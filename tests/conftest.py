@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrun import resolvers  # noqa: F401  (the scale presets resolve ${fedrun.num_clients:...})
-from fedrun.provenance import VOLATILE
-from fedrun.recorder import TIMING_COLUMNS
+from fedrun.command import resolvers  # noqa: F401  (the scale presets resolve ${fedrun.num_clients:...})
+from fedrun.harness.provenance import VOLATILE
+from fedrun.harness.recorder import TIMING_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -59,7 +59,7 @@ def aggregate(agg, params, deltas, n, layers, state=None, clients=None, buffers=
     round's (None: ``agg.init`` for ``num_clients``, by default the clients numbered 0..m-1 or
     those ``clients`` names).  ``steps``: each client's local steps (1 each unless given; FedNova
     and SCAFFOLD read them as ``||a_k||_1``); ``lr``: the clients' learning rate (SCAFFOLD's)."""
-    from fedrun.local_training import ClientResults
+    from fedrun.client.local_training import ClientResults
 
     m = len(n)
     clients = list(range(m)) if clients is None else list(clients)
@@ -182,7 +182,7 @@ def same_run(a: Path, b: Path) -> None:
 
 
 def results_of(summary_json: Path) -> dict:
-    """summary.json without when and where the run ran (fedrun.provenance.VOLATILE)."""
+    """summary.json without when and where the run ran (fedrun.harness.provenance.VOLATILE)."""
     return {k: v for k, v in json.loads(summary_json.read_text()).items() if k not in VOLATILE}
 
 
@@ -221,7 +221,8 @@ def labels_1000() -> np.ndarray:
 @pytest.fixture
 def tiny_data():
     """A normalized synthetic dataset of 4x4 grey images, 10 classes, 60 train / 20 test."""
-    from fedrun.data import prepare, synthetic
+    from fedrun.data.preparation import prepare
+    from fedrun.data.datasets import synthetic
 
     raw = synthetic(num_train=60, num_test=20, channels=1, image_size=4, num_classes=10, seed=3)
     return prepare(raw, None, None)
@@ -229,7 +230,7 @@ def tiny_data():
 
 def tiny_mlp(seed: int = 0, hidden=(8,)):
     """MLP 16 -> 8 -> 10 on 4x4 grey images, initialized from ``seed``."""
-    from fedrun.models import MLP
+    from fedrun.models.nets import MLP
 
     torch.manual_seed(seed)
     return MLP(in_channels=1, image_size=4, num_classes=10, hidden=list(hidden))

@@ -15,7 +15,7 @@ ENOSPC (nothing is faked: the write then meets a real full disk):
 * ``log:ROUND``: the log line of ROUND (fedrun.log);  ``dashboard:ROUND``: TensorBoard's points.
 
 Only writes below MOUNT are watched: in a population, the other runs write elsewhere.  Then
-:func:`fedrun.cli.main` runs as the ``fedrun`` command does.
+:func:`fedrun.command.cli.main` runs as the ``fedrun`` command does.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def under(path, mount: Path) -> bool:
 
 
 def install(mount: Path, point: str) -> None:
-    from fedrun import recorder, rundir
+    from fedrun.harness import recorder, rundir
 
     kind, *args = point.split(":")
     done = []
@@ -119,7 +119,7 @@ def install(mount: Path, point: str) -> None:
 
         rundir.RunLog.emit = new_emit
     elif kind == "dashboard":
-        from fedrun import dashboards
+        from fedrun.harness import dashboards
 
         log = dashboards.TensorBoard.log
 
@@ -137,7 +137,7 @@ def main() -> None:
     mount, point, sep, *args = sys.argv[1:]
     assert sep == "--", "usage: disk_full_driver.py MOUNT POINT -- <fedrun arguments>"
     install(Path(mount).absolute(), point)
-    from fedrun.cli import main as fedrun_main
+    from fedrun.command.cli import main as fedrun_main
 
     sys.argv = ["fedrun", *args]
     fedrun_main()

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from conftest import on_partition
 
-from fedrun.batched import BatchedEngine
+from fedrun.client.batched import BatchedEngine
 from fedrun.params import split_state
-from fedrun.sequential import SequentialEngine
+from fedrun.client.sequential import SequentialEngine
 
 F64_RTOL = 1e-10
 F32_RTOL = 2e-4
@@ -53,7 +53,7 @@ def default_dtype(dtype: torch.dtype):
 
 
 def input_shape(model) -> tuple[int, int, int]:
-    """One input's (channels, side, side) for fedrun.models' networks."""
+    """One input's (channels, side, side) for fedrun.models.nets' networks."""
     channels = (model.conv1.in_channels if hasattr(model, "conv1") else
                 model.conv11.in_channels if hasattr(model, "conv11") else 1)
     return (channels, *(2 * [32 if channels == 3 else 28]))
@@ -65,7 +65,7 @@ def both_engines(model, local, regularizer=None, sizes=(13, 40, 7, 25), epochs=N
 
     The data is drawn in float32 from ``seed`` and cast, with a copy of ``model``, to ``dtype``,
     so a float64 run starts from exactly the float32 run's model and data.  ``shape``: one
-    input's (channels, side, side), inferred for fedrun.models' CNNs; ``options``: the engines'
+    input's (channels, side, side), inferred for fedrun.models.nets' CNNs; ``options``: the engines'
     precision / compile."""
     torch.manual_seed(seed)
     shape = shape or input_shape(model)

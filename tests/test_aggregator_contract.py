@@ -25,7 +25,7 @@ from conftest import CONF_DIR, aggregate, compose
 from hydra.utils import instantiate
 
 from fedrun import aggregators as A
-from fedrun.layers import Layer
+from fedrun.models.layers import Layer
 
 NAMES = sorted(p.stem for p in (CONF_DIR / "aggregator").glob("*.yaml"))
 LAYERS = [Layer("fc1", "fc", ("fc1.weight", "fc1.bias")), Layer("fc2", "fc", ("fc2.weight",))]
@@ -139,7 +139,7 @@ def test_the_sent_step_follows_a_shared_update(name):
 def test_the_sent_step_property_catches_a_server_that_never_moves():
     # A FedAvg whose server drops the step keeps w + d as its average model (the property
     # above holds) but sends w_t back every round: only this property fails it.
-    from fedrun import transforms as T
+    from fedrun.server import transforms as T
 
     still = T.ServerTransform(lambda params: {}, lambda step, state, stats: ({k: 0 * v for k, v in step.items()}, state))
     broken = dataclasses.replace(build("fedavg"), server=still)

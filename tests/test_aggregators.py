@@ -22,13 +22,13 @@ from hydra.utils import instantiate
 from torch import nn
 
 from fedrun import aggregators as A
-from fedrun import reduce as R
-from fedrun import transforms as T
+from fedrun.server import reduce as R
+from fedrun.server import transforms as T
 from fedrun.errors import ConfigError, DivergenceError
-from fedrun.layers import Layer, layers
-from fedrun.nwda import NormStats, nwda
+from fedrun.models.layers import Layer, layers
+from fedrun.diagnostics.nwda import NormStats, nwda
 from fedrun.params import split_state
-from fedrun.weighting import base_rule
+from fedrun.server.weighting import base_rule
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 SQRT_0625 = math.sqrt(0.625)  # N of the standard round

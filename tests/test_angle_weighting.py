@@ -23,11 +23,11 @@ import torch
 from conftest import aggregate, compose
 
 from fedrun import aggregators as A
-from fedrun import reduce as R
+from fedrun.server import reduce as R
 from fedrun.errors import ConfigError
-from fedrun.layers import Layer
-from fedrun.nwda import layer_grams, nwda
-from fedrun.weighting import angle_rule, gompertz
+from fedrun.models.layers import Layer
+from fedrun.diagnostics.nwda import layer_grams, nwda
+from fedrun.server.weighting import angle_rule, gompertz
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 AB_LAYERS = [Layer("a", "fc", ("a",)), Layer("b", "fc", ("b",))]
@@ -323,7 +323,7 @@ def test_bad_gompertz_form(make):
 
 
 def test_bad_settings_through_the_cli_precheck():
-    from fedrun.cli import precheck
+    from fedrun.command.cli import precheck
 
     with pytest.raises(ConfigError) as err:
         precheck(["aggregator=fedadp", "aggregator.alpha=0"])
@@ -340,7 +340,7 @@ def test_rule_per_layer_flag():
 
 
 def test_per_layer_weights_are_the_reduces_job():
-    """FedLayerWise keeps the default reduce: :func:`fedrun.reduce.mean` takes one weight row per
+    """FedLayerWise keeps the default reduce: :func:`fedrun.server.reduce.mean` takes one weight row per
     layer (eq. 7).  Layer a: 0.25 [1, 0] + 0.75 [3, 0] = [2.5, 0]; layer b: 0.5 [0, 2] + 0.5 [0, 4] = [0, 3]."""
     assert A.fedlayerwise().reduce is R.mean and A.fedadp().reduce is R.mean
     deltas = {"a": torch.tensor([[1.0, 0.0], [3.0, 0.0]], dtype=torch.float64),
@@ -374,12 +374,12 @@ def test_fedlayerwise_presets(preset, iid):
     import numpy as np
     from hydra.utils import instantiate
 
-    from fedrun import build
-    from fedrun.layers import count_parameters
+    from fedrun.command import build
+    from fedrun.models.layers import count_parameters
 
     cfg = compose([f"experiment=fedlayerwise/{preset}"])
     assert cfg.dataset.name == "mnist"
-    assert cfg.partition._target_ == "fedrun.partition.mixed"
+    assert cfg.partition._target_ == "fedrun.data.partition.mixed"
     assert (cfg.partition.iid_clients, cfg.partition.classes_per_client, cfg.partition.samples_per_client) == (iid, 2, 600)
     h = cfg.hyperparams
     assert (h.optimizer, h.lr, h.batch_size, h.local_epochs, h.rounds) == ("adam", 0.005, 16, 1, 30)

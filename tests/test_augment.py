@@ -1,11 +1,11 @@
-"""Data augmentation of normalized batches (fedrun.augment; Nagura et al. appendix C.6)."""
+"""Data augmentation of normalized batches (fedrun.data.augment; Nagura et al. appendix C.6)."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrun.augment import Augmentation, Draws, make_augmentation
+from fedrun.data.augment import Augmentation, Draws, make_augmentation
 from fedrun.errors import ConfigError
 from fedrun.seeding import torch_generator
 

@@ -183,12 +183,12 @@ def data_files(tmp_path_factory) -> dict[str, str]:
     files["finished_run"] = str(run)
     (d / "empty_root").mkdir()
     files["empty_root"] = str(d / "empty_root")
-    # A dataset config of one's own that forgets a setting without a default (fedrun.data.DatasetConfig).
+    # A dataset config of one's own that forgets a setting without a default (fedrun.data.datasets.DatasetConfig).
     (d / "own" / "dataset").mkdir(parents=True)
     (d / "own" / "dataset" / "no_channels.yaml").write_text(
-        "name: mine\nload:\n  _target_: fedrun.data.synthetic\n  num_train: 100\nimage_size: 28\nnum_classes: 10\n")
+        "name: mine\nload:\n  _target_: fedrun.data.datasets.synthetic\n  num_train: 100\nimage_size: 28\nnum_classes: 10\n")
     (d / "own" / "dataset" / "bad_normalize.yaml").write_text(
-        "name: mine\nload:\n  _target_: fedrun.data.synthetic\nchannels: 1\nimage_size: 28\nnum_classes: 10\n"
+        "name: mine\nload:\n  _target_: fedrun.data.datasets.synthetic\nchannels: 1\nimage_size: 28\nnum_classes: 10\n"
         "normalize: zscore\n")
     files["own"] = str(d / "own")
 

@@ -1,7 +1,7 @@
 """Batch Renormalization as TensorFlow 1.13 runs it (the parameter-divergence paper's code).
 
 The expected numbers are worked out by hand in the comments, from the equations of
-:class:`fedrun.batchnorm.BatchRenorm` (TF's ``_renorm_correction_and_moments``): with rate
+:class:`fedrun.models.batchnorm.BatchRenorm` (TF's ``_renorm_correction_and_moments``): with rate
 alpha, ``renorm_mean <- (1 - alpha) renorm_mean + alpha mu_B`` and
 ``renorm_mean_weight <- (1 - alpha) renorm_mean_weight + alpha`` (likewise the standard
 deviation); r and d use ``mu_mix = renorm_mean + (1 - weight) mu_B`` and ``sigma_mix``, taken
@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch.func import functional_call, vmap
 
-from fedrun.aggregators import average_buffers
-from fedrun.batchnorm import BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
-from fedrun.pd_nets import PDNet, make_norm
+from fedrun.server.aggregator import average_buffers
+from fedrun.models.batchnorm import BatchRenorm1d, BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
+from fedrun.models.pd_nets import PDNet, make_norm
 
 RENORM_BUFFERS = ("renorm_mean", "renorm_mean_weight", "renorm_stddev", "renorm_stddev_weight")
 
@@ -202,7 +202,7 @@ def test_brn_buffers_average_across_clients_into_the_federated_variance():
 
 
 def test_brn_under_vmap_with_per_client_buffers():
-    # fedrun.batched runs the model with functional_call under vmap, buffers stacked per client
+    # fedrun.client.batched runs the model with functional_call under vmap, buffers stacked per client
     # and updated in place: the same numbers as each client's own module.
     torch.manual_seed(0)
     module = BatchRenorm2d(3, momentum=0.3)

@@ -1,7 +1,7 @@
 """The batched engine computes what the sequential engine computes, to float rounding.
 
 Same config and seed: same batches per client (drawn from (seed, round, client) in both), same
-optimizer arithmetic (fedrun.optim), so the updates agree up to the rounding of different
+optimizer arithmetic (fedrun.client.optim), so the updates agree up to the rounding of different
 kernels (vmapped vs plain), which chaotic training can amplify: the tests take few steps at a
 small learning rate and compare relative norms.
 
@@ -21,20 +21,21 @@ from conftest import TINY, on_partition, run_fedrun
 from equivalence import F32_RTOL, assert_engines_agree, both_engines, relative_difference
 
 from fedrun import aggregators as A
-from fedrun import engines
-from fedrun.batched import BatchedEngine, choose_chunk, client_bytes
-from fedrun.data import prepare, synthetic
-from fedrun.engines import auto_engine
+from fedrun.client import engines
+from fedrun.client.batched import BatchedEngine, choose_chunk, client_bytes
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
+from fedrun.client.engines import auto_engine
 from fedrun.errors import ConfigError
-from fedrun.local_training import LocalTraining
-from fedrun.models import MLP, Cifar10CNN, MnistCNN, TFTutorialCNN
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import MLP, Cifar10CNN, MnistCNN, TFTutorialCNN
 from fedrun.params import split_state
-from fedrun.partition import iid
-from fedrun.pd_nets import PDNet
-from fedrun.regularizers import LayerAdaptive, Proximal
-from fedrun.sequential import SequentialEngine
-from fedrun.federated_run import Federation
-from fedrun.simulation import simulate
+from fedrun.data.partition import iid
+from fedrun.models.pd_nets import PDNet
+from fedrun.client.regularizers import LayerAdaptive, Proximal
+from fedrun.client.sequential import SequentialEngine
+from fedrun.harness.federated_run import Federation
+from fedrun.harness.simulation import simulate
 
 WITH_BATCHNORM = {"cifar10_cnn_bn"}  # compared in float64 only (tests/equivalence.py says why)
 
@@ -244,7 +245,7 @@ def test_tf32_is_fp32_on_cpu(caplog):
 def test_tf32_switch_uses_the_new_api_and_restores_a_users_setting():
     # Reading the legacy allow_tf32 after a user set the new fp32_precision flag raises in
     # PyTorch >= 2.9 ("mix of the legacy and new APIs"); set_tf32 must not touch the legacy one.
-    from fedrun.precision import set_tf32
+    from fedrun.client.precision import set_tf32
 
     matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
     before = matmul.fp32_precision, conv.fp32_precision
@@ -359,7 +360,7 @@ def test_auto_chunk_from_free_memory_gives_the_same_updates(monkeypatch):
     model = MLP(hidden=[16])
     params, buffers = split_state(model)
     whole = on_partition(BatchedEngine, model, x, y, idx, local, None, 0, "auto")
-    from fedrun.batched import CPU_CHUNK
+    from fedrun.client.batched import CPU_CHUNK
     assert whole.chunk_size(params, buffers, 4) == min(4, CPU_CHUNK)  # CPU: the cache-friendly chunk
     assert whole.chunk_size(params, buffers, 100) == CPU_CHUNK
     per = client_bytes(model, params, buffers, x[:8], local)

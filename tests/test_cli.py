@@ -17,7 +17,7 @@ import torch
 import yaml
 from conftest import CONF_DIR, RESUMABLE, TINY, fedrun_ok, run_fedrun, same_run, snapshot, start_fedrun, wait_for_rows
 
-from fedrun.recorder import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
+from fedrun.harness.recorder import CLIENT_COLUMNS, LAYER_COLUMNS, ROUND_COLUMNS
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,12 @@ from conftest import CONF_DIR, compose
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from fedrun import build
+from fedrun.command import build
 from fedrun.paths import conf_options
-from fedrun.aggregators import Aggregator
-from fedrun.layers import count_parameters
-from fedrun.local_training import LocalTraining
-from fedrun.federated_run import Federation
+from fedrun.server.aggregator import Aggregator
+from fedrun.models.layers import count_parameters
+from fedrun.client.local_training import LocalTraining
+from fedrun.harness.federated_run import Federation
 
 GROUPS = ("dataset", "model", "partition", "aggregator", "hyperparams", "experiment", "scale")
 
@@ -51,7 +51,7 @@ def test_config_composes_and_builds(group, option):
         assert plain
         for key in plain:
             assert cfg[group][key] == raw[key], f"{group}.{key}"
-    # The aggregator and partition instantiate (the same calls fedrun.build.build makes).
+    # The aggregator and partition instantiate (the same calls fedrun.command.build.build makes).
     aggregator = instantiate(cfg.aggregator)
     assert isinstance(aggregator, Aggregator)
     assert aggregator.name == cfg.aggregator._target_.rsplit(".", 1)[1]

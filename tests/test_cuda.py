@@ -14,13 +14,13 @@ import torch
 from conftest import TINY, on_partition, run_fedrun
 from equivalence import relative_difference
 
-from fedrun.batched import MAX_CHUNK, MEMORY_SAFETY, BatchedEngine, choose_chunk, client_bytes
-from fedrun.engines import auto_engine
-from fedrun.local_training import LocalTraining
-from fedrun.models import MLP, Cifar10CNN, MnistCNN
+from fedrun.client.batched import MAX_CHUNK, MEMORY_SAFETY, BatchedEngine, choose_chunk, client_bytes
+from fedrun.client.engines import auto_engine
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import MLP, Cifar10CNN, MnistCNN
 from fedrun.params import split_state
-from fedrun.pd_nets import pdnet
-from fedrun.sequential import SequentialEngine
+from fedrun.models.pd_nets import pdnet
+from fedrun.client.sequential import SequentialEngine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -108,7 +108,7 @@ BOUNDS = {("mnist_cnn", "tf32"): 0.02, ("mnist_cnn", "bf16"): 0.15,
 @pytest.mark.parametrize("family,precision", list(BOUNDS))
 def test_lower_precision_stays_close_to_fp32(family, precision):
     # cifar10_cnn_bn: under CUDA autocast the convolutions return bf16, so the batched engine's
-    # fused BatchNorm (fedrun.vmap_batchnorm) sees bf16 inputs with FP32 parameters.
+    # fused BatchNorm (fedrun.client.vmap_batchnorm) sees bf16 inputs with FP32 parameters.
     make, shape, _ = FAMILIES[family]
     bound = BOUNDS[family, precision]
     for engine in (SequentialEngine, BatchedEngine):

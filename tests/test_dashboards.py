@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import TINY, fedrun_ok, run_fedrun
 
-from fedrun import dashboards
+from fedrun.harness import dashboards
 from fedrun.errors import ConfigError
 
 needs_tensorboard = pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
@@ -112,7 +112,7 @@ def test_tensorboard_resume_drops_the_interrupted_rounds(tmp_path):
     starts at round 2 and the dashboard keeps its values, not the lost ones."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from fedrun.dashboards import TensorBoard
+    from fedrun.harness.dashboards import TensorBoard
 
     first = TensorBoard()
     first.start(tmp_path, None, 1)
@@ -135,7 +135,7 @@ def test_tensorboard_resume_drops_the_interrupted_rounds(tmp_path):
 def test_mlflow_sweep_runs_are_named_tagged_and_hold_rounds_summary_and_files(tmp_path):
     import mlflow
 
-    from fedrun.dashboards import MLflow
+    from fedrun.harness.dashboards import MLflow
 
     sweep, db = tmp_path / "sweep", tmp_path / "mlflow.db"
     fedrun_ok(["-m", *TINY, "logger=mlflow", f"logger.tracking_uri={db}", "aggregator.beta=0.5,0.9",

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from fedrun.divergence import mean_size, parameter_divergence, round_divergence, vanilla_indices
-from fedrun.layers import Layer
-from fedrun.nwda import layer_grams
+from fedrun.diagnostics.divergence import mean_size, parameter_divergence, round_divergence, vanilla_indices
+from fedrun.models.layers import Layer
+from fedrun.diagnostics.nwda import layer_grams
 
 LAYERS = [Layer("C11", "conv", ("C11.weight", "C11.bias")), Layer("F1", "fc", ("F1.weight", "F1.bias"))]
 

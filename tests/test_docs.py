@@ -3,7 +3,7 @@
 Each ```bash block is split into commands, and each command is checked by what it is:
 
 * ``fedrun ...``: its config is composed and checked as the command would before running
-  (:func:`fedrun.cli.precheck`, every value of a sweep with :func:`fedrun.cli.precheck_sweep`),
+  (:func:`fedrun.command.cli.precheck`, every value of a sweep with :func:`fedrun.command.cli.precheck_sweep`),
   in a fresh working folder, with ``-cd`` and the ``cd`` of its block applied;
 * ``fedrun-plot ...``: run on hand-made runs placed where the command looks;
 * ``python scripts/<table>.py run ...``: run with ``--dry-run`` (its commands printed, none run);
@@ -28,7 +28,7 @@ import yaml
 from conftest import REPO_ROOT, _cli_env
 
 from fedrun import plot
-from fedrun.cli import precheck, precheck_sweep
+from fedrun.command.cli import precheck, precheck_sweep
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "optuna-dashboard")
@@ -151,6 +151,9 @@ def check_script(args: list[str], folder: Path) -> None:
     script = Path(args[0]).name
     if script in TABLE_SCRIPTS and len(args) > 1 and args[1] == "run":
         args = [*args, "--dry-run"]
+    elif script == "tune.py" and "--show" not in args:  # the protocol's runs printed, none run
+        cut = args.index("--") if "--" in args else len(args)
+        args = [*args[:cut], "--dry-run", *args[cut:]]
     else:
         for a in args[1:]:
             if not a.startswith("-") and "=" not in a and not a[0].isdigit() and a not in ("collect", "run"):
@@ -158,5 +161,5 @@ def check_script(args: list[str], folder: Path) -> None:
     proc = subprocess.run([sys.executable, str(REPO_ROOT / args[0]), *args[1:]], cwd=folder, env=_cli_env(),
                           capture_output=True, text=True, timeout=300)
     assert "usage:" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    if script in TABLE_SCRIPTS and "--dry-run" in args:
+    if (script in TABLE_SCRIPTS or script == "tune.py") and "--dry-run" in args:
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -9,11 +9,11 @@ from conftest import on_partition, tiny_mlp
 from torch import nn
 
 from fedrun.errors import ConfigError
-from fedrun.evaluation import evaluate
-from fedrun.local_training import LocalTraining
+from fedrun.diagnostics.evaluation import evaluate
+from fedrun.client.local_training import LocalTraining
 from fedrun.params import split_state
-from fedrun.regularizers import Proximal
-from fedrun.sequential import SequentialEngine
+from fedrun.client.regularizers import Proximal
+from fedrun.client.sequential import SequentialEngine
 
 # Three clients of uneven sizes over the 60 training samples of ``tiny_data``.
 SPLIT = [range(0, 10), range(10, 33), range(33, 60)]  # n_k = 10, 23, 27

@@ -28,11 +28,11 @@ from conftest import aggregate, compose, on_partition, tiny_mlp
 
 from fedrun import aggregators as A
 from fedrun.errors import ConfigError
-from fedrun.layers import Layer
-from fedrun.local_training import LocalTraining
+from fedrun.models.layers import Layer
+from fedrun.client.local_training import LocalTraining
 from fedrun.params import split_state
-from fedrun.regularizers import LayerAdaptive, Proximal, neuron_view
-from fedrun.sequential import SequentialEngine
+from fedrun.client.regularizers import LayerAdaptive, Proximal, neuron_view
+from fedrun.client.sequential import SequentialEngine
 
 LAMBDA_1 = 1 - 1 / math.sqrt(2)  # 0.292893
 WG = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
@@ -313,7 +313,7 @@ def test_bad_form():
 
 
 def test_bad_q_through_the_cli_precheck():
-    from fedrun.cli import precheck
+    from fedrun.command.cli import precheck
 
     with pytest.raises(ConfigError) as err:
         precheck(["aggregator=fedlap", "aggregator.q=2"])
@@ -333,12 +333,12 @@ def test_bad_q_through_the_cli_precheck():
 def test_fedlap_presets(preset, dataset, model, params):
     from hydra.utils import instantiate
 
-    from fedrun import build
-    from fedrun.layers import count_parameters
+    from fedrun.command import build
+    from fedrun.models.layers import count_parameters
 
     cfg = compose([f"experiment=fedlap/{preset}"])
     assert cfg.dataset.name == dataset
-    assert cfg.partition._target_ == "fedrun.partition.shards" and cfg.partition.shards_per_client == 2
+    assert cfg.partition._target_ == "fedrun.data.partition.shards" and cfg.partition.shards_per_client == 2
     h = cfg.hyperparams
     assert (h.optimizer, h.lr, h.momentum, h.nesterov) == ("sgd", 0.01, 0.9, False)
     assert (h.local_epochs, h.batch_size, h.num_clients, h.client_fraction) == (10, 10, 100, 0.1)

@@ -14,9 +14,9 @@ import torch
 from conftest import TINY, aggregate, fedrun_ok
 
 from fedrun import aggregators as A
-from fedrun import transforms as T
+from fedrun.server import transforms as T
 from fedrun.errors import ConfigError
-from fedrun.layers import Layer
+from fedrun.models.layers import Layer
 
 LAYERS = [Layer("w", "fc", ("w",))]
 DELTAS = {"w": torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)}

@@ -1,7 +1,7 @@
 """``fedrun --help``: every setting a user may set, its value, what it does and what it takes.
 
 What a setting does comes from the comment beside it in its YAML file (or, for the dataset node,
-in :class:`fedrun.data.DatasetConfig`); what it takes, from the type the checks hold it to.  The
+in :class:`fedrun.data.datasets.DatasetConfig`); what it takes, from the type the checks hold it to.  The
 last test keeps that promise for every option of every group: a new YAML whose settings say
 nothing fails here, without a list to update.
 """
@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO_ROOT, compose, run_fedrun
 from omegaconf import OmegaConf
 
-from fedrun.help import descriptions, user_settings, yaml_comments
+from fedrun.command.help import descriptions, user_settings, yaml_comments
 from fedrun.paths import conf_options
 
 

@@ -1,12 +1,12 @@
-"""fedrun.landscape: filter-normalized directions (Li et al. 2018) and loss surfaces."""
+"""fedrun.diagnostics.landscape: filter-normalized directions (Li et al. 2018) and loss surfaces."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 
-from fedrun.evaluation import evaluate
-from fedrun.landscape import filter_normalized_direction, inner, loss_surface, orthogonalize, sharpness
+from fedrun.diagnostics.evaluation import evaluate
+from fedrun.diagnostics.landscape import filter_normalized_direction, inner, loss_surface, orthogonalize, sharpness
 from fedrun.params import split_state
 
 

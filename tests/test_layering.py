@@ -23,7 +23,7 @@ from conftest import REPO_ROOT
 PACKAGE = REPO_ROOT / "fedrun"
 # The command floor: parsing and composing settings, the CLI, sweeps.  The analysis: reading
 # finished runs and drawing them.  Everything else is the library.
-COMMAND = {"fedrun.cli", "fedrun.build", "fedrun.help", "fedrun.sweeps", "fedrun.resolvers", "fedrun.__main__"}
+COMMAND = {"fedrun.command", "fedrun.__main__"}
 ANALYSIS = {"fedrun.results", "fedrun.plot"}
 CONFIG_LIBRARIES = ("hydra", "omegaconf")
 
@@ -71,7 +71,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def test_the_modules_are_found():
-    assert len(MODULES) > 30 and "fedrun.federated_run" in {m for m in MODULES} | {"fedrun.federated_run"}
+    assert len(MODULES) > 30 and "fedrun.harness.federated_run" in {m for m in MODULES} | {"fedrun.harness.federated_run"}
     assert {floor(m) for m in MODULES} == {"command", "analysis", "library"}
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun import data as D
+from fedrun.data import datasets as D
+from fedrun.data import preparation as DP
 from fedrun.errors import ConfigError, DataError
-from fedrun.layers import count_parameters, layers
-from fedrun.models import MLP, Cifar10CNN, MnistCNN
+from fedrun.models.layers import count_parameters, layers
+from fedrun.models.nets import MLP, Cifar10CNN, MnistCNN
 
 # ----------------------------------------------------------------------------- models
 
@@ -267,46 +268,46 @@ def test_prepare_validation_split():
     marked = raw.train_x.clone()
     marked[:, 0, 0, 0] = torch.arange(100, dtype=torch.float32)  # tag each image by its index
     raw.train_x = marked
-    data = D.prepare(raw, [0.0], [1.0], validation_fraction=0.2, seed=0)
+    data = DP.prepare(raw, [0.0], [1.0], validation_fraction=0.2, seed=0)
     # round(0.2 * 100) = 20 held out, 80 kept; with mean 0 / std 1 the tags survive.
     assert len(data.val_y) == 20 and len(data.train_y) == 80
     train_ids = set(data.train_x[:, 0, 0, 0].long().tolist())
     val_ids = set(data.val_x[:, 0, 0, 0].long().tolist())
     assert not train_ids & val_ids and train_ids | val_ids == set(range(100))
     assert torch.equal(data.val_y, raw.train_y[sorted(val_ids)])
-    no_val = D.prepare(raw, [0.0], [1.0])
+    no_val = DP.prepare(raw, [0.0], [1.0])
     assert no_val.val_x is None and no_val.val_y is None and len(no_val.train_y) == 100
-    other = D.prepare(raw, [0.0], [1.0], validation_fraction=0.2, seed=1)
+    other = DP.prepare(raw, [0.0], [1.0], validation_fraction=0.2, seed=1)
     assert set(other.val_x[:, 0, 0, 0].long().tolist()) != val_ids
     with pytest.raises(ConfigError, match="hyperparams.validation_fraction"):
-        D.prepare(raw, None, None, validation_fraction=1.0)
+        DP.prepare(raw, None, None, validation_fraction=1.0)
 
 
 def test_prepare_normalization():
     raw = D.synthetic(num_train=200, num_test=50, channels=2, image_size=4, seed=0)
     raw.train_x = raw.train_x * 3 + 5
     raw.test_x = raw.test_x * 3 + 5
-    data = D.prepare(raw, None, None)
+    data = DP.prepare(raw, None, None)
     # Statistics from the training images: each channel of the train set has mean 0 and std 1.
     assert torch.allclose(data.train_x.mean((0, 2, 3)), torch.zeros(2), atol=1e-4)
     assert torch.allclose(data.train_x.std((0, 2, 3)), torch.ones(2), atol=1e-4)
     # Given statistics: (x - m) / s per channel.
-    fixed = D.prepare(raw, [5.0, 1.0], [2.0, 4.0])
+    fixed = DP.prepare(raw, [5.0, 1.0], [2.0, 4.0])
     assert torch.allclose(fixed.test_x[:, 0], (raw.test_x[:, 0] - 5.0) / 2.0)
     assert torch.allclose(fixed.test_x[:, 1], (raw.test_x[:, 1] - 1.0) / 4.0)
     with pytest.raises(ConfigError, match="dataset.mean/std"):
-        D.prepare(raw, [0.5], [0.5])
+        DP.prepare(raw, [0.5], [0.5])
 
 
 def test_prepare_max_train_and_test():
     raw = D.synthetic(num_train=100, num_test=40, image_size=3, seed=0)
-    data = D.prepare(raw, [0.0], [1.0], max_train=30, max_test=10, seed=0)
+    data = DP.prepare(raw, [0.0], [1.0], max_train=30, max_test=10, seed=0)
     assert len(data.train_y) == 30 and len(data.test_y) == 10
     # A subset of the originals, in their original order.
     flat = raw.train_x.flatten(1)
     pos = [int((flat == row).all(1).nonzero()[0]) for row in data.train_x.flatten(1)]
     assert pos == sorted(pos) and len(set(pos)) == 30
-    big = D.prepare(raw, [0.0], [1.0], max_train=1000)
+    big = DP.prepare(raw, [0.0], [1.0], max_train=1000)
     assert len(big.train_y) == 100
 
 
@@ -462,7 +463,7 @@ def test_the_four_files_come_from_one_folder_which_is_logged(tmp_path, caplog):
     assert f"{tmp_path / 'MNIST' / 'raw'} holds 2 of the 4; {other} holds 2 of the 4" in str(info.value)
     assert "all four in one of" in str(info.value)
     whole = mnist_folder(tmp_path / "whole")
-    with caplog.at_level("INFO", logger="fedrun.data"):
+    with caplog.at_level("INFO", logger="fedrun.data.datasets"):
         raw = D.mnist(root=str(tmp_path), download=False, search=[str(other), str(whole)])
     assert f"MNIST: reading {whole}" in caplog.text
     assert float(raw.test_x.mean()) == pytest.approx(1 / 255)  # the test images of `whole`, not of `other`
@@ -573,7 +574,7 @@ def test_prepare_rejects_bad_settings(kwargs, match):
     raw = D.synthetic(num_train=20, num_test=10, image_size=2, seed=0)
     args = {"mean": [0.0], "std": [1.0], **kwargs}
     with pytest.raises(ConfigError, match=match):
-        D.prepare(raw, **args)
+        DP.prepare(raw, **args)
 
 
 def test_prepare_constant_channel():
@@ -582,8 +583,8 @@ def test_prepare_constant_channel():
     with pytest.raises(DataError, match=r"^dataset: channel 1 of the training images has no variance \(every "
                                         r"pixel is 0\.5\), so it cannot be normalized by its std; set "
                                         r"dataset\.std \(and dataset\.mean\) to values > 0, one per channel$"):
-        D.prepare(raw, None, None)
-    assert D.prepare(raw, [0.0, 0.5], [1.0, 1.0]).train_x.shape == (20, 2, 2, 2)
+        DP.prepare(raw, None, None)
+    assert DP.prepare(raw, [0.0, 0.5], [1.0, 1.0]).train_x.shape == (20, 2, 2, 2)
 
 
 def _trust_cifar_files(monkeypatch):
@@ -661,27 +662,27 @@ def test_per_image_standardization_is_tensorflows():
     # Image [[0, 1], [2, 3]] (one channel) in [0, 1] units: mean 1.5, population std sqrt(1.25);
     # a constant image has std 0 and is divided by TF's floor 1 / sqrt(4), scaled to [0, 1] units.
     x = torch.tensor([[[[0.0, 1.0], [2.0, 3.0]]], [[[0.5, 0.5], [0.5, 0.5]]]])
-    out = D.per_image_standardization(x)
+    out = DP.per_image_standardization(x)
     torch.testing.assert_close(out[0, 0], (torch.tensor([[0.0, 1.0], [2.0, 3.0]]) - 1.5) / 1.25 ** 0.5)
     assert out[1].abs().max() == 0
-    data = D.prepare(D.RawData(x, torch.tensor([0, 1]), x, torch.tensor([1, 0]), 2), None, None, normalize="per_image")
+    data = DP.prepare(D.RawData(x, torch.tensor([0, 1]), x, torch.tensor([1, 0]), 2), None, None, normalize="per_image")
     torch.testing.assert_close(data.train_x, out)
     torch.testing.assert_close(data.test_x, out)
     assert data.std is None
     with pytest.raises(ConfigError, match=r"^dataset\.normalize=zscore: choose one of: per_channel, per_image$"):
-        D.prepare(D.RawData(x, torch.tensor([0, 1]), x, torch.tensor([1, 0]), 2), None, None, normalize="zscore")
+        DP.prepare(D.RawData(x, torch.tensor([0, 1]), x, torch.tensor([1, 0]), 2), None, None, normalize="zscore")
 
 
 def test_per_class_keeps_the_first_images_of_each_class():
     # Labels 0 1 0 1 0 2 2: the first two of each class are positions 0, 2 (class 0), 1, 3 (class 1), 5, 6 (class 2).
     x = torch.arange(7.0).view(7, 1, 1, 1).expand(7, 1, 2, 2).contiguous()
     y = torch.tensor([0, 1, 0, 1, 0, 2, 2])
-    data = D.prepare(D.RawData(x, y, x[:3], y[:3], 3), [0.0], [1.0], per_class=2)
+    data = DP.prepare(D.RawData(x, y, x[:3], y[:3], 3), [0.0], [1.0], per_class=2)
     assert data.train_y.tolist() == [0, 1, 0, 1, 2, 2]
     assert data.train_x[:, 0, 0, 0].tolist() == [0, 1, 2, 3, 5, 6]
     with pytest.raises(ConfigError, match=r"^dataset\.per_class=3: the training set has fewer images of some "
                                           r"classes \(class 1: 2, class 2: 2\); use at most 2"):
-        D.prepare(D.RawData(x, y, x[:3], y[:3], 3), [0.0], [1.0], per_class=3)
+        DP.prepare(D.RawData(x, y, x[:3], y[:3], 3), [0.0], [1.0], per_class=3)
 
 
 def test_keras_initialization_of_the_fedlayerwise_cnn():
@@ -690,7 +691,7 @@ def test_keras_initialization_of_the_fedlayerwise_cnn():
     import math
 
     from fedrun.errors import ConfigError
-    from fedrun.local_training import LocalTraining
+    from fedrun.client.local_training import LocalTraining
 
     torch.manual_seed(0)
     keras = MnistCNN(channels=(32, 64), hidden=512, init="keras")

@@ -1,8 +1,8 @@
-"""fedrun.optim reproduces torch.optim's SGD and Adam, on single and on stacked tensors."""
+"""fedrun.client.optim reproduces torch.optim's SGD and Adam, on single and on stacked tensors."""
 import pytest
 import torch
 
-from fedrun.optim import SGD, Adam
+from fedrun.client.optim import SGD, Adam
 
 
 @pytest.mark.parametrize("mine,reference", [

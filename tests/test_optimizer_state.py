@@ -10,17 +10,18 @@ import torch
 from conftest import TINY, on_partition, run_fedrun
 
 from fedrun import aggregators as A
-from fedrun import partition as P
-from fedrun.batched import BatchedEngine
-from fedrun.data import prepare, synthetic
-from fedrun.federated_run import Federation
-from fedrun.local_training import LocalTraining, OptimizerStates
-from fedrun.models import MLP
-from fedrun.optim import SGD, Adam, lr_factor
+from fedrun.data import partition as P
+from fedrun.client.batched import BatchedEngine
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
+from fedrun.harness.federated_run import Federation
+from fedrun.client.local_training import LocalTraining, OptimizerStates
+from fedrun.models.nets import MLP
+from fedrun.client.optim import SGD, Adam, lr_factor
 from fedrun.params import split_state
-from fedrun.recorder import TIMING_COLUMNS
-from fedrun.sequential import SequentialEngine
-from fedrun.simulation import simulate
+from fedrun.harness.recorder import TIMING_COLUMNS
+from fedrun.client.sequential import SequentialEngine
+from fedrun.harness.simulation import simulate
 
 
 def fedrun_rounds(overrides: list[str], run_dir) -> pd.DataFrame:
@@ -149,7 +150,7 @@ def test_carried_state_is_checkpointed_so_resume_is_exact(tmp_path):
 @pytest.mark.parametrize("optimizer", [dict(optimizer="sgd", momentum=0.9, nesterov=True),
                                        dict(optimizer="adam")])
 def test_engines_agree_with_carried_state_schedule_and_augmentation(optimizer):
-    from fedrun.augment import Augmentation
+    from fedrun.data.augment import Augmentation
 
     torch.manual_seed(0)
     model = MLP(in_channels=3, image_size=8, hidden=[16])

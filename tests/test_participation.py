@@ -1,6 +1,6 @@
 """Unreliable clients (FedLap sec. V.C): stragglers and drop-outs, drawn from (seed, round).
 
-Then the angle rules and FedLap end to end: :func:`fedrun.simulation.simulate` as a library (to
+Then the angle rules and FedLap end to end: :func:`fedrun.harness.simulation.simulate` as a library (to
 see which clients the engine trains) and ``python -m fedrun`` (the CSV columns).
 """
 from __future__ import annotations
@@ -14,15 +14,15 @@ import torch
 from conftest import TINY, on_partition, run_fedrun, tiny_mlp
 
 from fedrun import aggregators as A
-from fedrun import partition as P
+from fedrun.data import partition as P
 from fedrun.errors import ConfigError
-from fedrun.local_training import LocalTraining
+from fedrun.client.local_training import LocalTraining
 from fedrun.params import split_state
-from fedrun.participation import Participation
+from fedrun.client.participation import Participation
 from fedrun.seeding import sample_clients
-from fedrun.sequential import SequentialEngine
-from fedrun.federated_run import Federation
-from fedrun.simulation import simulate
+from fedrun.client.sequential import SequentialEngine
+from fedrun.harness.federated_run import Federation
+from fedrun.harness.simulation import simulate
 
 POOL = list(range(3, 23))  # 20 sampled client ids (not starting at 0, to catch index/id mix-ups)
 

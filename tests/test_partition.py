@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrun import partition as P
+from fedrun.data import partition as P
 from fedrun.errors import ConfigError, DataError
 from fedrun.seeding import numpy_rng
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import TINY, fedrun_ok, run_fedrun
 
-from fedrun import partition as P
+from fedrun.data import partition as P
 from fedrun.errors import ConfigError
 
 

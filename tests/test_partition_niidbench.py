@@ -11,7 +11,7 @@ import pytest
 from conftest import CONF_DIR, compose
 from hydra.utils import instantiate
 
-from fedrun import partition as P
+from fedrun.data import partition as P
 from fedrun.errors import ConfigError
 
 
@@ -150,7 +150,7 @@ def test_presets_set_niidbench(preset):
     hp = cfg["hyperparams"]
     assert (hp["rounds"], hp["num_clients"], hp["client_fraction"], hp["local_epochs"], hp["batch_size"],
             hp["lr"], hp["momentum"], hp["optimizer"]) == (50, 10, 1.0, 10, 64, 0.01, 0.9, "sgd")
-    assert cfg["model"]["_target_"] == "fedrun.models.SimpleCNN" and cfg["dataset"]["name"] == dataset
+    assert cfg["model"]["_target_"] == "fedrun.models.nets.SimpleCNN" and cfg["dataset"]["name"] == dataset
     assert cfg["dataset"]["mean"] == [0.0] and cfg["dataset"]["std"] == [1.0]
     assert cfg["aggregator"]["mu"] == 0.01
     assert cfg["tags"] == {"paper": "niidbench", "dataset": dataset, "partition": partition}
@@ -160,7 +160,7 @@ def test_presets_set_niidbench(preset):
     elif partition == "dir05":
         assert (part["alpha"], part["min_size"], part["balance"]) == (0.5, 10, True)
     else:
-        assert part["_target_"] == "fedrun.partition.iid"
+        assert part["_target_"] == "fedrun.data.partition.iid"
     labels = np.random.default_rng(0).permutation(np.arange(6000) % 10)
     parts = instantiate(compose([f"experiment=niidbench/{preset}"]).partition)(labels=labels, num_clients=10,
                                                                                 num_classes=10, seed=0)

@@ -13,13 +13,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
-from fedrun.aggregators import average_buffers
-from fedrun.batchnorm import BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
+from fedrun.server.aggregator import average_buffers
+from fedrun.models.batchnorm import BatchRenorm2d, FederatedBatchNorm1d, FederatedBatchNorm2d
 from fedrun.errors import ConfigError
-from fedrun.layers import count_parameters, layers
-from fedrun.local_training import LocalTraining
+from fedrun.models.layers import count_parameters, layers
+from fedrun.client.local_training import LocalTraining
 from fedrun.params import split_state
-from fedrun.pd_nets import VARIANTS, CifarResNet, PDNet, pdnet, same_max_pool
+from fedrun.models.pd_nets import VARIANTS, CifarResNet, PDNet, pdnet, same_max_pool
 
 TRUNC = 0.8796256610342398  # std of N(0, 1) truncated to [-2, 2]
 
@@ -80,7 +80,7 @@ def test_paper_stated_sizes():
 def test_config_file_is_its_variant(name):
     raw = OmegaConf.load(CONF_DIR / "model" / f"{FILES[name]}.yaml")
     n, m, pooling, v, u = TABLE3[name]
-    assert raw._target_ == "fedrun.pd_nets.PDNet"
+    assert raw._target_ == "fedrun.models.pd_nets.PDNet"
     assert (raw.n, raw.m, raw.pooling, raw.v) == (n, m, pooling, v) and (u is None or raw.u == u)
     assert (raw.norm, raw.dropout) == ("none", False)
     text = (CONF_DIR / "model" / f"{FILES[name]}.yaml").read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import compose
 
-from fedrun.build import build
+from fedrun.command.build import build
 
 SETTINGS = ("iid", "noniid2", "noniid1", "vanilla_bs50", "vanilla_bs500")
 OPTIMIZERS = ("pd_sgd", "pd_nmom_a", "pd_nmom_wb", "pd_adam_a", "pd_adam_wb")
@@ -17,8 +17,8 @@ def test_federated_settings(setting, rounds, classes):
     cfg = compose([f"experiment=pd/{setting}"])
     h = cfg.hyperparams
     assert (h.rounds, h.num_clients, h.client_fraction, h.local_epochs, h.batch_size) == (rounds, 10, 1.0, 1, 50)
-    assert cfg.dataset.name == "cifar10" and cfg.model._target_ == "fedrun.pd_nets.PDNet"
-    assert cfg.partition._target_ == ("fedrun.partition.iid" if classes is None else "fedrun.partition.classes")
+    assert cfg.dataset.name == "cifar10" and cfg.model._target_ == "fedrun.models.pd_nets.PDNet"
+    assert cfg.partition._target_ == ("fedrun.data.partition.iid" if classes is None else "fedrun.data.partition.classes")
     if classes:
         assert cfg.partition.classes_per_client == classes
     assert cfg.vanilla_every == 1 and list(cfg.snapshots) == [25, rounds]
@@ -69,7 +69,8 @@ def test_learners_get_exactly_the_papers_sizes(setting, per_learner, dataset):
     import torch
     from hydra.utils import instantiate
 
-    from fedrun.data import RawData, prepare
+    from fedrun.data.datasets import RawData
+    from fedrun.data.preparation import prepare
 
     cfg = compose([f"experiment=pd/{setting}", f"dataset={dataset}"])
     assert cfg.dataset.per_class == 5000 and cfg.dataset.normalize == "per_image"

@@ -9,8 +9,8 @@ import yaml
 from conftest import TINY, run_fedrun
 from hydra.utils import instantiate
 
-from fedrun.data import prepare
-from fedrun.evaluation import evaluate
+from fedrun.data.preparation import prepare
+from fedrun.diagnostics.evaluation import evaluate
 
 pytestmark = pytest.mark.slow
 

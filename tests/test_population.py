@@ -1,4 +1,4 @@
-"""Populations (:mod:`fedrun.population`, ``hydra/launcher=population``): runs trained together
+"""Populations (:mod:`fedrun.harness.population`, ``hydra/launcher=population``): runs trained together
 write the CSVs each run writes alone on the batched engine."""
 from __future__ import annotations
 
@@ -21,16 +21,17 @@ from conftest import (
     wait_for_rows,
 )
 
-from fedrun import population
-from fedrun.batched import BatchedEngine, Share, train_shares
-from fedrun.build import federated_run
-from fedrun.data import prepare, synthetic
+from fedrun.harness import population
+from fedrun.client.batched import BatchedEngine, Share, train_shares
+from fedrun.command.build import federated_run
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
 from fedrun.errors import DivergenceError, Interrupted
-from fedrun.evaluation import evaluate, evaluate_stacked
-from fedrun.local_training import LocalTraining
-from fedrun.recorder import TIMING_COLUMNS
-from fedrun.regularizers import LayerAdaptive, Proximal
-from fedrun.simulation import run_alone, simulate_runs
+from fedrun.diagnostics.evaluation import evaluate, evaluate_stacked
+from fedrun.client.local_training import LocalTraining
+from fedrun.harness.recorder import TIMING_COLUMNS
+from fedrun.client.regularizers import LayerAdaptive, Proximal
+from fedrun.harness.simulation import run_alone, simulate_runs
 
 # Small runs: synthetic 8x8 images, 10 clients, 3 a round.
 BASE = ["dataset=synthetic", "dataset.load.num_train=300", "dataset.load.num_test=100", "dataset.image_size=8",
@@ -229,7 +230,7 @@ def test_interrupted_population_resumes_identically(tmp_path, monkeypatch):
     whole = [build(o, tmp_path / f"whole{n}", datasets, batched=True) for n, o in enumerate(members)]
     simulate_runs(whole, progress=False)
 
-    from fedrun.federated_run import FederatedRun
+    from fedrun.harness.federated_run import FederatedRun
     record = FederatedRun.record
 
     def interrupt(self, r):

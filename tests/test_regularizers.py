@@ -5,9 +5,9 @@ from __future__ import annotations
 from conftest import TINY, compose
 from torch import nn
 
-from fedrun.build import federated_run
-from fedrun.layers import layers
-from fedrun.regularizers import Proximal
+from fedrun.command.build import federated_run
+from fedrun.models.layers import layers
+from fedrun.client.regularizers import Proximal
 
 
 class SmallCNN(nn.Module):

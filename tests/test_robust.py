@@ -29,11 +29,11 @@ from conftest import CONF_DIR, TINY, aggregate, compose, fedrun_ok, run_fedrun
 from hydra.utils import instantiate
 
 from fedrun import aggregators as A
-from fedrun import reduce as R
+from fedrun.server import reduce as R
 from fedrun.errors import ConfigError
-from fedrun.layers import Layer
-from fedrun.nwda import layer_grams
-from fedrun.weighting import krum_scores, squared_distances
+from fedrun.models.layers import Layer
+from fedrun.diagnostics.nwda import layer_grams
+from fedrun.server.weighting import krum_scores, squared_distances
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 AB_LAYERS = [Layer("a", "fc", ("a",)), Layer("b", "fc", ("b",))]

@@ -12,7 +12,7 @@ from conftest import TINY, fedrun_ok, run_fedrun
 import fedrun
 from fedrun import results
 from fedrun.errors import ConfigError
-from fedrun.provenance import RUN_FILE
+from fedrun.harness.provenance import RUN_FILE
 
 
 @pytest.fixture(scope="module")

@@ -28,20 +28,21 @@ from conftest import RESUMABLE, TINY, aggregate, csv_without_wall, fedrun_ok, on
 from equivalence import F32_RTOL, F64_RTOL, default_dtype, relative_difference
 
 from fedrun import aggregators as A
-from fedrun import federated_run
-from fedrun import partition as P
-from fedrun.batched import BatchedEngine
-from fedrun.data import prepare, synthetic
+from fedrun.harness import federated_run
+from fedrun.data import partition as P
+from fedrun.client.batched import BatchedEngine
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
 from fedrun.errors import ConfigError, Interrupted
-from fedrun.federated_run import Federation
-from fedrun.layers import Layer
-from fedrun.local_training import LocalTraining
-from fedrun.models import MLP
+from fedrun.harness.federated_run import Federation
+from fedrun.models.layers import Layer
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import MLP
 from fedrun.params import split_state
-from fedrun.recorder import TIMING_COLUMNS, Recorder
-from fedrun.regularizers import ControlVariate
-from fedrun.sequential import SequentialEngine
-from fedrun.simulation import simulate
+from fedrun.harness.recorder import TIMING_COLUMNS, Recorder
+from fedrun.client.regularizers import ControlVariate
+from fedrun.client.sequential import SequentialEngine
+from fedrun.harness.simulation import simulate
 
 W_LAYERS = [Layer("w", "fc", ("w",))]
 STD = {"w": torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)}
@@ -282,7 +283,7 @@ def test_fednova_round_by_hand():
     assert out.stats_weights.tolist() == [0.25, 0.75]  # N and E keep the base weights
     a = LocalTraining(momentum=0.5).effective_steps(torch.tensor([2, 4]))
     assert a.tolist() == [2.5, 6.125]
-    from fedrun.local_training import ClientResults
+    from fedrun.client.local_training import ClientResults
 
     res = ClientResults([0, 1], STD, {}, torch.tensor([1, 3]), torch.zeros(2, dtype=torch.float64),
                         torch.tensor([2, 4]), torch.ones(2, dtype=torch.long), effective_steps=a)

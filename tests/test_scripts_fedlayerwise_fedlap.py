@@ -40,12 +40,12 @@ def make_run(folder: Path, method: str, accs: list[float], *, paper: str = "fedl
         hp = dict(t1.PAPER_HYPERPARAMS)
         model = model or dict(t1.PAPER_MODEL)
         iid = t1.IID_CLIENTS.get(tags.get("scenario"), 2)
-        partition = partition or {"_target_": "fedrun.partition.mixed", "iid_clients": iid,
+        partition = partition or {"_target_": "fedrun.data.partition.mixed", "iid_clients": iid,
                                   "classes_per_client": 2, "samples_per_client": 600}
     else:
         tags = {"paper": paper, "dataset": "mnist"} if tags is None else tags
         hp = dict(plot_fedlap.PAPER_HYPERPARAMS, stragglers=0.0)
-        model = model or {"_target_": plot_fedlap.PAPER_MODELS.get(tags.get("dataset"), "fedrun.models.MLP"),
+        model = model or {"_target_": plot_fedlap.PAPER_MODELS.get(tags.get("dataset"), "fedrun.models.nets.MLP"),
                           "hidden": [200]}
         partition = partition or dict(plot_fedlap.PAPER_PARTITION)
     hp.update(hyperparams or {})
@@ -124,7 +124,7 @@ def grid(tmp_path):
     make_run(top / "2" / "fedadp_seed0", "fedadp", [0.5] * 29 + [0.931], tags=two)
     # Never reached in 3 rounds of a smoke run on substituted data (paper 25): difference unknown.
     make_run(top / "2" / "fedavg_seed0", "fedavg", [0.5, 0.8, 0.9], tags=two, data_name="mnist_train10k",
-             hyperparams={"rounds": 3}, partition={"_target_": "fedrun.partition.mixed", "iid_clients": 2,
+             hyperparams={"rounds": 3}, partition={"_target_": "fedrun.data.partition.mixed", "iid_clients": 2,
                                                    "samples_per_client": 60})
     # One of two seeds reaches (at 12; paper 12).
     make_run(top / "2" / "fedlayerwise_seed0", "fedlayerwise", [0.9] * 11 + [0.96], tags=two, seed=0)

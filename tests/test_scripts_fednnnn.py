@@ -419,7 +419,7 @@ def test_presets_compose_with_table5_values():
             assert c["hyperparams"]["rounds"] == (100 if dataset == "mnist" else 250)
             assert c["hyperparams"]["num_clients"] == 100 and c["hyperparams"]["local_epochs"] == 5
             iid, balanced = condition.startswith("iid"), condition.endswith("-b")
-            assert c["partition"]["_target_"] == f"fedrun.partition.{'iid' if iid else 'classes'}"
+            assert c["partition"]["_target_"] == f"fedrun.data.partition.{'iid' if iid else 'classes'}"
             if not iid:
                 assert c["partition"]["classes_per_client"] == 2
             assert c["partition"]["sizes"] == ("balanced" if balanced else "powerlaw")

@@ -17,7 +17,7 @@ def make_run(folder: Path, method: str, dataset: str, partition: str, final: flo
              hyperparams: dict | None = None, data_name: str | None = None) -> Path:
     folder.mkdir(parents=True)
     config = {"dataset": {"name": data_name or dataset, "max_train": None, "max_test": None},
-              "model": {"_target_": "fedrun.models.SimpleCNN"},
+              "model": {"_target_": "fedrun.models.nets.SimpleCNN"},
               "aggregator": {"_target_": f"fedrun.aggregators.{method}"},
               "hyperparams": hyperparams or PAPER_SCALE, "seed": seed,
               "tags": {"paper": "niidbench", "dataset": dataset, "partition": partition}}

@@ -37,7 +37,7 @@ def make_run(folder: Path, setting: str, model: str = "neta_baseline", hyperpara
     config = {
         "seed": seed,
         "dataset": {"name": data_name or dataset, "max_train": 1000 if scale else None, "max_test": None},
-        "model": {"_target_": "fedrun.pd_nets.PDNet", "norm": norm, "dropout": dropout},
+        "model": {"_target_": "fedrun.models.pd_nets.PDNet", "norm": norm, "dropout": dropout},
         "hyperparams": {"rounds": rounds if scale else ROUNDS[setting], "num_clients": 100 if vanilla else 10,
                         "client_fraction": 1.0, "local_epochs": 1,
                         "batch_size": 500 if setting == "vanilla_bs500" else 50, "lr": lr,
@@ -388,7 +388,7 @@ def test_loss_surface_on_a_real_tiny_run(tmp_path, capsys):
     # The centre is the snapshot's loss on the same examples, computed independently.
     import torch
 
-    from fedrun.evaluation import evaluate
+    from fedrun.diagnostics.evaluation import evaluate
 
     model, data = loss_surface.build(run, torch.device("cpu"))
     x, y = loss_surface.training_subset(data, 120, 0)

@@ -1,4 +1,4 @@
-"""Seeding, the recorder, and :func:`fedrun.simulation.simulate` called as a library (no Hydra)."""
+"""Seeding, the recorder, and :func:`fedrun.harness.simulation.simulate` called as a library (no Hydra)."""
 from __future__ import annotations
 
 import functools
@@ -11,15 +11,16 @@ import pytest
 import torch
 
 from fedrun import aggregators as A
-from fedrun import partition as P
-from fedrun.data import prepare, synthetic
+from fedrun.data import partition as P
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
 from fedrun.errors import ConfigError, Interrupted
-from fedrun.local_training import LocalTraining
-from fedrun.models import MLP, MnistCNN
-from fedrun.recorder import TIMING_COLUMNS, CsvLog, Recorder, _fmt, atomic_save, summarize, write_json
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import MLP, MnistCNN
+from fedrun.harness.recorder import TIMING_COLUMNS, CsvLog, Recorder, _fmt, atomic_save, summarize, write_json
 from fedrun.seeding import clients_per_round, derive_seed, numpy_rng, sample_clients, torch_generator
-from fedrun.federated_run import Federation
-from fedrun.simulation import simulate
+from fedrun.harness.federated_run import Federation
+from fedrun.harness.simulation import simulate
 
 # ----------------------------------------------------------------------------- seeding
 

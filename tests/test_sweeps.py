@@ -19,7 +19,7 @@ from conftest import REPO_ROOT, TINY, _cli_env, fedrun_ok, run_fedrun, same_run,
 
 import fedrun
 from fedrun import results
-from fedrun.cli import precheck_sweep
+from fedrun.command.cli import precheck_sweep
 from fedrun.errors import ConfigError, RunDirectoryError
 
 EXAMPLE = REPO_ROOT / "docs" / "examples" / "own_configs"
@@ -150,8 +150,8 @@ def test_a_refused_job_never_removes_a_directory_another_process_holds(tmp_path,
     """The race behind two sweeps into one folder: job 0's directory is locked by the sweep that runs
     it but still empty when the other sweep, refused it, tidies up; it must stay (else the running
     job writes into a removed directory and fails with a traceback)."""
-    from fedrun import rundir
-    from fedrun.sweeps import remove_if_empty
+    from fedrun.harness import rundir
+    from fedrun.command.sweeps import remove_if_empty
 
     monkeypatch.chdir(tmp_path)
     job = tmp_path / "sweep" / "0"
@@ -172,7 +172,7 @@ def test_a_run_directory_removed_before_its_lock_is_made_again(tmp_path, monkeyp
     """The other side of the race: a directory removed between this process's mkdir and its lock
     (before it is opened, or opened and then removed) is made again and locked, so the run writes
     into a directory that exists."""
-    from fedrun import rundir
+    from fedrun.harness import rundir
 
     lock, calls = rundir._lock_directory, []
 

@@ -22,14 +22,15 @@ from conftest import (TINY, data_rows, edit_same_length, fedrun_ok, run_fedrun, 
                       wait_for_rows)
 
 from fedrun import aggregators as A
-from fedrun.data import prepare, synthetic
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
 from fedrun.errors import NoSpaceError, RunDirectoryError
-from fedrun.federated_run import Federation
-from fedrun.local_training import LocalTraining
-from fedrun.models import MLP
-from fedrun.partition import iid
-from fedrun.rundir import check_own_targets, load_checkpoint
-from fedrun.simulation import simulate
+from fedrun.harness.federated_run import Federation
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import MLP
+from fedrun.data.partition import iid
+from fedrun.harness.rundir import check_own_targets, load_checkpoint
+from fedrun.harness.simulation import simulate
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,7 @@ def _crafted(run: Path, node: str, replacement: dict) -> None:
 
 def test_loss_surface_builds_only_fedrun_models_and_loaders_and_reads_no_code(finished, tmp_path):
     """A crafted config.yaml names anything to call: os.system, fedrun's own functions that write
-    (fedrun.recorder.write_json) or run a job from a list of overrides (fedrun.cli.run_overrides,
+    (fedrun.harness.recorder.write_json) or run a job from a list of overrides (fedrun.command.cli.run_overrides,
     which would reach torch.load(weights_only=False) through a run's settings), a node nested in a
     model's settings, an interpolation OmegaConf would resolve into one.  Each is refused in one
     line (exit 2) before anything is called or written."""
@@ -109,20 +110,20 @@ def test_loss_surface_builds_only_fedrun_models_and_loaders_and_reads_no_code(fi
     touch = {"_target_": "os.system", "command": f"touch {marker}"}
     crafted = {
         "os.system": ("model", touch),
-        "os.system through fedrun": ("model", {**touch, "_target_": "fedrun.rundir.os.system"}),
-        "a fedrun function that writes": ("model", {"_target_": "fedrun.recorder.write_json", "obj": {"a": 1},
+        "os.system through fedrun": ("model", {**touch, "_target_": "fedrun.harness.rundir.os.system"}),
+        "a fedrun function that writes": ("model", {"_target_": "fedrun.harness.recorder.write_json", "obj": {"a": 1},
                                                     "path": str(marker)}),
-        "run_overrides as a model": ("model", {"_target_": "fedrun.cli.run_overrides", "run_dir": str(marker),
+        "run_overrides as a model": ("model", {"_target_": "fedrun.command.cli.run_overrides", "run_dir": str(marker),
                                                "overrides": ["dataset=synthetic", "resume=true"]}),
-        "run_overrides as the loader": ("dataset.load", {"_target_": "fedrun.cli.run_overrides",
+        "run_overrides as the loader": ("dataset.load", {"_target_": "fedrun.command.cli.run_overrides",
                                                          "overrides": ["model=mlp"], "run_dir": str(marker)}),
-        "write_json as the loader": ("dataset.load", {"_target_": "fedrun.recorder.write_json", "obj": [],
+        "write_json as the loader": ("dataset.load", {"_target_": "fedrun.harness.recorder.write_json", "obj": [],
                                                       "path": str(marker)}),
-        "a nested node": ("model", {"_target_": "fedrun.models.MLP", "hidden": touch}),
-        "Hydra's _args_": ("model", {"_target_": "fedrun.models.MLP", "_args_": [f"touch {marker}"]}),
-        "an interpolation": ("model", {"_target_": "fedrun.models.MLP",
+        "a nested node": ("model", {"_target_": "fedrun.models.nets.MLP", "hidden": touch}),
+        "Hydra's _args_": ("model", {"_target_": "fedrun.models.nets.MLP", "_args_": [f"touch {marker}"]}),
+        "an interpolation": ("model", {"_target_": "fedrun.models.nets.MLP",
                                        "hidden": "${oc.decode:'{_target_: os.system, command: touch x}'}"}),
-        "fedrun's own non-model": ("model", {"_target_": "fedrun.partition.iid"}),
+        "fedrun's own non-model": ("model", {"_target_": "fedrun.data.partition.iid"}),
         "no target": ("model", {"hidden": [8]}),
     }
     for i, (what, (node, replacement)) in enumerate(crafted.items()):
@@ -158,7 +159,7 @@ def test_the_allowlists_hold_every_model_and_dataset_fedrun_ships(conf_dir):
 
     import yaml
 
-    from fedrun.rundir import DATA_LOADERS, MODEL_TARGETS
+    from fedrun.harness.rundir import DATA_LOADERS, MODEL_TARGETS
 
     models = {yaml.safe_load(p.read_text())["_target_"] for p in (conf_dir / "model").glob("*.yaml")}
     loaders = {yaml.safe_load(p.read_text())["load"]["_target_"] for p in (conf_dir / "dataset").glob("*.yaml")}
@@ -224,8 +225,8 @@ def test_run_files_are_never_written_through_a_link(tmp_path):
     """Below the directory check: a temporary file is created exclusively after a leftover one
     (here a link) is unlinked, so the link's target is untouched; an append or a new CSV through a
     link is refused (O_NOFOLLOW)."""
-    from fedrun.recorder import CsvLog, write_json
-    from fedrun.rundir import write_atomic
+    from fedrun.harness.recorder import CsvLog, write_json
+    from fedrun.harness.rundir import write_atomic
 
     victim = tmp_path / "victim"
     victim.write_text("keep\n")
@@ -254,7 +255,7 @@ def test_a_full_disk_loses_a_log_line_without_a_traceback(tmp_path, capsys):
     handler drops the line when the disk is full (the run's next write stops it in one line)."""
     import logging
 
-    from fedrun.rundir import RunLog
+    from fedrun.harness.rundir import RunLog
 
     handler = RunLog(tmp_path / "fedrun.log")
 
@@ -433,7 +434,7 @@ def tiny_simulation(run_dir: Path, resume: bool = False) -> dict:
 
 def test_disk_full_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
     tiny_simulation(tmp_path / "straight")
-    import fedrun.recorder
+    import fedrun.harness.recorder
 
     real_save, calls = torch.save, []
 
@@ -444,7 +445,7 @@ def test_disk_full_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, f, *args, **kwargs)
 
-    monkeypatch.setattr(fedrun.recorder.torch, "save", save)
+    monkeypatch.setattr(fedrun.harness.recorder.torch, "save", save)
     run = tmp_path / "full"
     with pytest.raises(NoSpaceError) as error:
         tiny_simulation(run)
@@ -452,7 +453,7 @@ def test_disk_full_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
                                 "then resume with resume=true")
     assert not (run / "checkpoint.pt.tmp").exists()
     assert load_checkpoint(run / "checkpoint.pt")["round"] == 1
-    monkeypatch.setattr(fedrun.recorder.torch, "save", real_save)
+    monkeypatch.setattr(fedrun.harness.recorder.torch, "save", real_save)
     tiny_simulation(run, resume=True)
     same_run(tmp_path / "straight", run)
 

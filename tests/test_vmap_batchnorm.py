@@ -1,4 +1,4 @@
-"""m clients' BatchNorms as one BatchNorm over m*C channels (fedrun.vmap_batchnorm): the same
+"""m clients' BatchNorms as one BatchNorm over m*C channels (fedrun.client.vmap_batchnorm): the same
 outputs, gradients and running statistics as each client's own F.batch_norm."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from conftest import on_partition
 from torch.func import vmap
 
-from fedrun import vmap_batchnorm
-from fedrun.models import MLP, Cifar10CNN
-from fedrun.pd_nets import pdnet
-from fedrun.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
+from fedrun.client import vmap_batchnorm
+from fedrun.models.nets import MLP, Cifar10CNN
+from fedrun.models.pd_nets import pdnet
+from fedrun.client.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
 
 M, C = 3, 4
 
@@ -78,8 +78,8 @@ def test_other_calls_pass_through():
 
 
 def test_the_batched_engine_fuses_torch_batchnorm_only(monkeypatch):
-    from fedrun.batched import BatchedEngine
-    from fedrun.local_training import LocalTraining
+    from fedrun.client.batched import BatchedEngine
+    from fedrun.client.local_training import LocalTraining
     from fedrun.params import split_state
 
     assert uses_batch_norm(Cifar10CNN()) and not uses_batch_norm(MLP())

@@ -3,7 +3,7 @@
 ``fedrun -m seed=0,1,2,3 aggregator=fedavg,fednnnn hydra/launcher=population`` composes every job
 of the sweep, groups the jobs that can share one batched training call (the same prepared data,
 model architecture, device and batched-engine settings: :func:`group_key`), and trains each group
-as one population (:func:`fedrun.simulation.simulate_runs`).  A job that fits no group (the
+as one population (:func:`fedrun.harness.simulation.simulate_runs`).  A job that fits no group (the
 sequential engine, a group of one) runs as it would under Hydra's basic launcher.  Run
 directories, CSVs, checkpoints and summaries are those of the jobs run one by one; failed jobs are
 recorded and listed at the end as with any launcher.
@@ -124,10 +124,10 @@ class PopulationLauncher(Launcher):
         together, and turn each run's summary or error into its job's return."""
         import torch
 
-        from fedrun import build
-        from fedrun.objective import objective
+        from fedrun.command import build
+        from fedrun.harness.objective import objective
         from fedrun.errors import FedrunError, Interrupted, exit_with
-        from fedrun.simulation import simulate_runs
+        from fedrun.harness.simulation import simulate_runs
 
         callbacks = self.hydra_context.callbacks
         datasets: dict = {}
@@ -166,8 +166,8 @@ class PopulationLauncher(Launcher):
         return returns
 
     def _failed(self, job: Job, cfg: DictConfig, error) -> JobReturn:
-        """A failed job, noted where the command lists it at the end of the sweep (:mod:`fedrun.sweeps`)."""
-        from fedrun.sweeps import job_failed
+        """A failed job, noted where the command lists it at the end of the sweep (:mod:`fedrun.command.sweeps`)."""
+        from fedrun.command.sweeps import job_failed
 
         failed = job_failed(Path(str(self.config.hydra.sweep.dir)), job.num, job.run_dir, error)
         return self._return(job, cfg, JobStatus.FAILED, failed)
@@ -186,10 +186,11 @@ def job_choice(job: Job, group: str) -> str:
 
 def group_key(job: Job) -> tuple[str | None, str]:
     """What a job shares with the others of its population: the prepared data
-    (:func:`fedrun.build.data_key`), the model's settings and the batched engine it builds
-    (:func:`fedrun.engines.as_batched`: ``engine=auto`` and ``engine=batched`` with the same
+    (:func:`fedrun.command.build.data_key`), the model's settings and the batched engine it builds
+    (:func:`fedrun.client.engines.as_batched`: ``engine=auto`` and ``engine=batched`` with the same
     options train together); or None and the reason when it cannot join one."""
-    from fedrun import build, engines
+    from fedrun.command import build
+    from fedrun.client import engines
     from fedrun.errors import FedrunError
 
     cfg = job.task_config()

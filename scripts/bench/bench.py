@@ -56,15 +56,16 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.aggregators import fedavg
-from fedrun.batched import BatchedEngine
-from fedrun.data import prepare, synthetic
-from fedrun.evaluation import evaluate
-from fedrun.layers import layers
-from fedrun.local_training import LocalTraining
-from fedrun.models import Cifar10CNN, MnistCNN
+from fedrun.client.batched import BatchedEngine
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
+from fedrun.diagnostics.evaluation import evaluate
+from fedrun.models.layers import layers
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import Cifar10CNN, MnistCNN
 from fedrun.params import split_state
-from fedrun.precision import PRECISIONS
-from fedrun.sequential import SequentialEngine
+from fedrun.client.precision import PRECISIONS
+from fedrun.client.sequential import SequentialEngine
 
 
 @dataclass(frozen=True)

@@ -31,15 +31,16 @@ import pandas as pd
 import torch
 
 from fedrun import aggregators as A
-from fedrun import federated_run, simulation
-from fedrun.batched import BatchedEngine
-from fedrun.data import prepare, synthetic
-from fedrun.engines import auto_engine
-from fedrun.local_training import LocalTraining
-from fedrun.models import MLP, MnistCNN
-from fedrun.partition import iid
-from fedrun.recorder import Recorder
-from fedrun.sequential import SequentialEngine
+from fedrun.harness import federated_run, simulation
+from fedrun.client.batched import BatchedEngine
+from fedrun.data.preparation import prepare
+from fedrun.data.datasets import synthetic
+from fedrun.client.engines import auto_engine
+from fedrun.client.local_training import LocalTraining
+from fedrun.models.nets import MLP, MnistCNN
+from fedrun.data.partition import iid
+from fedrun.harness.recorder import Recorder
+from fedrun.client.sequential import SequentialEngine
 
 # As conf/engine/*.yaml build them.
 ENGINES = {"auto": auto_engine, "sequential": SequentialEngine,

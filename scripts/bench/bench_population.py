@@ -76,7 +76,7 @@ def compose(overrides: list[str]):
 
 def build(workload: Workload, n: int, rounds: int, device: str, root: Path, datasets: dict | None, engine: str,
           batched: bool):
-    from fedrun.build import federated_run
+    from fedrun.command.build import federated_run
 
     own = list(workload.runs[n])
     cfg = compose([*workload.overrides, *own, f"hyperparams.rounds={rounds}", f"device={device}",
@@ -99,7 +99,7 @@ def peak_memory(device: torch.device) -> str:
 
 def measure(name: str, workload: Workload, runs: int, rounds: int, device: torch.device, sequential: bool,
             repeat: int = 2) -> None:
-    from fedrun.simulation import run_alone, simulate_runs
+    from fedrun.harness.simulation import run_alone, simulate_runs
 
     runs = min(runs or len(workload.runs), len(workload.runs))
     print(f"\n== population benchmark '{name}': {runs} runs, {rounds} rounds timed (of {workload.full_rounds}), "

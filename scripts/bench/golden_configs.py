@@ -59,9 +59,9 @@ CONFIGS = {
 # A sweep trained as one population (the same runs as alone, on the batched engine).
 POPULATION = ["-m", "aggregator=fedavg,fednnnn", "seed=0,1", "hydra/launcher=population", "engine=batched"]
 TIMING = ("train_s", "eval_s", "wall_s")
-# What differs from one process to the next: when and where a run ran (fedrun.provenance).
+# What differs from one process to the next: when and where a run ran (fedrun.harness.provenance).
 VOLATILE_FILES = ("checkpoint.pt", "mlflow.json", "run.json", "fedrun.log")
-VOLATILE_SUMMARY = ("started", "finished", "round_seconds", "provenance", "processes")  # fedrun.provenance.VOLATILE
+VOLATILE_SUMMARY = ("started", "finished", "round_seconds", "provenance", "processes")  # fedrun.harness.provenance.VOLATILE
 
 
 def base(extra: list[str]) -> list[str]:

@@ -7,7 +7,7 @@ Run from this folder (so Python finds this module):
 import torch
 from torch import nn
 
-from fedrun.data import RawData
+from fedrun.data.datasets import RawData
 
 
 class TwoLayer(nn.Module):

@@ -1,0 +1,223 @@
+"""Sweeps' failed jobs: each failure raised inside its job, noted in the sweep folder, listed at the end.
+
+A sweep (``fedrun -m``) keeps going when a job fails.  The job raises :class:`JobFailed` (one
+line, whatever the launcher: basic, joblib, submitit, Ray, population) and leaves a note in
+``<sweep>/.failed_jobs/`` (:func:`record_failure`), written by the job's own process, so the
+launching process finds every note (:func:`sweep_failures`) and the command lists the failed jobs
+once the sweep is over.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from fedrun.errors import FedrunError
+from fedrun.harness.provenance import SWEEP_ID
+from fedrun.harness.rundir import remove_empty_run_dir
+
+log = logging.getLogger("fedrun")
+
+
+class JobFailed(FedrunError, CompactHydraException):
+    """A sweep job's failure, raised inside the job.  Hydra prints a CompactHydraException as its
+    one line (no traceback); it pickles with its exit code, so launchers that run jobs in other
+    processes (joblib, submitit, ray) hand it back intact."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def __reduce__(self):
+        return JobFailed, (str(self), self.exit_code)
+
+
+FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
+# The launching process's sweep id (SWEEP_ID, fedrun.harness.provenance), in the environment its jobs inherit
+# (joblib's and submitit's processes too): each sweep keeps its notes apart, so two sweeps into one
+# folder, or a sweep run again, list only their own failed jobs.
+
+
+def _notes(sweep_dir: Path) -> Path:
+    return Path(sweep_dir) / FAILURES / os.environ.get(SWEEP_ID, "sweep")
+
+
+def record_failure(sweep_dir: Path, job_num: int, run_dir: Path, error: str, exit_code: int) -> None:
+    """Leave a note of the failed job where the launching process finds it, whichever process
+    (or machine, with a shared file system) ran the job."""
+    folder = _notes(sweep_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job_num}.json").write_text(json.dumps(
+        {"job": job_num, "run_dir": str(run_dir), "error": error, "exit_code": exit_code}))
+
+
+def job_failed(sweep_dir: Path, job_num: int, run_dir: Path, error: FedrunError) -> JobFailed:
+    """A sweep job's one-line failure: its directory removed if it holds nothing, the error logged
+    and noted for the final list (:func:`record_failure`); the :class:`JobFailed` to hand Hydra."""
+    remove_if_empty(run_dir)
+    log.error("job %d failed: %s", job_num, error)
+    record_failure(sweep_dir, job_num, run_dir, str(error), error.exit_code)
+    return JobFailed(f"{run_dir}: {error}", error.exit_code)
+
+
+def sweep_failures(sweep_dir: Path) -> list[dict]:
+    """The failed jobs of this process's sweep, in job order."""
+    folder = _notes(sweep_dir)
+    notes = []
+    for path in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            notes.append(json.loads(path.read_text()))
+        except (OSError, ValueError):  # a note cut off by a full disk: the job is still listed
+            notes.append({"job": int(path.stem), "run_dir": "?", "error": f"failed ({path} is damaged)",
+                          "exit_code": 1})
+    return sorted(notes, key=lambda n: n["job"])
+
+
+class SweepCallback(Callback):
+    """In the launching process: gives the sweep an id of its own (:data:`SWEEP_ID`, which its
+    jobs inherit), so it lists only its own failed jobs, and remembers the sweep folder
+    (:func:`last_sweep`) for the command's final list."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        global _SWEEP_DIR
+        _SWEEP_DIR = Path(config.hydra.sweep.dir)
+        os.environ[SWEEP_ID] = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+
+
+def forget_failures(sweep_dir: Path) -> None:
+    """Remove this sweep's notes once listed (another sweep's stay)."""
+    shutil.rmtree(_notes(sweep_dir), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (Path(sweep_dir) / FAILURES).rmdir()  # when no other sweep's notes are left
+
+
+_SWEEP_DIR: Path | None = None
+
+
+def last_sweep() -> Path | None:
+    """The folder of the sweep this process launched (None: no sweep)."""
+    return _SWEEP_DIR
+
+
+def remove_if_empty(run_dir: Path) -> None:
+    """Hydra creates the job's directory before fedrun runs; a job refused before writing anything
+    leaves nothing behind: the empty directory and the empty parents Hydra made for it go (up to
+    the working directory; a directory holding anything is never touched, nor one another process
+    has locked: :func:`fedrun.harness.rundir.remove_empty_run_dir`)."""
+    cwd, path = Path.cwd().resolve(), run_dir.resolve()
+    if not (path != cwd and cwd in path.parents) or not remove_empty_run_dir(path):
+        return
+    path = path.parent
+    while path != cwd and cwd in path.parents:
+        try:
+            path.rmdir()  # only succeeds on an empty directory
+        except OSError:
+            return
+        path = path.parent
+
+
+def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
+    """The lines a sweep ends with: one per job (its folder, the settings the sweep varied, its
+    objective, done or failed), then where the results are.  Jobs are this sweep's folders
+    (:func:`sweep_jobs`) and its failure notes; at most ``limit`` rows, the rest counted."""
+    from fedrun import results
+
+    sweep_dir = Path(sweep_dir)
+    folders = {path: name for name, path in sweep_jobs(sweep_dir).items()}
+    names, failed = dict(folders), {}
+    for note in sweep_failures(sweep_dir):
+        # A job refused its folder (or whose folder is gone) is known by its note alone.
+        key = Path(note["run_dir"]).resolve() if note["run_dir"] != "?" else f"job {note['job']}"
+        failed[key] = note
+        names.setdefault(key, _relative(key, sweep_dir) if isinstance(key, Path) else str(note["job"]))
+    # Numbered folders in job order, then the others (``fedavg_seed0``) by name.
+    jobs = sorted(names, key=lambda key: (0, int(names[key]), "") if names[key].isdigit() else (1, 0, names[key]))
+    overrides = {key: _given(key) if key in folders else {} for key in jobs}
+    swept = sorted({k for key in jobs for k in overrides[key]
+                    if len({overrides[m].get(k) for m in jobs}) > 1})
+    summaries = {key: results.read_summary(key) if key in folders else {} for key in jobs}
+    objective = next((s.get("objective") for s in summaries.values() if s.get("objective")), None) or "objective"
+    rows = [("job", *swept, objective, "status")]
+    for key in jobs:
+        value = summaries[key].get("objective_value")
+        stopped = _stopped(key) if key in folders and not summaries[key] else None
+        status = (f"diverged at round {stopped['round']}" if stopped and stopped["reason"] == "diverged" and stopped["round"]
+                  else "failed" if key in failed else "done" if summaries[key] else "not finished")
+        rows.append((names[key], *(overrides[key].get(k, "-") for k in swept),
+                     "-" if value is None else f"{value:.4f}", status))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows[: limit + 1]]
+    if len(rows) > limit + 1:
+        lines.append(f"... and {len(rows) - limit - 1} more jobs")
+    done = sum(row[-1] == "done" for row in rows[1:])
+    diverged = sum(row[-1].startswith("diverged") for row in rows[1:])
+    failed_too = f" ({diverged} diverged)" if diverged else ""
+    lines.append(f"{done} of {len(jobs)} jobs done, {len(failed)} failed{failed_too}; results in {sweep_dir.resolve()}")
+    return lines
+
+
+def _stopped(run_dir: Path) -> dict | None:
+    """How an unfinished job ended (:func:`fedrun.results.stopped`, from run.json): diverged at round t, or None."""
+    from fedrun import results
+
+    return results.stopped(run_dir)
+
+
+def sweep_jobs(sweep_dir: Path) -> dict[str, Path]:
+    """This sweep's job folders by name (their path below ``sweep_dir``): the numbered folders
+    (``hydra.sweep.subdir``'s default, ``0``, ``1``, ...) and, whatever ``hydra.sweep.subdir``
+    names them (``fedavg_seed0``), every run directory below ``sweep_dir`` whose ``run.json``
+    says this sweep ran it (:data:`SWEEP_ID`), so a sweep into a folder that another sweep writes
+    to lists its own jobs only."""
+    from fedrun import results
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return {}
+    jobs = {p.name: p.resolve() for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+    mine = os.environ.get(SWEEP_ID)
+    if mine:
+        for run in results.find_runs(sweep_dir, require=("config.yaml", results.RUN_FILE)):
+            if run not in jobs.values() and any(s.get("sweep") == mine for s in _sessions(run)):
+                jobs[_relative(run, sweep_dir)] = run
+    return jobs
+
+
+def _sessions(run_dir: Path) -> list[dict]:
+    """``run.json``'s entries, ``[]`` when it cannot be read."""
+    from fedrun import results
+
+    try:
+        sessions = json.loads((run_dir / results.RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [s for s in sessions if isinstance(s, dict)] if isinstance(sessions, list) else []
+
+
+def _relative(path: Path, sweep_dir: Path) -> str:
+    try:
+        return str(Path(path).relative_to(Path(sweep_dir).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _given(run_dir: Path) -> dict[str, str]:
+    """A job's command-line settings, from its ``config.yaml`` (``overrides``)."""
+    from fedrun import results
+
+    try:
+        given = results.read_config(run_dir).get("overrides") or []
+    except (OSError, ValueError, FedrunError):  # a damaged config.yaml: the table lists the job without them
+        return {}
+    if not isinstance(given, list):
+        return {}
+    return dict(o.lstrip("+~").split("=", 1) for o in given if isinstance(o, str) and "=" in o)

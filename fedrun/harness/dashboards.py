@@ -1,0 +1,516 @@
+"""Dashboards: the values of ``rounds.csv`` and ``layers.csv`` sent to TensorBoard or MLflow.
+
+Off by default (``logger=none``); the CSVs stay the record, and a dashboard only mirrors them, one
+point per round: ``round/<column>`` for every number of the round's ``rounds.csv`` row and
+``layer/<layer>/<column>`` for N, E, N/E, the server step and the parameter divergence of each
+layer.  At the end it adds the run's summary values (``final_test_acc``, ``best_test_acc``,
+``best_round``, ``final_test_loss``, ...).  A resumed run continues the same dashboard run from
+its next round.
+
+A run is known by its *identity* (:func:`run_hparams`): the option of each config group
+(``aggregator``, ``dataset``, ``model``, ``partition``, ...), the seed, the main hyperparameters,
+the aggregator's and the partition's settings, and every setting the job's command line set
+(for a job of a sweep, the settings the sweep varies); and by its *name* (:func:`run_name`): the
+method and the settings its sweep varies, ``fednnnn beta=0.5 seed=1`` (a run of no sweep: the
+settings its command line set).
+
+* ``logger=tensorboard``: event files in ``<run dir>/tensorboard`` (``tensorboard --logdir
+  outputs``), through ``torch.utils.tensorboard`` (``pip install tensorboard``).  The identity is
+  the run's HParams (the HParams tab filters and compares runs by them) and the summary values
+  are its HParams metrics (scalars ``summary/<name>``); the config is a text.
+* ``logger=mlflow``: a run in an MLflow tracking store, a local SQLite file by default
+  (``mlflow ui --backend-store-uri sqlite:///mlflow.db``), named as above, with tags
+  (``aggregator``, ``dataset``, ``model``, ``partition``, ``seed``, ``fedrun_version``,
+  ``run_dir``, and the preset's ``tags``), the run's settings as parameters (in batches; without
+  Hydra's ``_target_``/``_partial_``/``_convert_`` keys and the ``federation``, ``local`` and
+  ``participation`` nodes, which repeat ``hyperparams``), the summary values as metrics and,
+  at the end, the CSVs, ``config.yaml`` and ``summary.json`` as artifacts (``pip install
+  mlflow-skinny``).
+
+A dashboard is any object with ``start(run_dir, config, first_round)``, ``log(round, row,
+layer_rows)`` and ``close(summary)``; a config's ``_target_`` names its factory.  ``config`` is
+the run's resolved config as ``config.yaml`` holds it, with ``choices`` (group -> option) and
+``overrides`` (the job's command line).
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+
+from fedrun.errors import ConfigError, disk_full, first_line
+from fedrun.paths import writable_folder
+
+LAYER_VALUES = ("N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl")
+# The summary values TensorBoard's HParams tab shows beside the hparams (summary.json's keys).
+SUMMARY_METRICS = ("final_test_acc", "best_test_acc", "best_round", "final_test_loss")
+# Keys Hydra reads to build objects, not settings of the run.
+INTERNAL_KEYS = ("_target_", "_partial_", "_convert_", "_recursive_", "_args_")
+# Nodes that repeat ``hyperparams`` for the objects built from them.
+MIRRORS = ("federation", "local", "participation")
+# Settings of how a run is launched, not of what it computes: never in a name or the hparams.
+ADMIN = ("progress", "device", "resume", "data_root", "threads", "checkpoint_every", "logger", "hydra",
+         "objective", "targets", "snapshots", "choices", "overrides", "tags", "dataset.load.search",
+         "dataset.load.download", "dataset.load.root")
+# Config groups that are hparams (logger is not), in the order a name or a table shows them.
+GROUPS = ("aggregator", "dataset", "model", "partition", "hyperparams", "mode", "experiment", "scale", "engine")
+# hyperparams that identify a run wherever they were set.
+CORE = ("rounds", "num_clients", "client_fraction", "local_epochs", "batch_size", "lr", "optimizer")
+# MLflow's run tags from the config groups' options.
+TAGGED_GROUPS = ("aggregator", "dataset", "model", "partition", "mode", "experiment", "scale")
+
+
+def none():
+    """``logger=none``: no dashboard."""
+    return None
+
+
+KINDS = ("tensorboard", "mlflow")
+
+
+def dashboards(use: dict, log_dir: str | None = None, tracking_uri: str = "mlflow.db", experiment: str = "fedrun",
+               run_name: str | None = None):
+    """``logger=tensorboard``, ``logger=mlflow``, or both at once (``logger=[tensorboard,mlflow]``,
+    as Lightning takes a list of loggers).  Hydra merges the options chosen into one ``logger``
+    node: each option's YAML adds itself to ``use`` (a mapping, so the merge keeps both; a list
+    would keep the last) and its own settings beside the other's.  Returns the one dashboard, or
+    :class:`Dashboards` feeding every round's values to each."""
+    chosen = [kind for kind, on in (use or {}).items() if on]
+    unknown = [kind for kind in chosen if kind not in KINDS]
+    if unknown:
+        raise ConfigError("logger.use", unknown[0], f"choose among {', '.join(KINDS)} (logger=tensorboard, "
+                          "logger=mlflow or logger=[tensorboard,mlflow])")
+    made = [TensorBoard(log_dir) if kind == "tensorboard" else MLflow(tracking_uri, experiment, run_name)
+            for kind in KINDS if kind in chosen]
+    if not made:
+        return None
+    return made[0] if len(made) == 1 else Dashboards(made)
+
+
+class Dashboards:
+    """Several dashboards fed the same values (``logger=[tensorboard,mlflow]``); each is checked
+    before the run and started, fed and closed in the order given."""
+
+    def __init__(self, members: list):
+        self.members = members
+
+    def check(self) -> None:
+        for member in self.members:
+            member.check()
+
+    def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
+        for member in self.members:
+            member.start(run_dir, config, first_round)
+
+    def log(self, t: int, row: dict, layer_rows: list[dict]) -> None:
+        for member in self.members:
+            member.log(t, row, layer_rows)
+
+    def close(self, summary: dict | None) -> None:
+        for member in self.members:
+            member.close(summary)
+
+
+def _numbers(row: dict, skip=("round",)) -> dict[str, float]:
+    return {k: float(v) for k, v in row.items() if k not in skip and isinstance(v, (int, float))
+            and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _points(row: dict, layer_rows: list[dict]) -> dict[str, float]:
+    points = {f"round/{k}": v for k, v in _numbers(row).items()}
+    for layer in layer_rows:
+        for k, v in _numbers({c: layer.get(c) for c in LAYER_VALUES}).items():
+            points[f"layer/{layer['layer']}/{k}"] = v
+    return points
+
+
+def _summary_values(summary: dict | None) -> dict[str, float]:
+    """summary.json's finite numbers, nested ones as ``rounds_to_accuracy.0.9``."""
+    return _numbers(_flat(summary or {}), skip=())
+
+
+# ----------------------------------------------------------------------------- who a run is
+
+def _flat(node: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _internal(key: str) -> bool:
+    """A flat config key that is no setting of its own: a Hydra key or a mirror of hyperparams."""
+    return key.split(".", 1)[0] in MIRRORS or key.rsplit(".", 1)[-1] in INTERNAL_KEYS
+
+
+def _admin(key: str) -> bool:
+    return any(key == a or key.startswith(a + ".") for a in ADMIN)
+
+
+def _get(config: dict, key: str):
+    node = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _overrides(config: dict) -> dict[str, str]:
+    """The job's command-line overrides that set something (``key -> value`` as written; deletions
+    ``~key`` and launch settings left out), in their order."""
+    out = {}
+    for line in config.get("overrides") or []:
+        key, sep, value = str(line).partition("=")
+        if not sep or key.startswith("~"):
+            continue
+        key = key.lstrip("+")
+        if not _admin(key):
+            out[key] = value
+    return out
+
+
+def _sweep_file(run_dir: Path) -> Path | None:
+    """``multirun.yaml``, which Hydra writes at the top of a sweep, when run_dir is one of its jobs."""
+    for folder in list(Path(run_dir).resolve().parents)[:2]:
+        if (folder / "multirun.yaml").is_file():
+            return folder / "multirun.yaml"
+    return None
+
+
+def swept_keys(run_dir: str | Path) -> list[str] | None:
+    """The settings the sweep that ran ``run_dir`` varies (``aggregator.beta``, ``seed``: its
+    overrides with several values, and a sweeper's ``params``, Optuna's), in command-line order;
+    None when ``run_dir`` is not a job of a sweep (or its ``multirun.yaml`` cannot be read)."""
+    path = _sweep_file(Path(run_dir))
+    if path is None:
+        return None
+    try:
+        import yaml
+
+        hydra = (yaml.safe_load(path.read_text()) or {}).get("hydra") or {}
+        lines = [str(line) for line in (hydra.get("overrides") or {}).get("task") or []]
+        params = (hydra.get("sweeper") or {}).get("params") or {}
+    except Exception:  # noqa: BLE001 - a name without the sweep rather than a failed run
+        return None
+    keys = [key.lstrip("+~") for key, sep, value in (line.partition("=") for line in lines) if sep and _sweeps(value)]
+    return list(dict.fromkeys(keys + [str(k).lstrip("+") for k in params]))
+
+
+# Hydra's sweep functions (``seed=range(0,3)``, ``'aggregator.beta=interval(0.5,1.1)'``).
+SWEEP_FUNCTIONS = ("range", "choice", "interval", "glob", "shuffle", "sort", "tag")
+
+
+def _sweeps(value: str) -> bool:
+    """Whether an override's value is a sweep, as Hydra's grammar reads it: a sweep function, or
+    values separated by a comma outside brackets, braces, parentheses and quotes (``fedavg,fedprox``;
+    not ``[1,2]`` nor ``'a,b'``).  Read here without Hydra, which only the command floor imports."""
+    value = value.strip()
+    if any(value.startswith(f"{name}(") for name in SWEEP_FUNCTIONS):
+        return True
+    depth, quote = 0, None
+    for i, ch in enumerate(value):
+        if quote:
+            quote = None if ch == quote and value[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return True
+    return False
+
+
+def _value(text: str):
+    """An override's value as YAML reads it (``0.5`` -> 0.5), else as written."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _shown(key: str, config: dict, written: str | None):
+    """A setting's value for a name or an hparam: the resolved config's, else the override's."""
+    choices = config.get("choices") or {}
+    if key in choices:
+        return choices[key]
+    value = _get(config, key)
+    if value is None and written is not None:
+        value = _value(written)
+    return value
+
+
+def run_name(config: dict | None, run_dir: str | Path) -> str:
+    """A dashboard run's name: the method (the ``aggregator`` option; ``centralized`` for
+    ``mode=centralized``) and the settings that tell the run apart, as ``key=value`` with the
+    key's last part (``fednnnn beta=0.5 seed=1``): for a job of a sweep the settings the sweep
+    varies, else those its command line set.  The run directory's name without a config."""
+    if not config:
+        return Path(run_dir).name
+    choices = config.get("choices") or {}
+    lead = "centralized" if choices.get("mode") == "centralized" or config.get("centralized") is True \
+        else str(choices.get("aggregator") or "run")
+    written = _overrides(config)
+    swept = swept_keys(run_dir)
+    keys = [k for k in (swept if swept is not None else written) if not _admin(k) and k != "aggregator"
+            and not (k == "mode" and lead == "centralized")]
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    parts = []
+    for key, name in zip(keys, short):
+        value = _shown(key, config, written.get(key))
+        if isinstance(value, float):
+            value = f"{value:g}"
+        elif isinstance(value, (list, dict)):
+            value = json.dumps(value, separators=(",", ":"))
+        parts.append(f"{name if short.count(name) == 1 else key}={value}")
+    name = " ".join([lead, *parts])
+    return name if len(name) <= 250 else name[:249] + "…"
+
+
+def _hparam(value):
+    if isinstance(value, bool):  # a choice of two, not the numbers 0 and 1
+        return str(value).lower()
+    if isinstance(value, (int, float, str)):
+        return value
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def run_hparams(config: dict | None, run_dir: str | Path) -> dict:
+    """A run's identity, as TensorBoard's hparams: each config group's option (``aggregator``,
+    ``dataset``, ...), ``seed``, the core hyperparams (``hyperparams.lr`` ...), the aggregator's
+    and the partition's settings (``aggregator.beta``) and every setting the job's command line
+    set or its sweep varies, by their dotted keys; values are numbers, booleans or strings
+    (lists as JSON); unset ones are left out."""
+    if not config:
+        return {}
+    choices = config.get("choices") or {}
+    out = {g: choices[g] for g in GROUPS if choices.get(g) is not None}
+    out["seed"] = config.get("seed")
+    out.update({f"hyperparams.{k}": _get(config, f"hyperparams.{k}") for k in CORE})
+    for group in ("aggregator", "partition"):
+        node = config.get(group) or {}
+        if isinstance(node, dict):
+            out.update({f"{group}.{k}": v for k, v in node.items() if k not in INTERNAL_KEYS
+                        and not isinstance(v, dict)})
+    written = _overrides(config)
+    for key in [*written, *(swept_keys(run_dir) or [])]:
+        if not _admin(key) and key not in out:
+            out[key] = _shown(key, config, written.get(key))
+    return {k: _hparam(v) for k, v in out.items() if v is not None}
+
+
+def run_params(config: dict | None) -> dict[str, str]:
+    """The run's settings as MLflow parameters: config.yaml flattened (``hyperparams.lr``,
+    ``choices.aggregator``, ``overrides`` as one line), without Hydra's keys and the mirrors of
+    ``hyperparams``."""
+    out = {}
+    for key, value in _flat(config or {}).items():
+        if _internal(key):
+            continue
+        if key == "overrides" and isinstance(value, list):
+            value = " ".join(map(str, value))
+        out[key] = "null" if value is None else str(value)
+    return out
+
+
+def run_tags(config: dict | None, run_dir: str | Path) -> dict[str, str]:
+    """MLflow tags: the options of the main config groups, the seed, the fedrun version, the run
+    directory and the preset's ``tags`` (``paper``, ``condition``, ...; a name taken already is
+    left to fedrun's)."""
+    from fedrun import __version__
+
+    config = config or {}
+    choices = config.get("choices") or {}
+    tags = {g: str(choices[g]) for g in TAGGED_GROUPS if choices.get(g) is not None}
+    if config.get("seed") is not None:
+        tags["seed"] = str(config["seed"])
+    tags.update(fedrun_version=__version__, run_dir=str(Path(run_dir).resolve()))
+    for key, value in (config.get("tags") or {}).items():
+        tags.setdefault(str(key), str(value))
+    if config.get("overrides") is not None:
+        tags["mlflow.note.content"] = "fedrun " + " ".join(map(str, config["overrides"]))
+    return tags
+
+
+# ----------------------------------------------------------------------------- TensorBoard
+
+def _quiet_disk_full_threads() -> None:
+    """TensorBoard writes its event files from a thread of its own, which prints a traceback when
+    the disk is full; the next point the run logs raises the same error, which stops the run in
+    one line (``fedrun.harness.federated_run.FederatedRun.guard``).  So a thread's full-disk error is not
+    printed; any other still is."""
+    previous = threading.excepthook
+    if getattr(previous, "fedrun_quiet", False):
+        return
+
+    def hook(args) -> None:
+        if args.exc_value is not None and disk_full(args.exc_value):
+            return
+        previous(args)
+
+    hook.fedrun_quiet = True
+    threading.excepthook = hook
+
+
+class TensorBoard:
+    """Event files for TensorBoard, in ``log_dir`` (default: ``<run dir>/tensorboard``)."""
+
+    def __init__(self, log_dir: str | None = None):
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+        except ImportError:
+            raise ConfigError("logger", "tensorboard", "needs the tensorboard package: pip install tensorboard "
+                              "(or pip install 'fedrun[dashboards]')") from None
+        self._writer_class, self.log_dir, self.writer = SummaryWriter, log_dir, None
+        self.last_round = 0
+
+    def check(self) -> None:
+        """Before the run starts: a ``log_dir`` that can be written (the default lies in the run
+        directory, checked with it)."""
+        if self.log_dir is not None:
+            writable_folder("logger.log_dir", Path(self.log_dir))
+
+    def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
+        _quiet_disk_full_threads()
+        # purge_step drops the points an interrupted process wrote after its last checkpoint.
+        self.writer = self._writer_class(self.log_dir or str(Path(run_dir) / "tensorboard"), purge_step=first_round)
+        if config is not None and first_round == 1:
+            from torch.utils.tensorboard.summary import hparams
+
+            self.writer.add_text("config", "```\n" + json.dumps(config, indent=1, default=str) + "\n```")
+            self.writer.add_text("run", f"{run_name(config, run_dir)}  \n{Path(run_dir).resolve()}")
+            # The HParams tab: this run's hparams, and the summary scalars as its metrics.
+            experiment, start, _ = hparams(run_hparams(config, run_dir), {f"summary/{m}": 0 for m in SUMMARY_METRICS})
+            for summary in (experiment, start):
+                self.writer.file_writer.add_summary(summary)
+            self.writer.flush()
+
+    def log(self, t: int, row: dict, layer_rows: list[dict]) -> None:
+        for name, value in _points(row, layer_rows).items():
+            self.writer.add_scalar(name, value, t)
+        self.last_round = max(self.last_round, t)
+        self.writer.flush()
+
+    def close(self, summary: dict | None) -> None:
+        if self.writer is None:
+            return
+        if summary:
+            from torch.utils.tensorboard.summary import hparams
+
+            step = int(summary.get("rounds") or self.last_round)
+            for name, value in _summary_values(summary).items():
+                self.writer.add_scalar(f"summary/{name}", value, step)
+            self.writer.file_writer.add_summary(hparams({}, {})[2])  # the session ended, successfully
+        self.writer.close()
+
+
+# ----------------------------------------------------------------------------- MLflow
+
+def _chunks(items: list, size: int):
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class MLflow:
+    """A run in an MLflow tracking store (default: the SQLite file ``mlflow.db`` in the working
+    directory; a plain path is taken as a SQLite file, since MLflow retired its folder store), in
+    ``experiment``, named ``run_name`` (default: :func:`run_name`); the run's id is kept in
+    ``<run dir>/mlflow.json``, so a resumed run logs into the same MLflow run.  An experiment
+    fedrun creates in a SQLite store keeps its artifacts in ``mlartifacts`` beside the file."""
+
+    def __init__(self, tracking_uri: str = "mlflow.db", experiment: str = "fedrun", run_name: str | None = None):
+        try:
+            import mlflow
+        except ImportError:
+            raise ConfigError("logger", "mlflow", "needs the mlflow package: pip install mlflow-skinny "
+                              "(or pip install 'fedrun[dashboards]')") from None
+        self.mlflow, self.tracking_uri, self.experiment, self.run_name = mlflow, tracking_uri, experiment, run_name
+        self.client, self.run_id, self.run_dir, self.last_round = None, None, None, 0
+
+    def check(self) -> None:
+        """Before the run starts: a store fedrun can reach without the network (a SQLite file in a
+        folder it can write to; a server's address is taken as given)."""
+        uri = self.tracking_uri
+        if ":" not in uri or uri.startswith("sqlite:///"):
+            writable_folder("logger.tracking_uri", Path(uri[len("sqlite:///"):] if ":" in uri else uri).parent, uri)
+        elif uri.split(":", 1)[0] not in ("http", "https", "databricks", "postgresql", "mysql", "mssql", "file"):
+            raise ConfigError("logger.tracking_uri", uri, "choose a SQLite file (mlflow.db, sqlite:///path.db) or "
+                              "a tracking server (http://host:5000)")
+
+    def start(self, run_dir: Path, config: dict | None, first_round: int) -> None:
+        try:
+            self._start(Path(run_dir), config)
+        except Exception as e:  # noqa: BLE001 - the store's own errors, in one line
+            if disk_full(e):  # mlflow.json: the run's full disk, said as such by the run
+                raise
+            raise ConfigError("logger.tracking_uri", self.tracking_uri, f"MLflow cannot use it: {first_line(e)}") from None
+
+    def _experiment_id(self, uri: str) -> str:
+        found = self.client.get_experiment_by_name(self.experiment)
+        if found:
+            return found.experiment_id
+        location = None
+        if uri.startswith("sqlite:///"):
+            location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+        try:
+            return self.client.create_experiment(self.experiment, artifact_location=location)
+        except Exception:  # a parallel job created it first
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _start(self, run_dir: Path, config: dict | None) -> None:
+        from mlflow.entities import Param
+        from mlflow.utils.validation import (
+            MAX_PARAM_VAL_LENGTH,
+            MAX_PARAMS_TAGS_PER_BATCH,
+        )
+
+        uri = self.tracking_uri
+        if ":" not in uri:  # a path: a SQLite file
+            uri = "sqlite:///" + str(Path(uri).resolve())
+        self.client, self.run_dir = self.mlflow.tracking.MlflowClient(tracking_uri=uri), run_dir
+        marker = run_dir / "mlflow.json"
+        if marker.is_file():
+            self.run_id = json.loads(marker.read_text())["run_id"]
+            return
+        run = self.client.create_run(self._experiment_id(uri), tags=run_tags(config, run_dir),
+                                     run_name=self.run_name or run_name(config, run_dir))
+        self.run_id = run.info.run_id
+        marker.write_text(json.dumps({"tracking_uri": uri, "run_id": self.run_id}) + "\n")
+        params = [Param(k[:250], v[:MAX_PARAM_VAL_LENGTH]) for k, v in run_params(config).items()]
+        for batch in _chunks(params, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=batch)
+
+    def _metrics(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+        from mlflow.utils.validation import MAX_METRICS_PER_BATCH
+
+        stamp = int(1000 * time.time())
+        metrics = [Metric(name.replace("/", "."), value, stamp, step) for name, value in values.items()]
+        for batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def log(self, t: int, row: dict, layer_rows: list[dict]) -> None:
+        self._metrics(_points(row, layer_rows), t)
+        self.last_round = max(self.last_round, t)
+
+    def close(self, summary: dict | None) -> None:
+        if self.client is None or self.run_id is None:
+            return
+        if summary:
+            self._metrics(_summary_values(summary), int(summary.get("rounds") or self.last_round))
+        for path in sorted(self.run_dir.glob("*.csv")) + [self.run_dir / n for n in ("config.yaml", "summary.json")]:
+            if path.is_file():
+                self.client.log_artifact(self.run_id, str(path))
+        self.client.set_terminated(self.run_id)

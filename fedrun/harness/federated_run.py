@@ -1,0 +1,356 @@
+"""One federated run between rounds: :class:`Federation` (who trains when) and
+:class:`FederatedRun` (a run's model, partition, engine, server and client state, open run
+directory, and the steps of its round).
+
+The round loop (:func:`fedrun.harness.simulation.simulate_runs`) calls the steps in order, for one run
+or a population of runs: :meth:`FederatedRun.sample`, the engine's training on
+:meth:`FederatedRun.training`, :meth:`FederatedRun.train_reference`,
+:meth:`FederatedRun.aggregate`, :meth:`FederatedRun.evaluate`, :meth:`FederatedRun.record`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from fedrun.server.aggregator import Aggregator, check_finite
+from fedrun.data.preparation import FederatedData
+from fedrun.diagnostics.divergence import LearnerParams, round_divergence, train_vanilla
+from fedrun.errors import (ConfigError, DivergenceError, Interrupted, NoSpaceError, Terminated, check, disk_full,
+                           first_line)
+from fedrun.diagnostics.evaluation import eval_batch, evaluate_round
+from fedrun.models.layers import layers as model_layers
+from fedrun.client.local_training import LocalTraining, OptimizerStates
+from fedrun.logs import FILE_ONLY, ROUND_LINE
+from fedrun.diagnostics.nwda import layer_grams
+from fedrun.params import split_state
+from fedrun.client.participation import Participation
+from fedrun.data.partition import class_counts, fingerprint
+from fedrun.harness.recorder import Recorder, RoundRecord
+from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run, settings_digest
+from fedrun.seeding import clients_per_round, sample_clients
+from fedrun.client.sequential import SequentialEngine
+
+log = logging.getLogger(__name__)
+
+# The start of a run's log says how much memory the aggregator's state takes when it is more than this
+# (SCAFFOLD's control variates grow with K).
+STATE_NOTE_BYTES = 2**30
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Who trains when (Nagura et al. Table 1: total rounds, C, K)."""
+
+    rounds: int = 10
+    num_clients: int = 100  # K
+    client_fraction: float = 0.1  # C; m = max(C K, 1) clients a round
+    eval_every: int = 1
+
+    vanilla_every: int = 0  # PD-VL's vanilla reference learner every n rounds (0: never)
+    snapshots: tuple[int, ...] = ()  # rounds whose evaluated global model is saved to models/
+    checkpoint_every: int = 1  # checkpoint.pt after rounds n, 2n, ... and the last
+
+
+    def __post_init__(self):
+        object.__setattr__(self, "snapshots", tuple(self.snapshots))  # a list from the config
+        check(self.rounds >= 1, "hyperparams.rounds", self.rounds, "must be >= 1")
+        check(self.vanilla_every >= 0, "vanilla_every", self.vanilla_every, "must be >= 0 (0: off)")
+        check(all(1 <= r <= self.rounds for r in self.snapshots), "snapshots", list(self.snapshots),
+              f"rounds between 1 and hyperparams.rounds ({self.rounds})")
+        check(self.num_clients >= 1, "hyperparams.num_clients", self.num_clients, "must be >= 1")
+        check(0 < self.client_fraction <= 1, "hyperparams.client_fraction", self.client_fraction,
+              "must be in (0, 1]")
+        check(self.eval_every >= 1, "hyperparams.eval_every", self.eval_every, "must be >= 1")
+        check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
+              "must be >= 1 (rounds between checkpoints; the last round is always saved)")
+
+    @property
+    def per_round(self) -> int:
+        return clients_per_round(self.num_clients, self.client_fraction)
+
+    def checkpoint_round(self, t: int) -> bool:
+        """Whether checkpoint.pt is written after round t (a resume continues from the last one)."""
+        return t % self.checkpoint_every == 0 or t == self.rounds
+
+    def vanilla_round(self, t: int) -> bool:
+        """Rounds 1, 1 + n, 1 + 2n, ... get the PD-VL reference (round 1 shows the early divergence)."""
+        return self.vanilla_every > 0 and (t - 1) % self.vanilla_every == 0
+
+
+class FederatedRun:
+    """One federated run between rounds: its model, partition, engine, server and client state,
+    and its open run directory.  A round is five steps, in this order:
+
+    1. :meth:`sample` the round's clients, drop-outs and stragglers, all from ``(seed, round)``;
+    2. train them: ``engine.train(*run.training(r))`` (or a population's one call for all runs),
+       then :meth:`train_reference`, the PD-VL reference learner on its rounds;
+    3. :meth:`aggregate`: N, E, the clients' angles and the learners' divergence from one pass
+       over the updates, then the aggregator;
+    4. :meth:`evaluate` the model the aggregator names (both, when FedNNNN's two differ), on the
+       rounds :meth:`evaluates` says;
+    5. :meth:`record` the round's rows, the snapshot and the checkpoint.
+
+    Arguments as :func:`simulate`.  Construction builds everything that can fail on the inputs;
+    entering the run (``with run:``) locks and opens the directory, or resumes it.
+    """
+
+    def __init__(self, run_dir, data: FederatedData, make_model, partition, aggregator: Aggregator,
+                 local: LocalTraining, federation: Federation, participation: Participation = Participation(),
+                 make_engine: Callable = SequentialEngine, seed: int = 0, device="cpu", resume: bool = False,
+                 targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), config: dict | None = None,
+                 dashboard=None, objective: str | None = None, notes: tuple[str, ...] = ()):
+        self.run_dir, self.data, self.aggregator, self.local = Path(run_dir), data, aggregator, local
+        self.federation, self.participation, self.seed, self.device = federation, participation, seed, device
+        self.resume, self.targets, self.config, self.dashboard = resume, targets, config, dashboard
+        self.objective = objective  # the summary's value a sweep optimizes (fedrun.results.objective)
+        self.notes = tuple(notes)  # settings without effect here (fedrun.command.build.no_effect): warned at the start
+        self.population = False  # trained with other runs: its round lines go to its fedrun.log only
+        if not resume:
+            refuse_existing_run(self.run_dir)  # fail before the work below
+        aggregator.check_local(local)
+        torch.manual_seed(seed)
+        self.model = build_model(make_model, data, device)
+        self.layers, self.labels = model_layers(self.model), data.train_y.cpu().numpy()
+        self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
+                               num_classes=data.num_classes, seed=seed)
+        self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
+        # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
+        regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
+        self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
+        self.params, self.buffers = split_state(self.model)
+        self.state = aggregator.init(self.params, federation.num_clients, self.layers)
+        self.opt = OptimizerStates(local, self.params)
+        self.done = 0  # the last round recorded
+        self.saved = 0  # the last round whose checkpoint is on disk (= done, unless checkpoint_every > 1)
+        self.finished: dict | None = None  # the summary of a run a previous process completed
+        self.dir: RunDirectory | None = None
+        self.recorder: Recorder | None = None
+
+    def __enter__(self) -> "FederatedRun":
+        """Lock the run directory; check a resumed run's checkpoint, config and CSVs before
+        writing a byte; open the CSVs (cut back to the checkpoint's sizes on resume)."""
+        self.dir = RunDirectory.open(self.run_dir, self.resume)
+        try:
+            self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
+                                     self.device, settings_digest(self.config))
+            self.dir.write_config(self.config, self.resume)  # first: on resume, refuses settings that differ
+            ckpt = self.dir.checkpoint(self.device) if self.resume else None
+            self.finished = self.recorder.resume(ckpt, self.federation.rounds)
+            if self.finished is not None:
+                return self
+            self.dir.start_log()
+            if ckpt is not None:
+                self.params, self.buffers = ckpt["params"], ckpt["buffers"]
+                self.state, self.opt.state, self.done = ckpt["aggregator"], ckpt["optimizer_state"], ckpt["round"]
+                self.saved = self.done
+            with self.dir.speaks():
+                self._log_start()
+            self.recorder.open(class_counts(self.parts, self.labels, self.data.num_classes),
+                               ckpt and ckpt["offsets"], self.done + 1, self.config)
+            if ckpt is None:  # the run's start, saved before any round: a run stopped at any instant resumes
+                self.recorder.checkpoint(0, self.params, self.buffers, self.state, self.opt.state)
+        except BaseException:
+            self.dir.close()
+            raise
+        return self
+
+    def _log_start(self) -> None:
+        f = self.federation
+        log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(), type(self.engine).__name__,
+                 f"; resuming after round {self.done}" if self.done else "")
+        log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
+                 f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
+                 sum(p.numel() for p in self.params.values()))
+        for note in self.notes:
+            log.warning(note)
+        held = tensor_bytes(self.state)
+        if held > STATE_NOTE_BYTES:  # SCAFFOLD's control variates: K x the model's parameters
+            log.info("%s keeps %.1f GiB of server state%s, on %s and in every checkpoint.pt", self.aggregator.name,
+                     held / 2**30, " (a control variate for each of the K clients)"
+                     if "correction" in self.state else "", self.device)
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the run directory (its lock and log); again is harmless."""
+        if self.dir is not None:
+            self.dir.close()
+
+    @contextlib.contextmanager
+    def guard(self):
+        """Ctrl-C, SIGTERM and a full disk as their one-line errors, naming the last complete round;
+        a divergence closes the session in ``run.json`` with its round and error (``Recorder.stopped``)."""
+        try:
+            yield
+        except KeyboardInterrupt as e:  # SIGINT, or SIGTERM as fedrun.errors.Terminated
+            raise Interrupted(self.saved_round(), self.done, terminated=isinstance(e, Terminated)) from None
+        except DivergenceError as e:  # recorded in run.json: the run ended, not merely stopped
+            if self.recorder is not None:
+                self.recorder.stopped("diverged", str(e), self.done)
+            raise
+        except Exception as e:
+            if disk_full(e):  # an OSError, or torch's error raised while handling one
+                when = f"after round {self.done}" if self.done else "before the first round"
+                saved = self.saved_round()
+                again = "" if saved >= self.done else (  # checkpoint_every > 1: the rounds since run again
+                    f", which continues after round {saved}, its last checkpoint (checkpoint_every)" if saved else
+                    ", which starts over from round 1 (no checkpoint since the start)")
+                raise NoSpaceError(f"no space left on the device writing to {self.run_dir} ({when}); free space, "
+                                   f"then resume with resume=true{again}") from None
+            raise
+
+    def saved_round(self) -> int:
+        """The round of the checkpoint on disk: what a resume continues after.  Read from the file,
+        since Ctrl-C may land between the checkpoint's rename and ``self.saved``'s update."""
+        path = self.run_dir / CHECKPOINT
+        if self.dir is None or not path.is_file():
+            return self.saved
+        try:
+            return int(torch.load(path, map_location="cpu", weights_only=True)["round"])
+        except Exception:  # noqa: BLE001 - unreadable: the in-memory count is the best left
+            return self.saved
+
+    def remaining(self) -> range:
+        return range(self.done + 1, self.federation.rounds + 1)
+
+    def sample(self, t: int) -> RoundRecord:
+        """Step 1: round t's reporting clients, their epochs and starting optimizer states."""
+        f = self.federation
+        sampled = sample_clients(self.seed, t, f.num_clients, f.per_round)
+        clients, epochs, dropped, stragglers = self.participation.draw(self.seed, t, sampled, self.local.epochs)
+        r = RoundRecord(t, self.local.lr_at(t, f.rounds), {k: len(self.parts[k]) for k in dropped}, stragglers)
+        r.clients, r.epochs = clients, epochs
+        r.starts = self.opt.starting(clients) if clients else None
+        r.inputs = self.aggregator.client_inputs(self.state, clients)  # SCAFFOLD's c - c_k, or None
+        r.models = {"average": self.params, "sent": self.params}  # if everyone dropped out: keep w_t
+        return r
+
+    def training(self, r: RoundRecord) -> tuple:
+        """Step 2's arguments of ``engine.train``: w_t, the clients and their data, the round, and
+        the regularizer's per-client inputs from the aggregator's correction (or None)."""
+        return (self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients], r.round,
+                r.epochs, r.lr, r.starts, r.inputs)
+
+    def train_reference(self, r: RoundRecord) -> None:
+        """Step 2, end: on the rounds that have one, the PD-VL reference learner (client K, all the
+        training data) trains from w_t as the clients did (:func:`fedrun.diagnostics.divergence.train_vanilla`)."""
+        if self.federation.vanilla_round(r.round):
+            r.vanilla = train_vanilla(self.engine, self.params, self.buffers, r.results, self.federation.num_clients,
+                                      len(self.data.train_y), self.seed, r.round, self.local.epochs, r.lr, r.starts)
+            r.vanilla_loss = float(r.vanilla.loss[0])
+
+    def aggregate(self, r: RoundRecord) -> None:
+        """Step 3: the new global model."""
+        # Every inner product of the round's diagnostics comes from one pass over the updates:
+        # N and E, the clients' angles, the learners' divergence.
+        reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}
+        grams = layer_grams(r.results.deltas, self.layers, self.params, reference)
+        r.divergence, r.learners = round_divergence(grams), LearnerParams(self.params, r.results.deltas)
+        r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, grams)
+        check_finite(r.outcome, r.results.loss, r.round, self.aggregator.name)
+        self.opt.finish(r.clients, r.results.opt_states, r.outcome.stats_weights)
+        self.params, self.buffers = r.outcome.sent, r.outcome.buffers
+        r.models = {"average": r.outcome.average, "sent": r.outcome.sent}
+
+    def evaluates(self, t: int) -> bool:
+        return t % self.federation.eval_every == 0 or t == self.federation.rounds
+
+    def evaluate(self, r: RoundRecord) -> dict:
+        """Step 4: the round's test (and validation) columns."""
+        return evaluate_round(self.model, r.models, self.buffers, self.aggregator.evaluate, self.data,
+                              eval_batch(self.device))
+
+    def record(self, r: RoundRecord) -> None:
+        """Step 5: the round's rows, its snapshot, the checkpoint (on the rounds it is due: the
+        CSV rows written after it are cut off and written again by a resume)."""
+        t = r.round
+        self.recorder.write(r)
+        if t in self.federation.snapshots:
+            self.recorder.snapshot(t, r.models[self.aggregator.evaluate], self.buffers)
+        if self.federation.checkpoint_round(t):
+            self.recorder.checkpoint(t, self.params, self.buffers, self.state, self.opt.state)
+            self.saved = t
+        self.done = t
+        row = self.recorder.last
+        log.info("round %d/%d: test accuracy %s, test loss %s, N/E %s, %.2f s", t, self.federation.rounds,
+                 _percent(row.get("test_acc")), _number(row.get("test_loss")), _number(row.get("N_over_E"), 3),
+                 row.get("wall_s", float("nan")), extra={ROUND_LINE: True, FILE_ONLY: self.population})
+
+    def summary(self) -> dict:
+        """Write ``summary.json`` and say, in one line, where the results are and how the run went."""
+        out = self.recorder.summary(self.aggregator.name, self.targets, self.objective)
+        objective = ("" if out.get("objective_value") is None else
+                     f"; {out['objective']} = {out['objective_value']:.4f}")
+        log.info("done: %d rounds in %s; final test accuracy %s, best %s (round %s)%s; results in %s",
+                 out.get("rounds", 0), _duration(out.get("round_seconds")), _percent(out.get("final_test_acc")),
+                 _percent(out.get("best_test_acc")), out.get("best_round", "-"), objective, self.run_dir.resolve())
+        return out
+
+
+def _percent(value) -> str:
+    return "-" if value is None or value != value else f"{100 * value:.2f}%"
+
+
+def _number(value, digits: int = 4) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 59.95:  # what rounds to 60.0 s is a minute
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(float(seconds)), 60)
+    return f"{minutes} min {rest} s"
+
+
+def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device) -> nn.Module:
+    """The model, checked on one training image: a model that cannot be built for the data's
+    shape, or cannot take its images, is one line before anything is written."""
+    shape = "x".join(map(str, data.train_x.shape[1:]))
+    try:
+        model = make_model().to(device)
+    except Exception as e:  # noqa: BLE001 - a constructor's arithmetic on a too-small image, ...
+        cause = e
+        while cause is not None and not isinstance(cause, ConfigError):  # Hydra wraps the constructor's own
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
+        raise ConfigError("model", type(e).__name__, f"cannot be built for the dataset's {shape} images: "
+                          f"{first_line(e)}") from None
+    training = model.training
+    try:
+        with torch.no_grad():
+            model.eval()(data.train_x[:1])
+    except Exception as e:  # noqa: BLE001 - shape mismatches surface as RuntimeError
+        raise ConfigError("model", type(model).__name__, f"cannot take the dataset's {shape} images "
+                          f"(check dataset.channels and dataset.image_size): {first_line(e)}") from None
+    finally:
+        model.train(training)
+    return model
+
+
+def sync(device) -> float:
+    """Wait for queued GPU work, so that a timing column holds the work it names; the time after."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def tensor_bytes(obj) -> int:
+    """The bytes of every tensor in a nested dict / list (an aggregator's state)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0

@@ -1,0 +1,444 @@
+"""What a run writes: CSVs appended and flushed every round, the checkpoint, the summary.
+
+:class:`Recorder` owns the run directory's files: the CSV schemas (``COLUMNS``), the rows it
+builds from what a round produced (:class:`RoundRecord`: the clients' results, the aggregator's
+outcome, the parameter divergence, the evaluation, the timings), the model snapshots, the
+checkpoint and ``summary.json``.  The round loop (:func:`fedrun.harness.simulation.simulate`) computes;
+the recorder writes.
+
+CSV files are only ever appended to; the checkpoint records their sizes and the SHA-256 of those
+bytes after each complete round (and of the run's settings), and a resumed run checks them, then
+truncates the CSVs back to those sizes before going on, so an interrupted run (even one killed
+mid-write, or stopped by a full disk half-way through a row) ends with the same bytes as an
+uninterrupted one, and an edited one is refused rather than continued.  Every other file (the checkpoint, the snapshots,
+``summary.json``, ``run.json``, ``partition.csv``) is replaced whole, atomically
+(:func:`fedrun.harness.rundir.write_atomic`); no file is opened through a symbolic link.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedrun.harness import provenance
+from fedrun.harness.objective import objective as objective_value
+from fedrun.errors import ConfigError, RunDirectoryError
+from fedrun.models.layers import Layer
+from fedrun.params import Params
+from fedrun.harness.rundir import open_run_file, write_atomic
+
+if TYPE_CHECKING:  # rundir reads CSV headers; the recorder only holds the open directory
+    from fedrun.harness.rundir import RunDirectory
+
+log = logging.getLogger(__name__)
+
+# Seconds: local training (with the vanilla reference), evaluation, the whole round.  The only
+# columns that differ between two runs of the same config and seed.
+TIMING_COLUMNS = ("train_s", "eval_s", "wall_s")
+ROUND_COLUMNS = [
+    "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
+    "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step",
+    "server_step_sum", "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "pd_ls", "pd_vl",
+    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", *TIMING_COLUMNS,
+]
+LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl"]
+OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
+CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
+                  "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
+CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
+# What a checkpoint holds (Recorder.checkpoint), checked before a resume trusts it.
+CHECKPOINT_KEYS = ("round", "params", "buffers", "aggregator", "optimizer_state", "step_sum", "partition", "offsets")
+COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
+           "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, float):
+        return format(v, ".8g")
+    return str(v)
+
+
+class CsvLog:
+    """An append-only CSV with a fixed header (opened without following a symbolic link), and the
+    SHA-256 of everything written to it so far (:meth:`digest`, kept as it goes: a checkpoint
+    records it without reading the file again)."""
+
+    def __init__(self, path: Path, columns: list[str], truncate_to: int | None = None):
+        self.path, self.columns = Path(path), columns
+        if truncate_to is None or not self.path.exists():
+            header = (",".join(columns) + "\n").encode()
+            with open_run_file(self.path, "wb") as f:
+                f.write(header)
+            self._digest = hashlib.sha256(header)
+        else:
+            with open_run_file(self.path, "r+b") as f:
+                f.truncate(truncate_to)
+            self._digest = hashlib.sha256()
+            with open(self.path, "rb") as f:  # the bytes kept, which the checkpoint vouched for
+                while chunk := f.read(1 << 20):
+                    self._digest.update(chunk)
+
+    def append(self, rows: list[dict]) -> None:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        for row in rows:
+            writer.writerow([_fmt(row.get(c)) for c in self.columns])
+        data = buf.getvalue().encode()
+        with open_run_file(self.path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        self._digest.update(data)
+
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    def digest(self) -> str:
+        """SHA-256 of the file's bytes so far (:func:`fedrun.harness.rundir.prefix_digest` of its size)."""
+        return self._digest.copy().hexdigest()
+
+
+def atomic_save(obj, path: Path) -> None:
+    """``torch.save`` to a temporary file, fsync, then rename over ``path``: never half-written
+    (:func:`fedrun.harness.rundir.write_atomic`)."""
+    write_atomic(path, lambda f: torch.save(obj, f), binary=True)
+
+
+def _finite(obj):
+    """NaN/Inf -> None recursively, so the file is valid JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json(obj, path: Path) -> None:
+    """``obj`` as JSON (NaN and Inf as null), written atomically (:func:`fedrun.harness.rundir.write_atomic`)."""
+    text = json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n"
+    write_atomic(path, lambda f: f.write(text))
+
+
+def summarize(rounds_csv: Path, targets: list[float]) -> dict:
+    """Final accuracy, best accuracy and its round, and the first round reaching each target."""
+    import pandas as pd
+
+    every = pd.read_csv(rounds_csv)
+    df = every.dropna(subset=["test_acc"])
+    if df.empty:
+        return {"rounds": 0}
+    best = df.loc[df["test_acc"].idxmax()]
+    reached = {}
+    for target in targets:
+        hit = df[df["test_acc"] >= target]
+        reached[f"{target:g}"] = int(hit["round"].iloc[0]) if len(hit) else None
+    out = {
+        "rounds": int(df["round"].iloc[-1]),
+        "final_test_acc": float(df["test_acc"].iloc[-1]),
+        "final_test_loss": float(df["test_loss"].iloc[-1]),
+        "best_test_acc": float(best["test_acc"]),
+        "best_round": int(best["round"]),
+        "rounds_to_accuracy": reached,
+    }
+    if "wall_s" in every:  # the time the rounds took, over every process that ran them
+        out["round_seconds"] = round(float(every["wall_s"].sum()), 3)
+    for model in ("average", "sent"):
+        col = f"{model}_test_acc"
+        if col in df and df[col].notna().any():
+            out[f"final_{col}"] = float(df[col].iloc[-1])
+    if "val_acc" in df and df["val_acc"].notna().any():
+        out["final_val_acc"] = float(df["val_acc"].iloc[-1])
+        out["best_val_acc"] = float(df["val_acc"].max())
+    return out
+
+
+# ----------------------------------------------------------------------------- one run's files
+
+@dataclass
+class RoundRecord:
+    """Everything round t produced that a CSV reports.  ``results``/``outcome``/``divergence``
+    are None when every sampled client dropped out (the server then keeps ``w_t``)."""
+
+    round: int
+    lr: float
+    dropped: dict[int, int]  # client -> n_k, for the clients that returned nothing
+    stragglers: set[int]
+    clients: list[int] = field(default_factory=list)  # the reporting clients, in training order
+    epochs: list[int] = field(default_factory=list)  # their local epochs (fewer for a straggler)
+    starts: object = None  # their starting optimizer states, stacked (None: reset every round)
+    inputs: object = None  # their regularizer inputs from the aggregator's correction (SCAFFOLD's c - c_k), or None
+    models: dict = field(default_factory=dict)  # {"average": ..., "sent": ...}: the round's global models
+    results: object = None  # fedrun.client.local_training.ClientResults
+    outcome: object = None  # fedrun.server.aggregator.RoundOutcome
+    divergence: object = None  # fedrun.diagnostics.divergence.Divergence
+    learners: object = None  # the learners' parameters w + dw_k (fedrun.diagnostics.divergence.LearnerParams)
+    vanilla: object = None  # the PD-VL reference learner's results (its rounds only)
+    vanilla_loss: float | None = None
+    evaluation: dict = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
+    seconds: dict = field(default_factory=dict)  # TIMING_COLUMNS
+
+
+class Recorder:
+    """Writes one run's files; see the module docstring.
+
+    Args:
+      run: the locked run directory.
+      layers: the model's layers (rows of ``layers.csv``, the conv/fc groups of ``rounds.csv``).
+      params: the global model, for the layers' sizes.
+      fingerprint: the partition's fingerprint, stored in the checkpoint and the summary.
+      dashboard: mirrors every round's values to TensorBoard or MLflow (:mod:`fedrun.harness.dashboards`), or None.
+      device: the run's device, named in ``run.json`` (:mod:`fedrun.harness.provenance`).
+      settings: :func:`fedrun.harness.rundir.settings_digest` of the run's config, recorded in every
+        checkpoint and checked by a resume (None: no config, nothing checked).
+    """
+
+    def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
+                 device="cpu", settings: str | None = None):
+        self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
+        self.dashboard, self.device = dashboard, device
+        self.settings = settings  # the run's settings digest (fedrun.harness.rundir.settings_digest), or None
+        self.types = np.array([layer.type for layer in layers])
+        self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
+        self.output_layer = output_layer(layers)
+        self.step_sum = 0.0  # server_step_sum: the path length of the global model so far
+        self.logs: dict[str, CsvLog] = {}
+        self.progress = {"acc": "nan", "N_E": "nan"}  # the progress bar's last accuracy and N/E
+        self.last: dict = {}  # the last rounds.csv row written
+
+    def resume(self, ckpt: dict | None, rounds: int) -> dict | None:
+        """Check a checkpoint to continue from against this run's partition and CSVs, before a byte
+        is written, and take its ``server_step_sum``.  Returns the summary of a run that a previous
+        process completed (nothing to do), else None."""
+        if ckpt is None:
+            return None
+        if "aggregator" not in ckpt:
+            raise RunDirectoryError(f"{self.run.checkpoint_path}: written by an earlier fedrun version; resume it "
+                                    "with that version, or start a new run directory (nothing was written)")
+        missing = [key for key in CHECKPOINT_KEYS if key not in ckpt]
+        if missing or not isinstance(ckpt["offsets"], dict) or not isinstance(ckpt["round"], int):
+            raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint (missing or damaged: "
+                                    f"{', '.join(missing) or 'offsets or round'}); restore it or start a new run "
+                                    "directory (nothing was written)")
+        if ckpt.get("partition") != self.fingerprint:
+            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
+                              f"from this config's ({self.fingerprint}); use the run's original settings")
+        recorded = ckpt.get("settings")  # absent from checkpoints of fedrun before it was recorded
+        if recorded is not None and self.settings is not None and recorded != self.settings:
+            # The settings equal config.yaml's (checked first), so config.yaml is not what the checkpoint ran.
+            raise RunDirectoryError(f"{self.path / 'config.yaml'}: its settings are not those the checkpoint's "
+                                    f"{ckpt['round']} rounds ran with (edited since); restore it or start a new "
+                                    "run directory (nothing was written)")
+        digests = ckpt.get("digests")
+        self.run.check_csvs(COLUMNS, ckpt["offsets"], digests if isinstance(digests, dict) else None)
+        self.step_sum = ckpt["step_sum"]
+        if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():
+            try:
+                summary = json.loads((self.path / "summary.json").read_bytes())
+            except ValueError:  # damaged (not JSON): written again from the CSVs
+                summary = None
+            if isinstance(summary, dict):
+                log.info("%s is complete (%d of %d rounds); nothing to do", self.path, ckpt["round"], rounds)
+                return summary
+            log.warning("resume=true: %s is not JSON; writing it again", self.path / "summary.json")
+        return None
+
+    def open(self, class_counts: np.ndarray, offsets: dict[str, int] | None = None, first_round: int = 1,
+             config: dict | None = None) -> None:
+        """Write ``partition.csv`` and open the CSVs: new, or cut back to a checkpoint's ``offsets``
+        (and the dashboard, from ``first_round``)."""
+        if self.dashboard is not None:  # first: a store it cannot reach leaves no results behind
+            self.dashboard.start(self.path, config, first_round)
+        sessions = self.sessions()
+        # A sweep's job says which sweep ran it: the sweep's closing table lists its own jobs by it.
+        sweep = {"sweep": os.environ[provenance.SWEEP_ID]} if os.environ.get(provenance.SWEEP_ID) else {}
+        sessions.append({**provenance.describe(self.device), **sweep, "started": provenance.now(),
+                         "first_round": first_round})
+        write_json(sessions, self.path / provenance.RUN_FILE)
+        write_partition(self.path / "partition.csv", class_counts)
+        self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))
+                     for name, cols in COLUMNS.items()}
+
+    def write(self, r: RoundRecord) -> None:
+        """Append round ``r``'s rows to every CSV (flushed and synced before returning)."""
+        t, results, outcome = r.round, r.results, r.outcome
+        row = {"round": t, "clients": 0 if results is None else len(results.clients), "dropped": len(r.dropped),
+               "stragglers": len(r.stragglers), "lr": r.lr, "vanilla_loss": r.vanilla_loss,
+               **r.evaluation, **r.seconds}
+        if outcome is None:  # everyone dropped out: the server keeps w_t
+            row.update(skipped=1, server_step=0.0, server_step_sum=self.step_sum)
+        else:
+            self.step_sum += outcome.server_step
+            row.update(norm_columns(outcome, self.types))
+            row.update(train_loss=float(outcome.stats_weights @ results.loss), server_step_sum=self.step_sum,
+                       skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl)
+        self.logs["rounds"].append([row])
+        self.last = row
+        self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
+                         "N_E": f"{row.get('N_over_E', float('nan')):.3f}"}
+        clients = [{"round": t, "client": k, "examples": n, "dropped": 1} for k, n in r.dropped.items()]
+        layers = [] if outcome is None else layer_rows(t, outcome, self.layers, self.sizes, r.divergence)
+        if outcome is not None:
+            self.logs["layers"].append(layers)
+            self.logs["client_layers"].append(client_layer_rows(t, results, outcome, self.layers))
+            if self.output_layer is not None:
+                self.logs["output_layer"].append(output_rows(t, results.clients, r.learners, *self.output_layer))
+            clients += client_rows(t, results, outcome, r.stragglers)
+        self.logs["clients"].append(sorted(clients, key=lambda c: c["client"]))
+        if self.dashboard is not None:
+            self.dashboard.log(t, row, layers)
+
+    def snapshot(self, t: int, params: Params, buffers: Params) -> None:
+        """Save the evaluated global model of round t to ``models/round_NNNN.pt`` (loss surfaces)."""
+        (self.path / "models").mkdir(exist_ok=True)
+        atomic_save({"round": t, "params": params, "buffers": buffers}, self.path / "models" / f"round_{t:04d}.pt")
+
+    def checkpoint(self, t: int, params: Params, buffers: Params, aggregator_state: dict,
+                   optimizer_state: object) -> None:
+        """Everything needed to continue after round t, with the CSVs' sizes at this point."""
+        atomic_save({"round": t, "params": params, "buffers": buffers, "aggregator": aggregator_state,
+                     "optimizer_state": optimizer_state, "step_sum": self.step_sum, "partition": self.fingerprint,
+                     "offsets": {name: lg.size() for name, lg in self.logs.items()},
+                     "digests": {name: lg.digest() for name, lg in self.logs.items()},
+                     "settings": self.settings}, self.run.checkpoint_path)
+
+    def sessions(self) -> list[dict]:
+        """``run.json``: the processes that ran this run's rounds, oldest first (:mod:`fedrun.harness.provenance`)."""
+        path = self.path / provenance.RUN_FILE
+        try:
+            sessions = json.loads(path.read_text()) if path.is_file() else []
+        except (OSError, ValueError):  # damaged by a crash mid-write of an older version: start it again
+            sessions = []
+        return sessions if isinstance(sessions, list) else []
+
+    def stopped(self, reason: str, error: str, last_round: int) -> None:
+        """Close this process's session in ``run.json`` for a run that stopped with a one-line error
+        it cannot resume past (``reason``: ``diverged``): when, after which round, and the error, so
+        a table of runs can say "diverged at round t" instead of leaving the run out.  Best effort:
+        a failure to write never hides the error that stopped the run."""
+        sessions = self.sessions()
+        if not sessions:
+            return
+        sessions[-1].update(stopped=provenance.now(), last_round=last_round, reason=reason, error=error)
+        try:
+            write_json(sessions, self.path / provenance.RUN_FILE)
+        except OSError:
+            pass
+
+    def summary(self, aggregator: str, targets: list[float], objective: str | None = None) -> dict:
+        """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``, the run's
+        ``objective`` and its provenance), closing this process's session in ``run.json``."""
+        out = {"aggregator": aggregator, "partition_fingerprint": self.fingerprint,
+               **summarize(self.path / "rounds.csv", list(targets))}
+        if objective is not None and out.get("rounds"):
+            try:
+                value = objective_value(out, self.path, objective)
+            except ConfigError:  # a value this run does not have: the job reports it, the run is complete
+                value = None
+            out["objective"], out["objective_value"] = objective, value
+        sessions = self.sessions()
+        if sessions:
+            sessions[-1].update(finished=provenance.now(), last_round=out.get("rounds"))
+            write_json(sessions, self.path / provenance.RUN_FILE)
+        out.update(provenance.summary_fields(sessions))
+        write_json(out, self.path / "summary.json")
+        if self.dashboard is not None:
+            self.dashboard.close(out)
+        return out
+
+
+def write_partition(path: Path, counts: np.ndarray) -> None:
+    """``partition.csv``: per client, its number of examples and of each class."""
+    header = "client,examples," + ",".join(f"class_{c}" for c in range(counts.shape[1]))
+    lines = [header] + [f"{k},{row.sum()}," + ",".join(map(str, row)) for k, row in enumerate(counts)]
+    text = "\n".join(lines) + "\n"
+    write_atomic(path, lambda f: f.write(text))
+
+
+# ----------------------------------------------------------------------------- rows
+# Each tensor family crosses to the host once (``tolist``), not one ``float()`` per client and
+# layer, which on a GPU would be a synchronization each.
+
+def _ratio(n: float, e: float) -> float:
+    return n / e if e > 0 else float("nan")
+
+
+def norm_columns(outcome, types: np.ndarray) -> dict:
+    """N, E, N/E and the server step for the whole model and per layer type (conv, fc)."""
+    n, e = outcome.stats.N, outcome.stats.E
+    row = {"N": n, "E": e, "N_over_E": _ratio(n, e), "server_step": outcome.server_step}
+    for kind in ("conv", "fc"):
+        mask = torch.as_tensor(types == kind)
+        if mask.any():
+            nk, ek = outcome.stats.group(mask, outcome.stats_weights)
+            row.update({f"N_{kind}": nk, f"E_{kind}": ek,
+                        f"server_step_{kind}": float(outcome.step_layer_norms[mask].pow(2).sum().sqrt())})
+    return row
+
+
+def layer_rows(t: int, outcome, layers: list[Layer], sizes: list[int], divergence) -> list[dict]:
+    s = outcome.stats
+    n, e, step = s.layer_N.tolist(), s.layer_E.tolist(), outcome.step_layer_norms.tolist()
+    ls = divergence.layer_ls.tolist()
+    vl = [None] * len(layers) if divergence.layer_vl is None else divergence.layer_vl.tolist()
+    return [{"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i], "N": n[i], "E": e[i],
+             "N_over_E": _ratio(n[i], e[i]), "server_step": step[i], "pd_ls": ls[i], "pd_vl": vl[i]}
+            for i, layer in enumerate(layers)]
+
+
+def client_rows(t: int, results, outcome, stragglers: set[int]) -> list[dict]:
+    smoothed = outcome.diagnostics.get("smoothed_angle")
+    columns = {"examples": results.num_examples, "weight": outcome.client_weights,
+               "update_norm": outcome.stats.client_norms, "angle": outcome.stats.angles(), "loss": results.loss,
+               "steps": results.steps, "epochs": results.epochs, **results.extras}
+    if smoothed is not None and smoothed.ndim == 1:
+        columns["smoothed_angle"] = smoothed
+    values = {name: v.tolist() for name, v in columns.items()}
+    return [{"round": t, "client": k, **{name: v[j] for name, v in values.items()},
+             "straggler": int(k in stragglers), "dropped": 0}
+            for j, k in enumerate(results.clients)]
+
+
+def client_layer_rows(t: int, results, outcome, layers: list[Layer]) -> list[dict]:
+    angles, norms = outcome.stats.layer_angles().tolist(), outcome.stats.client_sq.sqrt().tolist()
+    smoothed = outcome.diagnostics.get("smoothed_angle")
+    smoothed = smoothed.tolist() if smoothed is not None and smoothed.ndim == 2 else None
+    weights = (outcome.weights.T.tolist() if outcome.weights.ndim == 2
+               else [[w] * len(layers) for w in outcome.weights.tolist()])
+    return [{"round": t, "client": k, "layer": layer.name, "update_norm": norms[j][i], "angle": angles[j][i],
+             "weight": weights[j][i], "smoothed_angle": None if smoothed is None else smoothed[j][i]}
+            for j, k in enumerate(results.clients) for i, layer in enumerate(layers)]
+
+
+def output_layer(layers: list[Layer]) -> tuple[str, str | None] | None:
+    """The last fully connected layer's weight and bias names (the neurons d_q of the
+    parameter-divergence paper's Appendix B, one row per class q), or None when the model ends
+    otherwise."""
+    last = [layer for layer in layers if layer.type == "fc"]
+    if not last:
+        return None
+    weight = next((p for p in last[-1].params if p.endswith("weight")), None)
+    bias = next((p for p in last[-1].params if p.endswith("bias")), None)
+    return None if weight is None else (weight, bias)
+
+
+def output_rows(t: int, clients: list[int], learners, weight: str, bias: str | None) -> list[dict]:
+    """Per learner and class: the norm of the output neuron's weight row (the paper's Fig. 1)."""
+    norms = learners[weight].double().flatten(2).norm(dim=2).tolist()  # [m][classes]
+    biases = learners[bias].tolist() if bias else None
+    return [{"round": t, "client": k, "class": q, "weight_norm": norms[j][q],
+             "bias": biases[j][q] if bias else None}
+            for j, k in enumerate(clients) for q in range(len(norms[j]))]

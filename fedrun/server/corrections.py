@@ -1,0 +1,98 @@
+"""Client corrections: server state kept for every client that changes how each client trains.
+
+The aggregator's fifth slot (after the weighting rule, the reduce, the server transforms and the
+client regularizer).  Some methods correct each client's local steps with state that belongs to
+that client and lives across rounds, sampled or not: SCAFFOLD's control variates ``c_k`` and the
+server's ``c`` (Karimireddy et al., ICML 2020).  Such state is part of the aggregator's state, so
+a checkpoint holds it and a resumed run continues with it.  A correction is three pure functions
+over that state, a dict of tensors::
+
+    state = correction.init(params, num_clients)       # before round 1 (w_0, K)
+    inputs = correction.inputs(state, clients)          # before training: [m, ...] per round's client
+    state = correction.update(state, results)           # after training, from the ClientResults
+
+``inputs`` are named tensors stacked ``[m, *shape]`` in the round's client order.  The round loop
+hands them to the engine with the clients (``engine.train(..., inputs=...)``), and the engine to
+the aggregator's regularizer through its ``init(anchor, m, inputs)`` for exactly the clients it
+initializes: one client in the sequential engine, a chunk's rows in the batched one (and each
+run's own rows in a population).  The regularizer turns them into the local correction
+(:class:`fedrun.client.regularizers.ControlVariate`: the penalty ``<c - c_k, y - x>``).  ``update``
+reads what training did: each client's update ``y_k - x``, its local steps (``effective_steps``:
+``||a_k||_1``, K_k for plain SGD) and its learning rate (``lr``).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+
+from fedrun.client.local_training import ClientResults
+from fedrun.params import Params
+
+
+class ClientCorrection(NamedTuple):
+    init: Callable[[Params, int], dict]
+    inputs: Callable[[dict, list[int]], Params]
+    update: Callable[[dict, ClientResults], dict]
+
+
+def _steps(results: ClientResults, counted: bool = False) -> torch.Tensor:
+    """``eta_l ||a_k||_1`` per client, float64: the number of gradients the update is worth, at the
+    round's learning rate (``eta_l K_k`` for plain SGD); with ``counted``, ``eta_l K_k`` whatever
+    the optimizer (NIID-Bench's ``cnt * lr``)."""
+    steps = results.steps if counted or results.effective_steps is None else results.effective_steps
+    if results.lr is None:
+        raise ValueError("ClientResults.lr is needed by a client correction (the engines fill it)")
+    return results.lr.to(torch.float64) * steps.to(torch.float64)
+
+
+def control_variates(counted: bool = False) -> ClientCorrection:
+    """SCAFFOLD's control variates (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020,
+    Algorithm 1), with option II for the clients' update:
+
+    * state: the server's ``c`` and every client's ``c_k``, zero before round 1 (K x the model's
+      parameters: they live across rounds for every client, sampled or not);
+    * inputs (line 5, line 10): ``c - c_k`` for each of the round's clients, the correction its
+      local steps add to the gradient, ``y <- y - eta_l (g_k(y) - c_k + c)``;
+    * update, line 12, option II: ``c_k+ = c_k - c + (x - y_k) / (K_k eta_l)``, with
+      ``K_k eta_l`` read as ``eta_l ||a_k||_1`` (:meth:`fedrun.client.local_training.LocalTraining.effective_steps`):
+      ``K_k eta_l`` for plain SGD; under momentum, the gradients' summed coefficients, so that
+      ``c_k+`` stays the mean corrected gradient the client saw (with ``K_k`` the correction
+      would be counted ``1 / (1 - rho)`` times over and the control variates would oscillate);
+    * update, lines 16-17: ``c <- c + |S|/N (1/|S|) sum_{k in S} (c_k+ - c_k)``, N the federation's
+      clients, S the round's (reporting) clients.
+
+    ``counted=True`` divides by ``K_k eta_l`` even under momentum: NIID-Bench's reading, where the
+    correction is applied after each momentum step (``ControlVariate("after_step")``), so ``c_k``
+    estimate the momentum-amplified gradients the clients stepped with.
+
+    The server's model step, lines 16-17's ``x <- x + eta_g (1/|S|) sum_k (y_k - x)``, is the
+    aggregator's weighting and server transform (:func:`fedrun.aggregators.scaffold`).
+    """
+
+    def init(params: Params, num_clients: int) -> dict:
+        return {"c": {k: torch.zeros_like(v) for k, v in params.items()},
+                "c_k": {k: v.new_zeros((num_clients, *v.shape)) for k, v in params.items()}}
+
+    def inputs(state: dict, clients: list[int]) -> Params:
+        c, c_k = state["c"], state["c_k"]
+        idx = torch.as_tensor(clients, dtype=torch.long, device=next(iter(c.values())).device)
+        return {k: c[k].unsqueeze(0) - c_k[k][idx] for k in c}
+
+    def update(state: dict, results: ClientResults) -> dict:
+        c, c_k = state["c"], state["c_k"]
+        first = next(iter(c.values()))
+        idx = torch.as_tensor(results.clients, dtype=torch.long, device=first.device)
+        total = next(iter(c_k.values())).shape[0]  # N
+        denominator = _steps(results, counted)
+        new_c, new_c_k = {}, {}
+        for k, old in c.items():
+            delta = results.deltas[k]  # y_k - x, [m, *shape]
+            scale = denominator.to(device=delta.device, dtype=delta.dtype).view(-1, *([1] * (delta.ndim - 1)))
+            rows = c_k[k][idx]
+            fresh = rows - old.unsqueeze(0) - delta / scale  # option II: c_k - c + (x - y_k) / (K eta_l)
+            new_c_k[k] = c_k[k].index_copy(0, idx, fresh)  # a new tensor: the state is data, never mutated
+            new_c[k] = old + (fresh - rows).sum(0) / total
+        return {"c": new_c, "c_k": new_c_k}
+
+    return ClientCorrection(init, inputs, update)
