@@ -19,7 +19,7 @@ from rounds.csv), never on the rounded cells of a table.
 The sections are those of docs/reproductions.md: ``niidbench`` (the NIID-Bench grid and its
 comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFOLD's divergence),
 ``fednova_stragglers``, ``fedlap_fmnist`` (the bullets under "What holds and what does not"),
-``fedlap_readings`` and ``fedlap_mnist_train10k``.  ``niidbench_table3.py collect`` and
+``fedlap_readings``, ``fedlap_mnist_train10k`` and ``fedlayerwise`` (Table I on the whole MNIST).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
@@ -328,6 +328,7 @@ def root_of(path: str | Path, below: str) -> Path | None:
 
 # The sections each table script prints, by the folder (below outputs/reproductions) its DIRs lie in.
 NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers")}
+FEDLAYERWISE_SECTIONS = {"fedlayerwise/table1": ("fedlayerwise",)}
 FEDLAP_SECTIONS = {"fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
                    "fedlap/readings": ("fedlap_readings",), "fedlap/preset": ("fedlap_readings",)}
 
@@ -1301,6 +1302,127 @@ def parser() -> argparse.ArgumentParser:
                                                         "docs/reproductions.md (exit 1 if one is not)")
     return p
 
+
+
+# ----------------------------------------------------------------------------- FedLayerWise (the whole MNIST)
+
+FLW = "fedlayerwise"
+SCENARIOS = ("5iid_5noniid", "2iid_8noniid")
+FLW_METHODS = ("fedlayerwise", "fedadp", "fedavg")
+FLW_PAPER = {("fedlayerwise", "5iid_5noniid"): 11, ("fedlayerwise", "2iid_8noniid"): 12,
+             ("fedadp", "5iid_5noniid"): 12, ("fedadp", "2iid_8noniid"): 21,
+             ("fedavg", "5iid_5noniid"): 12, ("fedavg", "2iid_8noniid"): 25}  # Table I
+
+
+def flw_runs(data: Data, scenario: str, method: str, folder: str = "table1") -> list[Run]:
+    """The runs of ``method`` under ``fedlayerwise/<folder>/<scenario>``, in seed order."""
+    return data.runs(f"fedlayerwise/{folder}/{scenario}", method)
+
+
+def to_95(data: Data, run: Run) -> int | None:
+    """The first round whose test accuracy is at least 95% (None: not within the run)."""
+    return next((r for r, a in data.curve(run).items() if a >= 95), None)
+
+
+def flw_mean_rounds(data: Data, scenario: str, method: str) -> Decimal:
+    rounds = [to_95(data, r) for r in flw_runs(data, scenario, method)]
+    if None in rounds:
+        raise ValueError(f"{scenario} {method}: a run does not reach 95%")
+    return mean(rounds)
+
+
+@claim("flw.data", FLW, "seeds {seeds} in both scenarios")
+def _(data):
+    """Every Table I cell holds the same seeds, on the whole MNIST (60,000 training images to deal
+    from, MNIST's 10,000 test images)."""
+    seeds = {tuple(r.seed for r in flw_runs(data, s, m)) for s in SCENARIOS for m in FLW_METHODS}
+    if len(seeds) != 1:
+        raise ValueError(f"the cells hold different seeds: {seeds}")
+    for s in SCENARIOS:
+        for run in flw_runs(data, s, "fedavg"):
+            if (run.config.get("dataset") or {}).get("name") != "mnist" or len(data.curve(run)) != 30:
+                raise ValueError(f"{run.path}: not a 30-round run on the whole MNIST")
+    return {"seeds": joined(str(s) for s in next(iter(seeds)))}
+
+
+@claim("flw.final", FLW, "Test accuracy after 30 rounds: {a} / {b} / {c}% (5 + 5) and {d} / {e} / {f}% (2 + 8)")
+def _(data):
+    """The mean over seeds of each method's accuracy after round 30, FedLayerWise / FedAdp / FedAvg."""
+    values = [fmt(mean(data.final(r) for r in flw_runs(data, s, m))) for s in SCENARIOS for m in FLW_METHODS]
+    return dict(zip("abcdef", values))
+
+
+@claim("flw.sooner", FLW, "Every method reaches 95% sooner than the paper says**, by {lo} to {hi} rounds")
+def _(data):
+    """The paper's rounds minus the mean over seeds, in each of the six cells: all positive."""
+    gaps = [FLW_PAPER[(m, s)] - flw_mean_rounds(data, s, m) for s in SCENARIOS for m in FLW_METHODS]
+    if min(gaps) <= 0:
+        raise ValueError("a cell reaches 95% no sooner than the paper")
+    return {"lo": fmt(min(gaps)), "hi": fmt(max(gaps))}
+
+
+@claim("flw.harder", FLW, "FedAvg needs {a} rounds with 8 non-IID clients against {b} with 5, FedLayerWise {c} "
+       "against {d}")
+def _(data):
+    """Mean rounds to 95% over seeds, 2 + 8 against 5 + 5."""
+    return {"a": fmt(flw_mean_rounds(data, "2iid_8noniid", "fedavg")),
+            "b": fmt(flw_mean_rounds(data, "5iid_5noniid", "fedavg")),
+            "c": fmt(flw_mean_rounds(data, "2iid_8noniid", "fedlayerwise")),
+            "d": fmt(flw_mean_rounds(data, "5iid_5noniid", "fedlayerwise"))}
+
+
+@claim("flw.fedadp_first", FLW, "in 2 IID + 8 non-IID FedAdp reaches 95% no later than the other two in {k} of 3 "
+       "seeds ({adp} rounds against FedLayerWise's {lw} and FedAvg's {avg})")
+def _(data):
+    """Seed by seed in 2 + 8: FedAdp's rounds to 95% at most both others'."""
+    r = {m: [to_95(data, x) for x in flw_runs(data, "2iid_8noniid", m)] for m in FLW_METHODS}
+    k = sum(a <= min(b, c) for a, b, c in zip(r["fedadp"], r["fedlayerwise"], r["fedavg"]))
+    return {"k": k, "adp": joined(map(str, r["fedadp"])), "lw": joined(map(str, r["fedlayerwise"])),
+            "avg": joined(map(str, r["fedavg"]))}
+
+
+@claim("flw.lw_vs_avg", FLW, "FedLayerWise reaches 95% before FedAvg in {k} of 3 seeds of 2 IID + 8 non-IID "
+       "({level}; {x} rounds sooner on average)")
+def _(data):
+    """Seed by seed in 2 + 8: FedLayerWise's rounds to 95% against FedAvg's."""
+    lw = [to_95(data, x) for x in flw_runs(data, "2iid_8noniid", "fedlayerwise")]
+    avg = [to_95(data, x) for x in flw_runs(data, "2iid_8noniid", "fedavg")]
+    k = sum(a < b for a, b in zip(lw, avg))
+    level = [str(run.seed) for run, a, b in zip(flw_runs(data, "2iid_8noniid", "fedavg"), lw, avg) if a == b]
+    return {"k": k, "level": f"level in seed {joined(level)}" if level else "never level",
+            "x": fmt(mean(avg) - mean(lw))}
+
+
+@claim("flw.five_five", FLW, "In 5 IID + 5 non-IID the three reach 95% within a round of each other in every seed "
+       "({lo} to {hi} rounds)")
+def _(data):
+    """5 + 5: in each seed the largest minus the smallest rounds to 95% over the three methods is at most 1."""
+    per_seed = list(zip(*[[to_95(data, x) for x in flw_runs(data, "5iid_5noniid", m)] for m in FLW_METHODS]))
+    if any(max(s) - min(s) > 1 for s in per_seed):
+        raise ValueError("5 + 5: a seed's methods are more than a round apart")
+    flat = [v for s in per_seed for v in s]
+    return {"lo": min(flat), "hi": max(flat)}
+
+
+@claim("flw.train10k", FLW, "gave the same ordering in 2 IID + 8 non-IID, each cell {lo} to {hi} rounds slower")
+def _(data):
+    """The earlier stand-in (MNIST's first 10,000 images, seeds 0, 2, 5): FedAdp < FedLayerWise <
+    FedAvg in 2 + 8 as on the whole MNIST, and each cell's mean rounds to 95% minus the whole
+    MNIST's, all positive."""
+    def mean_rounds(folder, s, m):
+        rounds = [to_95(data, r) for r in flw_runs(data, s, m, folder)]
+        if None in rounds:
+            raise ValueError(f"{folder} {s} {m}: a run does not reach 95%")
+        return mean(rounds)
+
+    order = {folder: sorted(FLW_METHODS, key=lambda m: mean_rounds(folder, "2iid_8noniid", m))
+             for folder in ("table1", "table1_train10k")}
+    if order["table1"] != order["table1_train10k"]:
+        raise ValueError(f"the orderings differ: {order}")
+    gaps = [mean_rounds("table1_train10k", s, m) - mean_rounds("table1", s, m) for s in SCENARIOS for m in FLW_METHODS]
+    if min(gaps) <= 0:
+        raise ValueError("a cell of the stand-in is not slower")
+    return {"lo": fmt(min(gaps)), "hi": fmt(max(gaps))}
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
