@@ -62,7 +62,7 @@ from pathlib import Path
 import claims
 import grid
 import tables
-from papers import fraction, group, load_tagged, one_line_errors, setting_deviations
+from papers import half_up, fraction, group, load_tagged, one_line_errors, setting_deviations
 
 from fedrun.errors import ConfigError
 from fedrun.results import METHOD_NAMES, Run, require_column
@@ -169,7 +169,7 @@ def table1_rows(runs: list[Run], paper: dict, target: float = PAPER_TARGET, metr
 
 def _num(x: float, sign: str = "") -> str:
     """A round count (or difference) without a decimal when whole."""
-    return f"{x:{sign}.0f}" if float(x).is_integer() else f"{x:{sign}.1f}"
+    return f"{x:{sign}.0f}" if float(x).is_integer() else half_up(x, 1, sign=sign == "+")
 
 
 def format_cell(row: dict) -> str:
@@ -182,7 +182,7 @@ def format_cell(row: dict) -> str:
         return f"- ({paper}, -)"
     if k == 0:
         T = row["rounds_run"]
-        final = "-" if row["final_acc_pct"] is None else f"{row['final_acc_pct']:.1f}%"
+        final = "-" if row["final_acc_pct"] is None else f"{half_up(row['final_acc_pct'])}%"
         text = f"not reached in {T} (final {final}{f', mean of {n}' if n > 1 else ''}){star}"
         # Never reached in T rounds: the run needs more than T, so ours - paper > T - paper.
         diff = "-" if row["paper_rounds"] is None or T < row["paper_rounds"] else f">{T - row['paper_rounds']:+d}"

@@ -70,7 +70,7 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import group, load_tagged, one_line_errors, setting_deviations
+from papers import half_up, group, load_tagged, one_line_errors, setting_deviations
 
 from fedrun.moved import current_target
 from fedrun.results import METHOD_NAMES, Run
@@ -232,16 +232,16 @@ def format_cell(row: dict) -> str:
 
     The printed differences are taken between the printed (rounded) values, so they check by hand.
     """
-    paper = "-" if row["paper_pct"] is None else f"{row['paper_pct']:.1f}"
+    paper = "-" if row["paper_pct"] is None else f"{half_up(row['paper_pct'])}"
     if row["n_runs"] == 0:
         return f"- ({paper}; -)"
     final, best = _shown(row["final_acc_pct"]), _shown(row["best_acc_pct"])
-    text = ("-" if final is None else f"{final:.1f}") + " / " + \
-        ("-" if best is None else f"{best:.1f}@{_round_text(row['best_round'])}")
+    text = ("-" if final is None else f"{half_up(final)}") + " / " + \
+        ("-" if best is None else f"{half_up(best)}@{_round_text(row['best_round'])}")
     text += (f" [{row['n_runs']}]" if row["n_runs"] > 1 else "") + ("*" if row["deviations"] else "")
 
     def diff(v):
-        return "-" if v is None or row["paper_pct"] is None else f"{v - row['paper_pct']:+.1f}"
+        return "-" if v is None or row["paper_pct"] is None else f"{half_up(v - row['paper_pct'], 1, sign=True)}"
 
     return f"{text} ({paper}; {diff(final)} / {diff(best)})"
 
@@ -268,7 +268,7 @@ def footnote(rows: list[dict]) -> str:
         c, m = ev["count"], ev["mean_abs_diff"]
         runs = (f"these runs: best is closer to the paper in {c['best']}, final in {c['final']}, tie in "
                 f"{c['tie']} of the {ev['cells']} cell(s) at the paper's setting (mean |ours - paper|: final "
-                f"{m['final']:.2f}, best {m['best']:.2f})")
+                f"{half_up(m['final'], 2)}, best {half_up(m['best'], 2)})")
         if ev["verdict"] is None:
             runs += " -> the runs cannot tell"
         else:

@@ -76,7 +76,7 @@ from pathlib import Path
 import claims
 import grid
 import tables
-from papers import DIVERGED, group, load_tagged, one_line_errors, setting_deviations
+from papers import half_up, DIVERGED, group, load_tagged, one_line_errors, setting_deviations
 
 from fedrun.results import METHOD_NAMES, Run
 
@@ -193,24 +193,25 @@ def table3_rows(runs: list[Run], paper: dict, accuracy: str = "final", reference
 
 
 def _ours(row: dict) -> tuple[float | None, str, str]:
-    """A cell's final accuracy rounded to one decimal, its ``+-sd`` (over several runs) and its
-    `` +k div`` (k runs diverged); the text is empty where there is none."""
-    sd = "" if row["final_sd_pct"] is None else f"+-{row['final_sd_pct']:.1f}"
+    """A cell's final accuracy (unrounded: the cells round it, and the differences are taken on it),
+    its ``+-sd`` (over several runs) and its `` +k div`` (k runs diverged); the text is empty where
+    there is none."""
+    sd = "" if row["final_sd_pct"] is None else f"+-{half_up(row['final_sd_pct'])}"
     div = f" +{row['n_diverged']} div" if row.get("n_diverged") else ""
-    return (None if row["final_acc_pct"] is None else round(row["final_acc_pct"], 1)), sd, div
+    return row["final_acc_pct"], sd, div
 
 
 def format_cell(row: dict) -> str:
     """``final / best [n] (paper; final - paper)`` in % with one decimal, ``final+-sd`` over several
     runs; ``-`` where there is no run or no paper number."""
-    paper = "-" if row["paper_pct"] is None else f"{row['paper_pct']:.1f}" + (
-        "" if row["paper_sd_pct"] is None else f"+-{row['paper_sd_pct']:.1f}")
+    paper = "-" if row["paper_pct"] is None else f"{half_up(row['paper_pct'])}" + (
+        "" if row["paper_sd_pct"] is None else f"+-{half_up(row['paper_sd_pct'])}")
     final, sd, div = _ours(row)
     if row["n_runs"] == 0:
         return f"-{div} ({paper}; -)"
-    text = f"{final:.1f}{sd} / " + ("-" if row["best_acc_pct"] is None else f"{row['best_acc_pct']:.1f}")
+    text = f"{half_up(final)}{sd} / " + ("-" if row["best_acc_pct"] is None else f"{half_up(row['best_acc_pct'])}")
     text += (f" [{row['n_runs']}]" if row["n_runs"] > 1 else "") + ("*" if row["deviations"] else "") + div
-    diff = "-" if row["paper_pct"] is None else f"{final - row['paper_pct']:+.1f}"
+    diff = "-" if row["paper_pct"] is None else f"{half_up(final - row['paper_pct'], 1, sign=True)}"
     return f"{text} ({paper}; {diff})"
 
 
@@ -248,10 +249,10 @@ def format_reference_table(rows: list[dict]) -> str:
                     continue
                 final, sd, div = _ours(r)
                 if not r["n_runs"]:  # every run of the cell diverged: nothing to compare
-                    line.append(f"-{div} ({r['reference_pct']:.1f}; -)")
+                    line.append(f"-{div} ({half_up(r['reference_pct'])}; -)")
                     continue
-                line.append(f"{final:.1f}{sd}{'*' if r['deviations'] else ''}{div} "
-                            f"({r['reference_pct']:.1f}; {final - r['reference_pct']:+.1f})")
+                line.append(f"{half_up(final)}{sd}{'*' if r['deviations'] else ''}{div} "
+                            f"({half_up(r['reference_pct'])}; {half_up(final - r['reference_pct'], 1, sign=True)})")
             body.append(line)
     sources = sorted({r["reference_source"] for r in shown})
     named = "; ".join(f"{s} = {REFERENCE_LABELS.get(s, s)}" for s in sources)

@@ -17,6 +17,7 @@ import math
 import os
 import sys
 from collections import defaultdict
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
@@ -245,6 +246,19 @@ def setting_deviations(run: Run, hyperparams: dict, data: str | None = None, mod
                 shown, ref_shown = (_short(v) if key == "_target_" else v for v in (have, ref))
                 out.append(f"{name}={shown} ({labels.get(key, f'paper {ref_shown}')})")
     return out
+
+
+def half_up(x, digits: int = 1, sign: bool = False) -> str:
+    """``x`` rounded half up to ``digits`` decimals: the one rounding of every table and every figure
+    the docs quote (scripts/claims.py's ``fmt``).  It rounds the decimal the float stands for (its
+    value to 9 decimals, so 100 x 0.9665 = 96.64999999999999 is 96.65, which rounds to 96.7), never
+    the binary float half-even as ``f"{x:.1f}"`` does.  ``sign``: a leading + on values >= 0
+    (differences)."""
+    value = Decimal(str(round(float(x), 9))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    if value.is_zero():
+        value = value.copy_abs()
+    text = f"{value:f}"
+    return f"+{text}" if sign and value >= 0 else text
 
 
 def _short(target):

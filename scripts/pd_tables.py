@@ -77,7 +77,7 @@ from pathlib import Path
 
 import grid
 import tables
-from papers import count_notes, group, one_line_errors, setting_deviations
+from papers import half_up, count_notes, group, one_line_errors, setting_deviations
 
 from fedrun.errors import UsageError
 from fedrun.paths import conf_options
@@ -356,7 +356,7 @@ def table_rows(targets: list[Target], by_key: dict[tuple, list[Run]]) -> list[di
 def _pair(final: float | None, best: float | None) -> str:
     if final is None:
         return "-"
-    return f"{final:.2f}" + (f" ({best:.2f})" if best is not None else "")
+    return f"{half_up(final, 2)}" + (f" ({half_up(best, 2)})" if best is not None else "")
 
 
 def format_cell(row: dict | None) -> str:
@@ -372,7 +372,7 @@ def format_cell(row: dict | None) -> str:
     if row["final"] is None:
         return f"- vs {paper}"
     # The difference between the printed (rounded) values, so it checks by hand.
-    return f"{ours} vs {paper} {round(row['final'], 2) - row['paper_final']:+.2f}"
+    return f"{ours} vs {paper} {half_up(round(row['final'], 2) - row['paper_final'], 2, sign=True)}"
 
 
 def _row_label(r: dict, networks: bool, wd: bool) -> list[str]:

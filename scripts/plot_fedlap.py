@@ -49,8 +49,8 @@ from pathlib import Path
 import claims
 import plots
 import tables
-from papers import (count_notes, dataset_title, group, load_tagged, mean_by_round, one_line_errors, require_runs,
-                    round_number, setting_deviations, stopped_notes, unreadable, with_rounds)
+from papers import (count_notes, dataset_title, group, half_up, load_tagged, mean_by_round, one_line_errors,
+                    require_runs, round_number, setting_deviations, stopped_notes, unreadable, with_rounds)
 
 from fedrun.errors import UsageError
 from fedrun.paths import writable_file, writable_folder
@@ -278,15 +278,16 @@ def _leads(block: list[dict], runs: dict[str, list[Run]], round_: int) -> None:
 
 def format_summary(rows: list[dict], round_: int) -> str:
     def pct(v):
-        return "-" if v is None else f"{v:.1f}"
+        return "-" if v is None else f"{half_up(v)}"
 
     def spread(r):
         if r["acc_at_round_pct"] is None or r["n_runs"] < 2:
             return pct(r["acc_at_round_pct"])
-        return f"{r['acc_at_round_pct']:.1f} [{r['acc_at_round_min_pct']:.1f}-{r['acc_at_round_max_pct']:.1f}]"
+        return (f"{half_up(r['acc_at_round_pct'])} [{half_up(r['acc_at_round_min_pct'])}-"
+                f"{half_up(r['acc_at_round_max_pct'])}]")
 
     def lead(v):
-        return "" if v is None else f"{v:+.1f}"
+        return "" if v is None else f"{half_up(v, 1, sign=True)}"
 
     head = ["Dataset", "Stragglers", "Method", f"Acc@{round_} (%)", f"Mean 1-{round_} (%)", "Final (%)", "T", "n",
             f"FedLap lead @{round_}", f"lead 1-{round_}", "lead final", "FedLap ahead"]

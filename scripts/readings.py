@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 import tables
-from papers import fraction, one_line_errors, round_list, round_number
+from papers import half_up, fraction, one_line_errors, round_list, round_number
 
 from fedrun import results
 from fedrun.errors import ArgumentParser
@@ -113,7 +113,7 @@ def format_table(rows: list[dict], metric: str, target: float, at: list[int], me
         if v is None:
             return "-"
         mean, lo, hi, n = v
-        return f"{mean:.1f}" if n == 1 else f"{mean:.1f} [{lo:.1f}-{hi:.1f}]"
+        return f"{half_up(mean)}" if n == 1 else f"{half_up(mean)} [{half_up(lo)}-{half_up(hi)}]"
 
     head = ["Reading (group)", "n", f"rounds to {100 * target:g}% (each seed)", "mean"]
     head += [f"@{r} (%)" for r in at] + ([f"mean 1-{mean_to} (%)"] if mean_to else []) + ["final (%)"]
@@ -123,11 +123,11 @@ def format_table(rows: list[dict], metric: str, target: float, at: list[int], me
     for row in rows:
         mean = row["mean_rounds_to_target"]
         line = [row["group"], str(row["n"]), row["rounds_to_target"].replace(";", ", "),
-                "-" if mean is None else f"{mean:.1f}"]
+                "-" if mean is None else f"{half_up(mean)}"]
         line += [at_cell(row["at"][r]) for r in at]
         if mean_to:
-            line.append("-" if row["mean_to_pct"] is None else f"{row['mean_to_pct']:.1f}")
-        line.append("-" if row["final_pct"] is None else f"{row['final_pct']:.1f}")
+            line.append("-" if row["mean_to_pct"] is None else f"{half_up(row['mean_to_pct'])}")
+        line.append("-" if row["final_pct"] is None else f"{half_up(row['final_pct'])}")
         if diverged:
             line.append(row["diverged"].replace(";", ", "))
         body.append(line)
