@@ -1424,6 +1424,17 @@ def _(data):
         raise ValueError("a cell of the stand-in is not slower")
     return {"lo": fmt(min(gaps)), "hi": fmt(max(gaps))}
 
+
+@claim("flw.one_class", FLW, "FedLayerWise {lw}, FedAdp {adp} and FedAvg {avg} rounds (paper: 12, 21 and 25)")
+def _(data):
+    """2 + 8 with one class per non-IID client (partition.classes_per_client=1), seed 0: each
+    method's round to 95% on the whole MNIST."""
+    runs = {m: flw_runs(data, "2iid_8noniid", m, "table1_1class") for m in FLW_METHODS}
+    for m, rs in runs.items():
+        if [r.seed for r in rs] != [0] or (rs[0].config.get("partition") or {}).get("classes_per_client") != 1:
+            raise ValueError(f"table1_1class {m}: not one run of seed 0 with one class a client")
+    return {k: to_95(data, runs[m][0]) for k, m in (("lw", "fedlayerwise"), ("adp", "fedadp"), ("avg", "fedavg"))}
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data = Data(args.root)
