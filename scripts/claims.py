@@ -1435,6 +1435,14 @@ def _(data):
             raise ValueError(f"table1_1class {m}: not one run of seed 0 with one class a client")
     return {k: to_95(data, runs[m][0]) for k, m in (("lw", "fedlayerwise"), ("adp", "fedadp"), ("avg", "fedavg"))}
 
+
+@claim("flw.one_class_slower", FLW, "The stronger skew slows FedAvg by {d} rounds")
+def _(data):
+    """Seed 0 of 2 + 8: FedAvg's rounds to 95% with one class per non-IID client minus with two."""
+    one = to_95(data, flw_runs(data, "2iid_8noniid", "fedavg", "table1_1class")[0])
+    two = next(to_95(data, r) for r in flw_runs(data, "2iid_8noniid", "fedavg") if r.seed == 0)
+    return {"d": one - two}
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data = Data(args.root)
