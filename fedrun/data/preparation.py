@@ -89,6 +89,34 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
       per_class: keep only the first ``per_class`` training images of each class
         (:func:`first_per_class`); None keeps all.
     """
+    _check_settings(validation_fraction, max_train, max_test, normalize, per_class, mean, std)
+    train_x, train_y, test_x, test_y = _pool(raw, per_class, max_train, max_test, seed)
+    train_x, train_y, val_x, val_y = _split_validation(train_x, train_y, validation_fraction, seed)
+    if normalize == "per_image":
+        def standardized(x):
+            return None if x is None else per_image_standardization(x).to(device)
+
+        def on_device(y):
+            return None if y is None else y.to(device)
+
+        return FederatedData(standardized(train_x), on_device(train_y), standardized(test_x), on_device(test_y),
+                             standardized(val_x), on_device(val_y), raw.num_classes, None)
+    mean, std = _channel_statistics(train_x, mean, std)
+    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def norm(x):
+        return None if x is None else ((x - m) / s).to(device)
+
+    def to(y):
+        return None if y is None else y.to(device)
+
+    return FederatedData(norm(train_x), to(train_y), norm(test_x), to(test_y), norm(val_x), to(val_y),
+                         raw.num_classes, tuple(float(v) for v in std))
+
+
+def _check_settings(validation_fraction, max_train, max_test, normalize, per_class, mean, std) -> None:
+    """Every setting of :func:`prepare` in range, each a one-line error naming it."""
     check(normalize in NORMALIZATIONS, "dataset.normalize", normalize, f"choose one of: {', '.join(NORMALIZATIONS)}")
     check(per_class is None or (isinstance(per_class, int) and per_class >= 1), "dataset.per_class", per_class,
           "must be an integer >= 1, or null for all the training images")
@@ -107,30 +135,37 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
         else:
             check(numbers and all(math.isfinite(v) for v in values), setting, list(values),
                   "must be finite numbers, one per channel (or null to compute it)")
+
+
+def _pool(raw: RawData, per_class, max_train, max_test, seed):
+    """The images a run uses: the class-balanced pool (``per_class``), then the random subsets
+    (``max_train``, ``max_test``): ``train_x, train_y, test_x, test_y``."""
     train_x, train_y = raw.train_x, raw.train_y
     if per_class is not None:
         train_x, train_y = first_per_class(train_x, train_y, per_class, raw.num_classes)
     train_x, train_y = _subset(train_x, train_y, max_train, seed, "max_train")
     test_x, test_y = _subset(raw.test_x, raw.test_y, max_test, seed, "max_test")
-    val_x = val_y = None
-    if validation_fraction > 0:
-        perm = torch.randperm(len(train_y), generator=torch_generator(seed, "validation"))
-        n_val = max(int(round(validation_fraction * len(train_y))), 1)
-        check(n_val < len(train_y), "hyperparams.validation_fraction", validation_fraction,
-              f"holds out {n_val} of the {len(train_y)} training images; must leave at least one "
-              f"(below {(len(train_y) - 0.5) / len(train_y):.3g} here)" if len(train_y) > 1 else
-              "cannot split 1 training image into training and validation; use 0")
-        val, keep = perm[:n_val].sort().values, perm[n_val:].sort().values
-        val_x, val_y, train_x, train_y = train_x[val], train_y[val], train_x[keep], train_y[keep]
-    if normalize == "per_image":
-        def standardized(x):
-            return None if x is None else per_image_standardization(x).to(device)
+    return train_x, train_y, test_x, test_y
 
-        def on_device(y):
-            return None if y is None else y.to(device)
 
-        return FederatedData(standardized(train_x), on_device(train_y), standardized(test_x), on_device(test_y),
-                             standardized(val_x), on_device(val_y), raw.num_classes, None)
+def _split_validation(train_x, train_y, validation_fraction: float, seed: int):
+    """The validation split, drawn from (seed, "validation"): ``train_x, train_y, val_x, val_y``
+    (the last two None without one)."""
+    if not validation_fraction > 0:
+        return train_x, train_y, None, None
+    perm = torch.randperm(len(train_y), generator=torch_generator(seed, "validation"))
+    n_val = max(int(round(validation_fraction * len(train_y))), 1)
+    check(n_val < len(train_y), "hyperparams.validation_fraction", validation_fraction,
+          f"holds out {n_val} of the {len(train_y)} training images; must leave at least one "
+          f"(below {(len(train_y) - 0.5) / len(train_y):.3g} here)" if len(train_y) > 1 else
+          "cannot split 1 training image into training and validation; use 0")
+    val, keep = perm[:n_val].sort().values, perm[n_val:].sort().values
+    return train_x[keep], train_y[keep], train_x[val], train_y[val]
+
+
+def _channel_statistics(train_x, mean, std) -> tuple[list[float], list[float]]:
+    """The per-channel mean and std to normalize by: the given ones, else the training images'
+    (a channel without variance is a one-line error), one per channel."""
     if mean is None or std is None:
         dims = (0, 2, 3)
         mean, std = train_x.mean(dims).tolist(), train_x.std(dims).tolist()
@@ -143,14 +178,4 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
     if len(mean) != channels or len(std) != channels:
         raise ConfigError("dataset.mean/std", f"{list(mean)}/{list(std)}",
                           f"need one value per channel ({channels})")
-    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-
-    def norm(x):
-        return None if x is None else ((x - m) / s).to(device)
-
-    def to(y):
-        return None if y is None else y.to(device)
-
-    return FederatedData(norm(train_x), to(train_y), norm(test_x), to(test_y), norm(val_x), to(val_y),
-                         raw.num_classes, tuple(float(v) for v in std))
+    return mean, std

@@ -114,13 +114,9 @@ def simulate_runs(runs: list[FederatedRun], progress: bool = True) -> list[dict 
 
 def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress: bool) -> None:
     """The rounds of the live runs, each taking its own next round, until every run is done or
-    stopped: the five steps, timed here."""
+    stopped: the five steps of a round, timed here (the loop alone reads the clock)."""
     population = len(runs) > 1
-    for i in live:  # resumed from its last round's checkpoint, with no summary yet (killed in between)
-        if runs[i].done >= runs[i].federation.rounds:
-            _step(runs, i, outcomes, lambda run: run.summary(), population)
-            runs[i].close()
-    live = [i for i in live if outcomes[i] is None]
+    live = _finish_resumed(runs, live, outcomes, population)
     if not live:
         return
     device = runs[live[0]].device
@@ -128,62 +124,102 @@ def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress:
     steps = max(runs[i].federation.rounds - runs[i].done for i in live)
     if population:
         log.info("population of %d runs: %d rounds at most, all runs' clients trained together", len(live), steps)
-    desc = f"population ({len(live)} runs)" if population else runs[live[0]].aggregator.name
     for run in runs:
         run.population = population
     shown = bar_wanted(progress)  # else a line a round (fedrun.logs)
+    desc = f"population ({len(live)} runs)" if population else runs[live[0]].aggregator.name
     with bar_shown(shown), tqdm(total=start + steps, initial=start, desc=desc, unit="round", disable=not shown,
                                 dynamic_ncols=True) as bar:
         while live:
             t0 = time.perf_counter()
-            # 1. Sample each run's next round.
-            records = {}
-            for i in live:
-                with runs[i].dir.speaks():
-                    records[i] = runs[i].sample(runs[i].done + 1)
-            # 2. Train: one run on its engine, several in one lock-step call; then each run's
-            # PD-VL reference learner on its rounds.
-            t_train = time.perf_counter()
-            training = [i for i in live if records[i].clients]
-            for i, result in zip(training, _train([runs[i] for i in training], [records[i] for i in training])):
-                records[i].results = result
-            trained = sync(device) - t_train
-            for i in training:
-                t_reference = time.perf_counter()
-                runs[i].train_reference(records[i])
-                records[i].seconds["train_s"] = trained + sync(device) - t_reference
-            # 3. Aggregate, each run on its own (a run that diverges stops; the others go on).
-            for i in training:
-                _step(runs, i, outcomes, lambda run: run.aggregate(records[i]), population)
-            live = [i for i in live if outcomes[i] is None]
-            # 4. Evaluate the runs whose round it is, together.
-            t_eval = time.perf_counter()
-            evaluating = [i for i in live if runs[i].evaluates(records[i].round)]
-            rows = evaluate_runs([runs[i] for i in evaluating], [records[i] for i in evaluating])
-            for i, row in zip(evaluating, rows):
-                records[i].evaluation = row
-            evaluated = time.perf_counter() - t_eval  # the accuracies' .item()s synchronize
-            for i in evaluating:
-                records[i].seconds["eval_s"] = evaluated
-            # 5. Record; a run that has done its rounds writes its summary and closes.
+            records = _sample(runs, live)                                   # 1. sample
+            training = _train_round(runs, live, records, device)            # 2. train
+            live = _aggregate(runs, live, training, records, outcomes, population)  # 3. aggregate
+            _evaluate(runs, live, records)                                  # 4. evaluate
             wall = sync(device) - t0
-            for i in live:
-                records[i].seconds["wall_s"] = wall
-                _step(runs, i, outcomes, lambda run: run.record(records[i]), population)
-                if outcomes[i] is None and runs[i].done == runs[i].federation.rounds:
-                    _step(runs, i, outcomes, lambda run: run.summary(), population)
-                    runs[i].close()
-            live = [i for i in live if outcomes[i] is None]
-            bar.update(1)
-            if population:
-                accuracies = [float(run.recorder.progress["acc"]) for run in runs if run.recorder is not None]
-                best = max(accuracies, default=float("nan"))
-                bar.set_postfix(runs=len(live), best_acc=f"{best:.4f}")
-                log.info("population round %d: %d of %d runs, best test accuracy %.2f%%, %.2f s",
-                         max(records[i].round for i in records), len(records), len(runs), 100 * best, wall,
-                         extra={ROUND_LINE: True, CONSOLE_ONLY: True})
-            else:
-                bar.set_postfix(runs[0].recorder.progress)
+            live = _record(runs, live, records, outcomes, population, wall)  # 5. record
+            _show(bar, runs, live, records, population, wall)
+
+
+def _finish_resumed(runs: list[FederatedRun], live: list[int], outcomes: list, population: bool) -> list[int]:
+    """Runs resumed after their last round's checkpoint but before their summary (killed in
+    between) write the summary and close; the runs that still have rounds to take."""
+    for i in live:
+        if runs[i].done >= runs[i].federation.rounds:
+            _step(runs, i, outcomes, lambda run: run.summary(), population)
+            runs[i].close()
+    return [i for i in live if outcomes[i] is None]
+
+
+def _sample(runs: list[FederatedRun], live: list[int]) -> dict[int, RoundRecord]:
+    """Step 1: each live run's next round, its clients drawn from (seed, round)."""
+    records = {}
+    for i in live:
+        with runs[i].dir.speaks():
+            records[i] = runs[i].sample(runs[i].done + 1)
+    return records
+
+
+def _train_round(runs: list[FederatedRun], live: list[int], records: dict, device) -> list[int]:
+    """Step 2: the clients of every run that has some, one run on its engine or several in one
+    lock-step call; then each run's PD-VL reference learner on its rounds.  The runs that trained."""
+    t_train = time.perf_counter()
+    training = [i for i in live if records[i].clients]
+    for i, result in zip(training, _train([runs[i] for i in training], [records[i] for i in training])):
+        records[i].results = result
+    trained = sync(device) - t_train
+    for i in training:
+        t_reference = time.perf_counter()
+        runs[i].train_reference(records[i])
+        records[i].seconds["train_s"] = trained + sync(device) - t_reference
+    return training
+
+
+def _aggregate(runs: list[FederatedRun], live: list[int], training: list[int], records: dict, outcomes: list,
+               population: bool) -> list[int]:
+    """Step 3: each run aggregates on its own; one that diverges stops, the others go on."""
+    for i in training:
+        _step(runs, i, outcomes, lambda run: run.aggregate(records[i]), population)
+    return [i for i in live if outcomes[i] is None]
+
+
+def _evaluate(runs: list[FederatedRun], live: list[int], records: dict) -> None:
+    """Step 4: the runs whose round it is evaluated together (one vmapped pass on a GPU)."""
+    t_eval = time.perf_counter()
+    evaluating = [i for i in live if runs[i].evaluates(records[i].round)]
+    rows = evaluate_runs([runs[i] for i in evaluating], [records[i] for i in evaluating])
+    for i, row in zip(evaluating, rows):
+        records[i].evaluation = row
+    evaluated = time.perf_counter() - t_eval  # the accuracies' .item()s synchronize
+    for i in evaluating:
+        records[i].seconds["eval_s"] = evaluated
+
+
+def _record(runs: list[FederatedRun], live: list[int], records: dict, outcomes: list, population: bool,
+            wall: float) -> list[int]:
+    """Step 5: each run's CSV rows and checkpoint; a run that has done its rounds writes its
+    summary and closes.  The runs still going."""
+    for i in live:
+        records[i].seconds["wall_s"] = wall
+        _step(runs, i, outcomes, lambda run: run.record(records[i]), population)
+        if outcomes[i] is None and runs[i].done == runs[i].federation.rounds:
+            _step(runs, i, outcomes, lambda run: run.summary(), population)
+            runs[i].close()
+    return [i for i in live if outcomes[i] is None]
+
+
+def _show(bar, runs: list[FederatedRun], live: list[int], records: dict, population: bool, wall: float) -> None:
+    """The progress bar's round (and, for a population, a line with the best accuracy so far)."""
+    bar.update(1)
+    if population:
+        accuracies = [float(run.recorder.progress["acc"]) for run in runs if run.recorder is not None]
+        best = max(accuracies, default=float("nan"))
+        bar.set_postfix(runs=len(live), best_acc=f"{best:.4f}")
+        log.info("population round %d: %d of %d runs, best test accuracy %.2f%%, %.2f s",
+                 max(records[i].round for i in records), len(records), len(runs), 100 * best, wall,
+                 extra={ROUND_LINE: True, CONSOLE_ONLY: True})
+    else:
+        bar.set_postfix(runs[0].recorder.progress)
 
 
 def _train(runs: list[FederatedRun], records: list[RoundRecord]) -> list:
