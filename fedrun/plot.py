@@ -299,58 +299,17 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
     curves = results.seed_curves(df, list(metrics), band)
     groups = list(dict.fromkeys(curves["group"]))
     runs = df.groupby("group")["run_dir"].nunique()
-    seeds = {int(runs[g]) for g in groups}
     text = setting(df["run_dir"].unique()) if "run_dir" in df else ""
     stops = diverged_groups(df)
-    clipped: list[tuple[str, str, float, float | None]] = []  # (group, metric, low, high) of bands cut at a bound
     rows, cols, size = layout(len(metrics), cols, figsize)
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=size, layout="constrained")
         axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
-        handles = {}
+        handles, clipped = {}, []
         for ax, column in zip(axes, metrics):
-            ylabel, scale, _ = METRICS[column]
-            for i, key in enumerate(groups):
-                c = curves[(curves["group"] == key) & (curves["metric"] == column)]
-                if c.empty:
-                    continue
-                color = f"C{i % 10}"
-                every = max(1, len(c) // 8)  # about 8 markers a curve, staggered between groups
-                line, = ax.plot(c["round"], scale * c["mean"], color=color, linestyle=STYLES[i % len(STYLES)],
-                                marker=MARKERS[i % len(MARKERS)], markevery=(i % every, every),
-                                markeredgewidth=0.6, label=key)
-                handles.setdefault(key, line)
-                if band != "none" and (c["n"] > 1).any():
-                    low, high = BOUNDS.get(column, (0.0, None))
-                    if (c["low"] < low).any() or (high is not None and (c["high"] > high).any()):
-                        clipped.append((key, column, low, high))
-                    ax.fill_between(c["round"], scale * c["low"].clip(low, high), scale * c["high"].clip(low, high),
-                                    color=color, alpha=0.2, linewidth=0)
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-        for ax in axes[len(metrics):]:
-            ax.set_visible(False)
-        for i, ax in enumerate(axes[:len(metrics)]):
-            if i + cols >= len(metrics):  # the lowest panel of its column: the round axis
-                ax.xaxis.set_tick_params(labelbottom=True)
-                ax.set_xlabel(ROUND)
-        if groups:
-            integer_rounds(axes[0])
-        if len(seeds) == 1:
-            labels = groups
-            n = seeds.pop()
-            title = f"{results.BANDS[band].capitalize()} (n = {n})" if n > 1 else None
-        else:
-            labels = [mean_label(key, int(runs[key])) for key in groups]
-            title = results.BANDS[band].capitalize()
-        labels = [label + (f" ({stops[key]})" if key in stops else "") for key, label in zip(groups, labels)]
-        if handles:
-            shown = [(handles[k], label) for k, label in zip(groups, labels) if k in handles]
-            wrapped, ncols, lines = legend_layout([label for _, label in shown], size[0], title)
-            fig.legend([h for h, _ in shown], wrapped, loc="outside upper center", ncols=ncols, frameon=False,
-                       title=title)
-            if figsize is None and lines > LEGEND_ROOM_LINES:  # a tall legend: a taller figure, not squeezed panels
-                fig.set_size_inches(size[0], size[1] + (lines - LEGEND_ROOM_LINES) * LINE_HEIGHT)
+            clipped += _draw_panel(ax, column, curves, groups, band, handles)
+        _round_axes(axes, len(metrics), cols, bool(groups))
+        _legend(fig, handles, groups, runs, stops, band, size, figsize)
         below = ([text] if text else []) + \
             (["not drawn: " + "; ".join(f"{Path(run).name}: {why}" for run, why in not_drawn)] if not_drawn else [])
         if caption and below:
@@ -362,6 +321,77 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
             fig.savefig(path, dpi=DPI)
     data = out / "runs.csv"
     curves.to_csv(data, index=False)
+    _report(log, df, curves, groups, runs, stops, metrics, clipped, band, not_drawn, text)
+    return [*paths, data]
+
+
+def _draw_panel(ax, column: str, curves, groups: list[str], band: str, handles: dict) -> list[tuple]:
+    """One panel: each group's mean over seeds (its own colour, line style and open markers, about
+    8 a curve, staggered between groups) and its band, clipped to the metric's bounds.  The first
+    line of each group goes into ``handles``; returns ``(group, metric, low, high)`` for each band
+    that reached past a bound."""
+    ylabel, scale, _ = METRICS[column]
+    clipped = []
+    for i, key in enumerate(groups):
+        c = curves[(curves["group"] == key) & (curves["metric"] == column)]
+        if c.empty:
+            continue
+        color = f"C{i % 10}"
+        every = max(1, len(c) // 8)
+        line, = ax.plot(c["round"], scale * c["mean"], color=color, linestyle=STYLES[i % len(STYLES)],
+                        marker=MARKERS[i % len(MARKERS)], markevery=(i % every, every),
+                        markeredgewidth=0.6, label=key)
+        handles.setdefault(key, line)
+        if band != "none" and (c["n"] > 1).any():
+            low, high = BOUNDS.get(column, (0.0, None))
+            if (c["low"] < low).any() or (high is not None and (c["high"] > high).any()):
+                clipped.append((key, column, low, high))
+            ax.fill_between(c["round"], scale * c["low"].clip(low, high), scale * c["high"].clip(low, high),
+                            color=color, alpha=0.2, linewidth=0)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return clipped
+
+
+def _round_axes(axes, panels: int, cols: int, any_group: bool) -> None:
+    """Hide the unused panels; the lowest panel of each column carries the round axis (integers)."""
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    for i, ax in enumerate(axes[:panels]):
+        if i + cols >= panels:
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel(ROUND)
+    if any_group:
+        integer_rounds(axes[0])
+
+
+def _legend(fig, handles: dict, groups: list[str], runs, stops: dict, band: str, size, figsize) -> None:
+    """The legend above the panels: a group's label says how many seeds its mean is over when the
+    groups differ in it (else the title does) and how a diverged run stopped; a tall legend makes
+    the figure taller rather than squeeze the panels."""
+    seeds = {int(runs[g]) for g in groups}
+    if len(seeds) == 1:
+        labels = groups
+        n = seeds.pop()
+        title = f"{results.BANDS[band].capitalize()} (n = {n})" if n > 1 else None
+    else:
+        labels = [mean_label(key, int(runs[key])) for key in groups]
+        title = results.BANDS[band].capitalize()
+    labels = [label + (f" ({stops[key]})" if key in stops else "") for key, label in zip(groups, labels)]
+    if not handles:
+        return
+    shown = [(handles[k], label) for k, label in zip(groups, labels) if k in handles]
+    wrapped, ncols, lines = legend_layout([label for _, label in shown], size[0], title)
+    fig.legend([h for h, _ in shown], wrapped, loc="outside upper center", ncols=ncols, frameon=False, title=title)
+    if figsize is None and lines > LEGEND_ROOM_LINES:
+        fig.set_size_inches(size[0], size[1] + (lines - LEGEND_ROOM_LINES) * LINE_HEIGHT)
+
+
+def _report(log, df, curves, groups: list[str], runs, stops: dict, metrics, clipped: list, band: str,
+            not_drawn: list, text: str) -> None:
+    """What was drawn, one line a group (its runs, seeds, rounds, panels), and what was not: a
+    group or panel without values, a clipped band, a seed run twice, a run without rows; then the
+    setting."""
     for key in groups + sorted(set(df["group"]) - set(groups)):
         seeds_of = sorted(df.loc[df["group"] == key, "seed"].unique()) if "seed" in df else []
         mine = curves[curves["group"] == key]
@@ -387,7 +417,6 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
         log(f"warning: {run}: {why}; not drawn")
     if text:
         log(f"setting: {text}")
-    return [*paths, data]
 
 
 def repeated_seeds(df) -> list[tuple[str, object, list[str]]]:
