@@ -19,7 +19,8 @@ from rounds.csv), never on the rounded cells of a table.
 The sections are those of docs/reproductions.md: ``niidbench`` (the NIID-Bench grid and its
 comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFOLD's divergence),
 ``fednova_stragglers``, ``fedlap_fmnist`` (the bullets under "What holds and what does not"),
-``fedlap_readings``, ``fedlap_mnist_train10k`` and ``fedlayerwise`` (Table I on the whole MNIST).  ``niidbench_table3.py collect`` and
+``fedlap_readings``, ``fedlap_mnist_train10k``, ``fedlap_tuned`` (FedLap against baselines tuned by scripts/tune.py) and
+``fedlayerwise`` (Table I on the whole MNIST).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
@@ -329,7 +330,7 @@ def root_of(path: str | Path, below: str) -> Path | None:
 # The sections each table script prints, by the folder (below outputs/reproductions) its DIRs lie in.
 NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers")}
 FEDLAYERWISE_SECTIONS = {"fedlayerwise/table1": ("fedlayerwise",)}
-FEDLAP_SECTIONS = {"fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
+FEDLAP_SECTIONS = {"fedlap/tuned": ("fedlap_tuned",), "fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
                    "fedlap/readings": ("fedlap_readings",), "fedlap/preset": ("fedlap_readings",)}
 
 
@@ -1442,6 +1443,146 @@ def _(data):
     one = to_95(data, flw_runs(data, "2iid_8noniid", "fedavg", "table1_1class")[0])
     two = next(to_95(data, r) for r in flw_runs(data, "2iid_8noniid", "fedavg") if r.seed == 0)
     return {"d": one - two}
+
+
+# ----------------------------------------------------------------------------- FedLap against tuned baselines
+
+LT = "fedlap_tuned"
+TUNED = {"fedprox": "fedlap/tuned/fedprox", "fedlap": "fedlap/tuned/fedlap"}
+
+
+def choice(data: Data, method: str) -> dict:
+    """``OUT/choice.json`` of the tuning protocol (scripts/tune.py) for ``method``."""
+    import json
+
+    return json.loads((data.folder(TUNED[method]) / "choice.json").read_text())
+
+
+def grid_row(data: Data, method: str) -> dict:
+    """The grid's points and each point's score recomputed from its tuning run (mean validation
+    accuracy over rounds 1-20, %, exact), checked against choice.json, and the chosen point."""
+    c = choice(data, method)
+    (key, values), = c["grid"].items()
+    cells = []
+    for value, row in zip(values, c["rows"]):
+        run = load_run(data.folder(TUNED[method]) / "tune" / f"{key.rsplit('.', 1)[-1]}{value}_seed0")
+        df = read_rounds(run.path)
+        score = mean(pct(a) for a in df["val_acc"].dropna())
+        if abs(float(score) - 100 * row["mean"]) > 1e-6:
+            raise ValueError(f"{run.path}: choice.json's score {row['mean']} is not the run's {score}")
+        cells.append(f"{value}: {fmt(score, 2)}")
+    chosen = c["chosen"][key]
+    best = max(zip(values, c["rows"]), key=lambda vr: vr[1]["mean"])[0]
+    if chosen != best:
+        raise ValueError(f"{method}: choice {chosen} is not the best point {best}")
+    return {"cells": ", ".join(cells), "chosen": chosen}
+
+
+@claim("fedlap_tuned.fedprox_grid", LT, "| FedProx, `aggregator.mu` | {cells} | {chosen} |")
+def _(data):
+    """FedProx's tuning: every point of its authors' grid scored on the validation split."""
+    return grid_row(data, "fedprox")
+
+
+@claim("fedlap_tuned.fedlap_grid", LT, "| FedLap, `aggregator.q` (`form=interpolate`) | {cells} | {chosen} |")
+def _(data):
+    """FedLap's tuning: q over the same number of points, scored the same way."""
+    return grid_row(data, "fedlap")
+
+
+@claim("fedlap_tuned.protocol_runs", LT, "The protocol's own test runs at 0% stragglers give FedProx (mu = {mu}) "
+       "{prox}% and FedLap (q = {q}) {lap}% over rounds 1-20 (seeds 0, 1, 2)")
+def _(data):
+    """The means over rounds 1-20 of the test runs scripts/tune.py made for each method's chosen
+    point (0% stragglers, seeds 0, 1, 2)."""
+    mu = choice(data, "fedprox")["chosen"]["aggregator.mu"]
+    q = choice(data, "fedlap")["chosen"]["aggregator.q"]
+    prox = [load_run(data.folder(TUNED["fedprox"]) / "test" / f"mu{mu}_seed{s}") for s in SEEDS]
+    lap = [load_run(data.folder(TUNED["fedlap"]) / "test" / f"q{q}_seed{s}") for s in SEEDS]
+    return {"mu": mu, "q": q, "prox": fmt(mean(seed_means(data, prox))), "lap": fmt(mean(seed_means(data, lap)))}
+
+
+@claim("fedlap_tuned.protocol_vs_earlier", LT, "agree with the earlier runs of the same setting to {digits} "
+       "significant digits in round 1")
+def _(data):
+    """The protocol's FedProx test runs against the earlier runs of the same setting
+    (fedlap/preset, mu = 0.01, 0% stragglers): the relative difference of round 1's test loss."""
+    mu = choice(data, "fedprox")["chosen"]["aggregator.mu"]
+    worst = 0.0
+    for seed in SEEDS:
+        a = read_rounds(data.folder(TUNED["fedprox"]) / "test" / f"mu{mu}_seed{seed}")
+        b = read_rounds(data.folder("fedlap/preset/stragglers0") / f"fedprox_s0.0_seed{seed}")
+        x, y = float(a["test_loss"].iloc[0]), float(b["test_loss"].iloc[0])
+        worst = max(worst, abs(x - y) / abs(y))
+    if worst == 0:
+        return {"digits": "all"}
+    return {"digits": str(int(-math.log10(worst)))}
+
+
+def tuned_cells(data: Data) -> dict[tuple[str, float], list[Run]]:
+    """FedLap at the paper's q = 0.5 and FedAvg (fedlap/fmnist), FedProx at the tuned mu
+    (fedlap/preset holds it at every straggler fraction), by (method, stragglers), in seed order."""
+    mu = float(choice(data, "fedprox")["chosen"]["aggregator.mu"])
+    fmnist, preset = fedlap_cells(data, "fmnist"), fedlap_cells(data, "preset")
+    cells = {}
+    for s in FRACTIONS:
+        cells[("fedlap", s)], cells[("fedavg", s)] = fmnist[("fedlap", s)], fmnist[("fedavg", s)]
+        cells[("fedprox", s)] = preset[("fedprox", s)]
+        if {aggregator(r, "mu") for r in cells[("fedprox", s)]} != {mu}:
+            raise ValueError(f"fedlap/preset: FedProx at {s} is not at the tuned mu = {mu}")
+    return cells
+
+
+def _cell(data: Data, runs: list[Run]) -> str:
+    at = [data.at(r, T) for r in runs]
+    return f"{fmt(mean(at))}% [{fmt(min(at))}-{fmt(max(at))}] / {fmt(mean(seed_means(data, runs)))}%"
+
+
+@claim("fedlap_tuned.rows", LT, "| 0% | {r0} |\n| 50% | {r50} |\n| 90% | {r90} |")
+def _(data):
+    """The table: each method's accuracy after round 20 (mean [min-max] over seeds 0, 1, 2) and its
+    mean over rounds 1-20, and the seeds in which FedLap's mean over rounds 1-20 beats both."""
+    cells = tuned_cells(data)
+    out = {}
+    for key, s in (("r0", 0.0), ("r50", 0.5), ("r90", 0.9)):
+        ahead, n = ahead_of_both(data, cells[("fedlap", s)], [cells[("fedprox", s)], cells[("fedavg", s)]])
+        out[key] = " | ".join([_cell(data, cells[(m, s)]) for m in ("fedlap", "fedprox", "fedavg")]
+                              + [f"{ahead} of {n}"])
+    return out
+
+
+@claim("fedlap_tuned.prox_leads", LT, "FedProx's mean accuracy over rounds 1-20 beats FedLap's in {k} of {n} (seed, "
+       "fraction) pairs, by {lo} to {hi} points as a mean over the seeds at each fraction; FedLap is ahead of both "
+       "baselines in {both} of {n}")
+def _(data):
+    """Seed by seed at each straggler fraction: tuned FedProx's mean over rounds 1-20 against
+    FedLap's (q = 0.5), the mean lead per fraction, and the pairs where FedLap beats both."""
+    cells = tuned_cells(data)
+    k = n = both = 0
+    leads = []
+    for s in FRACTIONS:
+        lap = {r.seed: data.mean_to(r, T) for r in cells[("fedlap", s)]}
+        prox = {r.seed: data.mean_to(r, T) for r in cells[("fedprox", s)]}
+        avg = {r.seed: data.mean_to(r, T) for r in cells[("fedavg", s)]}
+        for seed in sorted(lap):
+            n += 1
+            k += prox[seed] > lap[seed]
+            both += lap[seed] > max(prox[seed], avg[seed])
+        leads.append(mean(prox.values()) - mean(lap.values()))
+    if min(leads) <= 0:
+        raise ValueError("FedProx does not lead at every fraction")
+    return {"k": k, "n": n, "lo": fmt(min(leads)), "hi": fmt(max(leads)), "both": both}
+
+
+@claim("fedlap_tuned.q1_is_mu1", LT, "FedLap at q = 1 scores what FedProx at mu = 1 scores, to the last digit")
+def _(data):
+    """The tuning runs of FedLap at q = 1 (interpolate form) and FedProx at mu = 1: the same
+    validation and test accuracies in every round."""
+    a = read_rounds(data.folder(TUNED["fedlap"]) / "tune" / "q1_seed0")
+    b = read_rounds(data.folder(TUNED["fedprox"]) / "tune" / "mu1_seed0")
+    if not (a["val_acc"].equals(b["val_acc"]) and a["test_acc"].equals(b["test_acc"])):
+        raise ValueError("FedLap at q = 1 and FedProx at mu = 1 differ")
+    return {}
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
