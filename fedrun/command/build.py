@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.command import resolvers  # noqa: F401  (registers ${fedrun.num_clients:...}, used by the scale presets)
 from fedrun.client import engines
+from fedrun.client.parallel import ParallelEngine
 from fedrun.command import settings
 from fedrun.data.augment import make_augmentation
 from fedrun.data.preparation import NORMALIZATIONS, prepare
@@ -252,6 +253,12 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
     run_dir = Path(run_dir)
     if not cfg.resume:
         refuse_existing_run(run_dir)  # before the data is loaded
+    make_engine = engines.as_batched(objects["engine"]) if batched else engines.for_run(
+        objects["engine"], objects["device"], objects["federation"].per_round, objects["federation"].vanilla_every > 0)
+    if make_engine.func is ParallelEngine:
+        # Every process computes with one thread, the run's own from the data's preparation on,
+        # so that the run equals engine=sequential threads=1 (sums over two threads round otherwise).
+        torch.set_num_threads(1)
     key = data_key(cfg)
     data = datasets.get(key) if datasets is not None else None
     if data is None:
@@ -264,7 +271,6 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
     config = resolved(cfg)
     config["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra")}
     config["overrides"] = list(overrides)
-    make_engine = engines.as_batched(objects["engine"]) if batched else objects["engine"]
     return FederatedRun(run_dir, data, functools.partial(instantiate, cfg.model), objects["partition"],
                         objects["aggregator"], objects["local"], objects["federation"], objects["participation"],
                         make_engine, seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),

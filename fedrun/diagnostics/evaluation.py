@@ -10,20 +10,37 @@ from fedrun.data.preparation import FederatedData
 from fedrun.params import Params
 
 
-@torch.no_grad()
 def evaluate(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Tensor,
              batch_size: int = 2000) -> tuple[float, float]:
     """Accuracy and mean cross-entropy of ``model`` loaded with ``state`` on ``(x, y)``."""
+    return total_scores(batch_scores(model, state, x, y, batch_size), len(y))
+
+
+@torch.no_grad()
+def batch_scores(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                 starts=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each batch's summed cross-entropy (float64) and number of correct predictions, for the
+    batches of ``batch_size`` that begin at ``starts`` (default: all of them).  Apart from
+    :func:`total_scores` so that the parallel engine's workers can score ranges of batches."""
     model.load_state_dict(state)
     model.eval()
-    correct = torch.zeros((), dtype=torch.long, device=y.device)
-    loss = torch.zeros((), dtype=torch.float64, device=y.device)
-    for start in range(0, len(y), batch_size):
+    scores = []
+    for start in range(0, len(y), batch_size) if starts is None else starts:
         logits = model(x[start : start + batch_size])
         target = y[start : start + batch_size]
-        loss += F.cross_entropy(logits, target, reduction="sum").double()
-        correct += (logits.argmax(1) == target).sum()
-    return float(correct) / len(y), float(loss) / len(y)
+        scores.append((F.cross_entropy(logits, target, reduction="sum").double(), (logits.argmax(1) == target).sum()))
+    return scores
+
+
+def total_scores(scores: list[tuple[torch.Tensor, torch.Tensor]], n: int) -> tuple[float, float]:
+    """Accuracy and mean loss over ``n`` examples from :func:`batch_scores`, added in batch order
+    (float64 sums depend on their order: every engine adds them in this one)."""
+    loss = torch.zeros((), dtype=torch.float64, device=scores[0][0].device)
+    correct = torch.zeros((), dtype=torch.long, device=scores[0][0].device)
+    for batch_loss, batch_correct in scores:
+        loss += batch_loss
+        correct += batch_correct
+    return float(correct) / n, float(loss) / n
 
 
 def eval_batch(device: str | torch.device) -> int:
@@ -32,7 +49,7 @@ def eval_batch(device: str | torch.device) -> int:
 
 
 def evaluate_round(model: nn.Module, models: dict[str, Params], buffers: Params, evaluated: str,
-                   data: FederatedData, batch: int) -> dict:
+                   data: FederatedData, batch: int, scorer=None) -> dict:
     """A round's evaluation columns: ``test_acc``/``test_loss`` (and ``val_*``) of the evaluated
     model; when the model sent to clients differs from the average-aggregated one (FedNNNN
     sec. 4.1), both models' test accuracy, evaluating only the one not yet done.
@@ -40,9 +57,12 @@ def evaluate_round(model: nn.Module, models: dict[str, Params], buffers: Params,
     Args:
       models: ``{"average": ..., "sent": ...}`` trainable parameters.
       evaluated: which of them the ``test_acc`` column reports (``aggregator.evaluate``).
+      scorer: what scores a model on a split, with :func:`evaluate`'s arguments and result (the
+        default), e.g. the parallel engine's :meth:`~fedrun.client.parallel.ParallelEngine.evaluate`.
     """
     plan = evaluation_plan(models, buffers, evaluated, data)
-    scores = [evaluate(model, state, *split(data, name), batch) for name, state in plan]
+    scorer = evaluate if scorer is None else scorer
+    scores = [scorer(model, state, *split(data, name), batch) for name, state in plan]
     return evaluation_row(plan, scores, evaluated)
 
 

@@ -124,6 +124,10 @@ class FederatedRun:
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
         self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
+        if hasattr(self.engine, "share"):  # the parallel engine's workers evaluate on the splits they hold
+            for x, y in ((data.test_x, data.test_y), (data.val_x, data.val_y)):
+                if x is not None:
+                    self.engine.share(x, y)
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)
@@ -180,7 +184,10 @@ class FederatedRun:
         self.close()
 
     def close(self) -> None:
-        """Release the run directory (its lock and log); again is harmless."""
+        """Release the run directory (its lock and log) and the engine's workers, if it has any;
+        again is harmless."""
+        if hasattr(self.engine, "close"):
+            self.engine.close()
         if self.dir is not None:
             self.dir.close()
 
@@ -266,7 +273,7 @@ class FederatedRun:
     def evaluate(self, r: RoundRecord) -> dict:
         """Step 4: the round's test (and validation) columns."""
         return evaluate_round(self.model, r.models, self.buffers, self.aggregator.evaluate, self.data,
-                              eval_batch(self.device))
+                              eval_batch(self.device), getattr(self.engine, "evaluate", None))
 
     def record(self, r: RoundRecord) -> None:
         """Step 5: the round's rows, its snapshot, the checkpoint (on the rounds it is due: the
