@@ -300,7 +300,7 @@ def test_a_whole_run_equals_the_sequential_one_thread_run(tmp_path, method):
     seq, par = tmp_path / "seq", tmp_path / "par"
     fedrun_ok([*PARALLEL, *method, "engine=sequential", "threads=1", f"hydra.run.dir={seq}"], tmp_path)
     proc = fedrun_ok([*PARALLEL, *method, "engine=parallel", "engine.workers=2", f"hydra.run.dir={par}"], tmp_path)
-    assert "(engine: ParallelEngine)" in proc.stderr and "2 worker processes" in proc.stderr
+    assert "(engine: ParallelEngine, 2 single-threaded worker processes)" in proc.stderr
     same_run(seq, par)
 
 
@@ -346,3 +346,26 @@ def test_bad_workers_on_the_command_line_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("fedrun: error: engine.workers=0: a number of worker")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_at_once_its_workers_never_held_its_lock(tmp_path):
+    """The workers are forked before the run locks its directory: a SIGKILLed run's workers, still
+    finishing their share of a round, do not keep the resume out."""
+    long = [*PARALLEL, "hyperparams.rounds=30", "hyperparams.batch_size=2", "engine=parallel", "engine.workers=2"]
+    run = tmp_path / "killed"
+    proc = start_fedrun([*long, f"hydra.run.dir={run}"], tmp_path)
+    try:
+        wait_for_rows(proc, run / "rounds.csv", 2)
+        workers = _children(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(workers) == 2
+    fedrun_ok([*long, f"hydra.run.dir={run}", "resume=true", "hyperparams.rounds=30"], tmp_path)
+    straight = tmp_path / "straight"
+    fedrun_ok([*long, f"hydra.run.dir={straight}"], tmp_path)
+    same_run(straight, run)
+    assert not any(_alive(p) for p in workers)

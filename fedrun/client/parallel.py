@@ -165,6 +165,13 @@ class ParallelEngine:
 
     # ---------------------------------------------------------------- the workers' lives
 
+    def start(self) -> None:
+        """Fork the workers now (else at the first :meth:`train` or :meth:`evaluate`).  A run
+        starts them before it locks its directory and opens its files, so that no worker holds
+        the lock or a file of the run (a worker outliving a killed run would keep its directory
+        locked until it noticed)."""
+        self._start()
+
     def _start(self) -> "_Pool":
         if self._pool is None:
             self._pool = _Pool(self.workers, self.inner, self._shared)
@@ -177,6 +184,11 @@ class ParallelEngine:
         if self._pool is not None:
             self._finalizer()
             self._pool = None
+
+    @property
+    def summary(self) -> str:
+        """What the run's log says of its engine."""
+        return f"ParallelEngine, {self.workers} single-threaded worker processes"
 
     def __getstate__(self):
         raise TypeError("a ParallelEngine holds worker processes and cannot be pickled")
@@ -243,8 +255,8 @@ class _Pool:
             theirs.close()
             self.processes.append(process)
             self.conns.append(ours)
-        log.info("engine=parallel: %d worker processes (pids %s), one thread each", n,
-                 ", ".join(str(p.pid) for p in self.processes))
+        log.debug("engine=parallel: %d worker processes (pids %s), one thread each", n,
+                  ", ".join(str(p.pid) for p in self.processes))
 
     def run(self, tasks: list[tuple], what: str) -> list:
         """Send task i to worker i and return their answers in that order; a worker that dies or
@@ -321,8 +333,10 @@ def _serve(conn, inherited, engine: SequentialEngine, shared: dict, parent: int)
     """A worker's life: answer the run's tasks until it says stop or goes away."""
     for other in inherited:
         other.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the run decides
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the run's SIGTERM handler (a Terminated) is not ours
+    # Ctrl-C (and a SIGTERM sent to the whole process group, as SLURM does) is the run's to
+    # handle: it stops after its last complete round and then stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)
     while True:
         # Poll, not block: a worker whose run's process was SIGKILLed (and whose pipe another

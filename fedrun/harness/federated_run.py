@@ -128,6 +128,7 @@ class FederatedRun:
             for x, y in ((data.test_x, data.test_y), (data.val_x, data.val_y)):
                 if x is not None:
                     self.engine.share(x, y)
+            self.engine.start()  # forked before the directory is locked: no worker holds the lock
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)
@@ -161,13 +162,14 @@ class FederatedRun:
             if ckpt is None:  # the run's start, saved before any round: a run stopped at any instant resumes
                 self.recorder.checkpoint(0, self.params, self.buffers, self.state, self.opt.state)
         except BaseException:
-            self.dir.close()
+            self.close()
             raise
         return self
 
     def _log_start(self) -> None:
         f = self.federation
-        log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(), type(self.engine).__name__,
+        log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(),
+                 getattr(self.engine, "summary", type(self.engine).__name__),
                  f"; resuming after round {self.done}" if self.done else "")
         log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
                  f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
