@@ -57,11 +57,39 @@ def fitted(title: str, fig, fontsize: float = 10) -> str:
     long title (a substituted dataset's) is never cut at the figure's edge."""
     import textwrap
 
-    return "\n".join(textwrap.wrap(title, max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))))
+    # Never inside a hyphenated name (NetA-Baseline, Fashion-MNIST): between words only.
+    return "\n".join(textwrap.wrap(title, max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize))),
+                                    break_on_hyphens=False))
+
+
+# The text under the panels (the caption, the notes): its size in points, a line's height and a
+# character's average width (DejaVu Sans), in inches, to wrap it to the figure and keep its room.
+UNDER_SIZE = 6
+UNDER_LINE = 1.3 * UNDER_SIZE / 72
+UNDER_CHAR = 0.55 * UNDER_SIZE / 72
+
+
+def under_panels(width: float, caption: str = "", notes=(), left_out=()) -> tuple[str, str]:
+    """The text under a ``width``-inch figure's panels, wrapped to its width: the caption (what
+    was drawn: the runs' setting) and the red lines (how the runs depart from the paper's
+    setting; the runs not drawn)."""
+    import textwrap
+
+    chars = max(30, int(0.97 * width / UNDER_CHAR))
+    red = ([f"NOT the paper's setting: {'; '.join(notes)}"] if notes else []) + \
+        ([f"Not drawn: {'; '.join(left_out)}"] if left_out else [])
+    return (textwrap.fill(caption, chars) if caption else "", "\n".join(textwrap.fill(line, chars) for line in red))
+
+
+def under_height(width: float, caption: str = "", notes=(), left_out=()) -> float:
+    """The height in inches :func:`under_panels`' text takes (0 without any), so a script can make
+    its figure taller by it and the panels keep their size."""
+    lines = sum(text.count("\n") + 1 for text in under_panels(width, caption, notes, left_out) if text)
+    return lines * UNDER_LINE + 0.06 if lines else 0.0
 
 
 def save_figure(fig, path, notes=(), *, left_out=(), bottom: float = 0.06, right: float = 1.0, top: float = 1.0,
-                dpi: int = DPI) -> Path:
+                dpi: int = DPI, caption: str = "") -> Path:
     """Lay out, save and close a matplotlib figure: ``path`` (a PNG at ``dpi``, 300 as
     ``fedrun-plot``'s) and beside it the same figure as a PDF with TrueType fonts (no Type 3 fonts,
     which IEEE PDF eXpress and ACM's checks reject), ready for a paper.
@@ -70,13 +98,30 @@ def save_figure(fig, path, notes=(), *, left_out=(), bottom: float = 0.06, right
     bottom, in the figure fraction ``bottom`` kept free for them, and ``left_out`` (the runs of
     the figure that are not drawn, :func:`papers.stopped_notes`: ``FedAvg seed 1: diverged at
     round 5``) above them; ``right`` and ``top`` keep room for a legend placed outside
-    the axes.
+    the axes.  ``caption`` (the runs' setting, :func:`fedrun.plot.setting`) goes under the panels
+    above the red lines, all wrapped to the figure's width, with the room they take
+    (:func:`under_height`) kept free instead of ``bottom``.
     """
+    if caption:
+        width, height = fig.get_size_inches()
+        text, red = under_panels(width, caption, notes, left_out)
+        low = 0.03 / height
+        if red:
+            fig.text(0.01, low, red, fontsize=UNDER_SIZE, color="firebrick", va="bottom")
+            low += (red.count("\n") + 1) * UNDER_LINE / height
+        fig.text(0.01, low, text, fontsize=UNDER_SIZE, va="bottom")
+        fig.tight_layout(rect=(0, under_height(width, caption, notes, left_out) / height, right, top))
+        return _save(fig, path, dpi)
     lines = ([f"NOT the paper's setting: {'; '.join(notes)}"] if notes else []) + \
         ([f"Not drawn: {'; '.join(left_out)}"] if left_out else [])
     if lines:
         fig.text(0.01, 0.005, "\n".join(lines), fontsize=6, color="firebrick", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, bottom * len(lines), right, top))
+    return _save(fig, path, dpi)
+
+
+def _save(fig, path, dpi: int) -> Path:
+    """The PNG at ``dpi`` and the PDF with TrueType (Type 42) fonts beside it; the figure closed."""
     fig.savefig(path, dpi=dpi)
     import matplotlib
 

@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 import grid
 from papers import DIVERGED, UNFINISHED, count_notes, require_runs
 
+from fedrun import tables as fedrun_tables
 from fedrun.errors import ArgumentParser
 from fedrun.paths import writable_file, writable_folder
 from fedrun.results import Run, folders
@@ -55,7 +56,7 @@ def minus(ours: float | None, paper: float | None) -> float | None:
 
 # ----------------------------------------------------------------------------- text
 
-FORMATS = ("text", "markdown", "latex")
+FORMATS = fedrun_tables.FORMATS
 _FORMAT = ["text"]  # the format render() writes in, set by a script's --format (use_format)
 
 
@@ -63,7 +64,7 @@ _FORMAT = ["text"]  # the format render() writes in, set by a script's --format 
 def use_format(fmt: str):
     """While inside, :func:`render` writes ``fmt`` (one of :data:`FORMATS`): the ``--format`` of
     every table script, of readings.py and of plot_fedlap.py's summary."""
-    _FORMAT.append(fmt)
+    _FORMAT.append(fedrun_tables.check_format(fmt, "--format"))
     try:
         yield
     finally:
@@ -82,74 +83,9 @@ def render(head: list[str], body: list[list[str]], labels: int = 1, groups: list
     headers (centred, or ``align_head``).  ``groups`` ``[(title, n)]`` puts a title over each run of
     ``n`` value columns (FedNNNN's condition over its two datasets).  As aligned text, or in the
     format :func:`use_format` chose: Markdown (a group's title prefixes its columns' headers, as
-    Markdown has no spanning cells) or a LaTeX ``tabular`` with booktabs rules."""
-    fmt = _FORMAT[-1]
-    if fmt == "markdown":
-        return _markdown(head, body, labels, groups)
-    if fmt == "latex":
-        return _latex(head, body, labels, groups)
-    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(head)]
-
-    def line(cells: list[str], align) -> str:
-        return " | ".join(c.ljust(w) if i < labels else align(c, w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    lines, rule = [], ["-" * w for w in widths[:labels]]
-    if groups:
-        top, i = [" " * w for w in widths[:labels]], labels
-        for title, n in groups:
-            span = sum(widths[i:i + n]) + 3 * (n - 1)
-            top.append(title.center(span))
-            rule.append("-" * span)
-            i += n
-        lines.append(" | ".join(top))
-    else:
-        rule += ["-" * w for w in widths[labels:]]
-    lines += [line(head, align_head), "-+-".join(rule)] + [line(b, str.rjust) for b in body]
-    return "\n".join(lines)
-
-
-def _spanned(head: list[str], labels: int, groups) -> list[str]:
-    """``head`` with each group's title before its columns' names (``IID - B: MNIST``)."""
-    if not groups:
-        return head
-    out, i = list(head[:labels]), labels
-    for title, n in groups:
-        out += [f"{title}: {h}" for h in head[i:i + n]]
-        i += n
-    return out + head[i:]
-
-
-def _markdown(head, body, labels, groups) -> str:
-    def row(cells):
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    rule = ["---" if i < labels else "---:" for i in range(len(head))]
-    return "\n".join([row(_spanned(head, labels, groups)), row(rule), *(row(b) for b in body)])
-
-
-LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def latex_escape(text: str) -> str:
-    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
-
-
-def _latex(head, body, labels, groups) -> str:
-    """A booktabs ``tabular``: labels left, values right; a group's title spans its columns."""
-    def row(cells):
-        return " & ".join(latex_escape(c) for c in cells) + r" \\"
-
-    lines = [r"\begin{tabular}{" + "l" * labels + "r" * (len(head) - labels) + "}", r"\toprule"]
-    if groups:
-        top, rules, i = [""] * labels, [], labels
-        for title, n in groups:
-            top.append(rf"\multicolumn{{{n}}}{{c}}{{{latex_escape(title)}}}")
-            rules.append(rf"\cmidrule(lr){{{i + 1}-{i + n}}}")
-            i += n
-        lines += [" & ".join(top) + r" \\", " ".join(rules)]
-    lines += [row(head), r"\midrule", *(row(b) for b in body), r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines)
+    Markdown has no spanning cells) or a LaTeX ``tabular`` with booktabs rules.  The layout is
+    :func:`fedrun.tables.render`'s, which the sweep's closing table shares."""
+    return fedrun_tables.render(head, body, _FORMAT[-1], labels=labels, groups=groups, align_head=align_head)
 
 
 def directories(n: int) -> str:

@@ -26,7 +26,8 @@ from fedrun.command import resolvers  # noqa: F401  (registers ${fedrun.num_clie
 from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, did_you_mean, disk_full,
                            exit_with, first_line)
 from fedrun.paths import conf_dir, conf_options, writable_folder
-from fedrun.command.sweeps import forget_failures, job_failed, last_sweep, record_failure, remove_if_empty, sweep_failures, sweep_table
+from fedrun.command.sweeps import (forget_failures, job_failed, last_sweep, record_failure, remove_if_empty,
+                                   sweep_failures, sweep_table, write_sweep_tables)
 
 # hydra/launcher=population: its config registers on import; main() registers its class.
 from hydra_plugins.fedrun_population_launcher.population_launcher import PopulationLauncher
@@ -371,6 +372,10 @@ def main() -> None:
     failed = sweep_failures(last_sweep()) if last_sweep() is not None else []
     if last_sweep() is not None:
         print("\n".join(sweep_table(last_sweep())))
+        # The same table for a paper or a README, before the failure notes it reads are removed.
+        written = write_sweep_tables(last_sweep())
+        if written:
+            print(f"the table as Markdown and LaTeX: {', '.join(map(str, written))}")
         forget_failures(last_sweep())
     if failed:
         for note in failed:

@@ -5,6 +5,11 @@ line, whatever the launcher: basic, joblib, submitit, Ray, population) and leave
 ``<sweep>/.failed_jobs/`` (:func:`record_failure`), written by the job's own process, so the
 launching process finds every note (:func:`sweep_failures`) and the command lists the failed jobs
 once the sweep is over.
+
+The sweep then ends with a table of its jobs (:func:`sweep_table`), printed as text and written
+beside them as ``sweep_table.md`` and ``sweep_table.tex`` (:func:`write_sweep_tables`), so a paper
+or a README takes it as it is; ``fedrun-sweep-table`` (:func:`main`) prints or writes the table of
+any sweep folder later, in any of the three formats (:mod:`fedrun.tables`).
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +27,8 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedrun.errors import FedrunError
+from fedrun import tables
+from fedrun.errors import FedrunError, UsageError, first_line
 from fedrun.harness.provenance import SWEEP_ID
 from fedrun.harness.rundir import remove_empty_run_dir
 
@@ -125,16 +132,48 @@ def remove_if_empty(run_dir: Path) -> None:
         path = path.parent
 
 
-def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
+def sweep_table(sweep_dir: Path, limit: int | None = 50, fmt: str = "text", every: bool = False) -> list[str]:
     """The lines a sweep ends with: one per job (its folder, the settings the sweep varied, its
-    objective, done or failed), then where the results are.  Jobs are this sweep's folders
-    (:func:`sweep_jobs`) and its failure notes; at most ``limit`` rows, the rest counted."""
+    objective, done or failed), then how many jobs are done and where the results are.  Jobs are
+    this sweep's folders (:func:`sweep_jobs`) and its failure notes; ``every``: every run
+    directory in ``sweep_dir`` instead, whichever sweep ran it, and no notes (``fedrun-sweep-table``
+    reads a folder after its sweep, whose notes are gone).  At most ``limit`` rows (None: all),
+    the rest counted.
+
+    ``fmt`` (:data:`fedrun.tables.FORMATS`): ``text``, the aligned columns the terminal shows;
+    ``markdown``, a pipe table and the count as a paragraph under it; ``latex``, a booktabs
+    ``tabular`` and the count as a ``%`` comment, the folder as given rather than resolved (the
+    file is for a paper's repository, not this machine)."""
+    tables.check_format(fmt)
+    sweep_dir = Path(sweep_dir)
+    head, rows, failed = _sweep_rows(sweep_dir, every)
+    shown = rows if limit is None else rows[:limit]
+    more = [f"... and {len(rows) - len(shown)} more jobs"] if len(shown) < len(rows) else []
+    done = sum(row[-1] == "done" for row in rows)
+    diverged = sum(row[-1].startswith("diverged") for row in rows)
+    unfinished = sum(row[-1] == "not finished" for row in rows)
+    failed_too = f" ({diverged} diverged)" if diverged else ""
+    unfinished_too = f", {unfinished} not finished" if every and unfinished else ""
+    where = sweep_dir.resolve() if fmt == "text" else sweep_dir
+    count = (f"{done} of {len(rows)} jobs done, {failed} failed{failed_too}{unfinished_too}; "
+             f"results in {where}")
+    if fmt == "text":
+        table = [head, *shown]
+        widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table] + more + [count]
+    # The job and the settings read as names, the objective as a number, the status as words.
+    align = "l" * (len(head) - 2) + "rl"
+    return tables.render(head, shown, fmt, align=align).splitlines() + tables.note(more + [count], fmt)
+
+
+def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]], int]:
+    """The sweep table's header, its rows (job, swept settings, objective, status) and how many
+    jobs failed (:func:`sweep_table`)."""
     from fedrun import results
 
-    sweep_dir = Path(sweep_dir)
-    folders = {path: name for name, path in sweep_jobs(sweep_dir).items()}
+    folders = {path: name for name, path in sweep_jobs(sweep_dir, every).items()}
     names, failed = dict(folders), {}
-    for note in sweep_failures(sweep_dir):
+    for note in [] if every else sweep_failures(sweep_dir):
         # A job refused its folder (or whose folder is gone) is known by its note alone.
         key = Path(note["run_dir"]).resolve() if note["run_dir"] != "?" else f"job {note['job']}"
         failed[key] = note
@@ -142,27 +181,102 @@ def sweep_table(sweep_dir: Path, limit: int = 50) -> list[str]:
     # Numbered folders in job order, then the others (``fedavg_seed0``) by name.
     jobs = sorted(names, key=lambda key: (0, int(names[key]), "") if names[key].isdigit() else (1, 0, names[key]))
     overrides = {key: _given(key) if key in folders else {} for key in jobs}
-    swept = sorted({k for key in jobs for k in overrides[key]
-                    if len({overrides[m].get(k) for m in jobs}) > 1})
+    # What the sweep varied, among the jobs whose settings are known: a job refused before it made
+    # its folder has none to read, and is not a job that differs in every setting.
+    known = [key for key in jobs if key in folders] or jobs
+    swept = sorted({k for key in known for k in overrides[key]
+                    if len({overrides[m].get(k) for m in known}) > 1})
     summaries = {key: results.read_summary(key) if key in folders else {} for key in jobs}
     objective = next((s.get("objective") for s in summaries.values() if s.get("objective")), None) or "objective"
-    rows = [("job", *swept, objective, "status")]
+    rows = []
     for key in jobs:
         value = summaries[key].get("objective_value")
         stopped = _stopped(key) if key in folders and not summaries[key] else None
         status = (f"diverged at round {stopped['round']}" if stopped and stopped["reason"] == "diverged" and stopped["round"]
                   else "failed" if key in failed else "done" if summaries[key] else "not finished")
-        rows.append((names[key], *(overrides[key].get(k, "-") for k in swept),
-                     "-" if value is None else f"{value:.4f}", status))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows[: limit + 1]]
-    if len(rows) > limit + 1:
-        lines.append(f"... and {len(rows) - limit - 1} more jobs")
-    done = sum(row[-1] == "done" for row in rows[1:])
-    diverged = sum(row[-1].startswith("diverged") for row in rows[1:])
-    failed_too = f" ({diverged} diverged)" if diverged else ""
-    lines.append(f"{done} of {len(jobs)} jobs done, {len(failed)} failed{failed_too}; results in {sweep_dir.resolve()}")
-    return lines
+        rows.append([names[key], *(overrides[key].get(k, "-") for k in swept),
+                     "-" if value is None else f"{value:.4f}", status])
+    # Read from a folder alone, a job that diverged is the failed job its sweep listed.
+    n_failed = sum(row[-1].startswith("diverged") for row in rows) if every else len(failed)
+    return ["job", *swept, objective, "status"], rows, n_failed
+
+
+# The sweep table's files in the sweep folder, by format: what a paper or a README takes as it is.
+TABLE_FILES = {"markdown": "sweep_table.md", "latex": "sweep_table.tex"}
+
+
+def write_sweep_tables(sweep_dir: Path) -> list[Path]:
+    """The sweep's closing table, every job of it, as ``sweep_table.md`` and ``sweep_table.tex``
+    in the sweep folder (:data:`TABLE_FILES`), each replaced whole (never half-written, never
+    through a link).  Returns the files written; one that cannot be written (a full disk, a
+    read-only folder) is a warning, never the sweep's failure: its jobs' results are all there.
+    Nothing is written for a sweep without a job (stopped before its first)."""
+    from fedrun.harness.rundir import write_atomic
+
+    if not Path(sweep_dir).is_dir() or not (sweep_jobs(sweep_dir) or sweep_failures(sweep_dir)):
+        return []  # a sweep stopped before its first job: no table to write, nor a folder to write it to
+    written = []
+    for fmt, name in TABLE_FILES.items():
+        path = Path(sweep_dir) / name
+        try:
+            lines = sweep_table(sweep_dir, limit=None, fmt=fmt)
+            write_atomic(path, lambda f: f.write("\n".join(lines) + "\n"))
+        except (OSError, FedrunError) as e:
+            print(f"fedrun: warning: {path}: not written ({first_line(e)})", file=sys.stderr)
+            continue
+        written.append(path)
+    return written
+
+
+PROG = "fedrun-sweep-table"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``fedrun-sweep-table SWEEP_DIR [--format text|markdown|latex] [--out FILE]``: a sweep
+    folder's table of jobs, again, in the format asked.  The exit code (2: bad options, no such
+    folder, no job in it, a file that cannot be written)."""
+    from fedrun.errors import ArgumentParser, print_error
+    from fedrun.paths import writable_file
+
+    p = ArgumentParser(prog=PROG, description=(
+        "Print the table a sweep (fedrun -m) ends with, for any sweep folder: one row per run directory in it "
+        "(its folder, the settings that differ between the runs, the objective, done, diverged at round t or not "
+        "finished), as aligned text, a GitHub Markdown table or a LaTeX tabular (booktabs) for a paper."))
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the sweep folder (hydra.sweep.dir), or any folder of runs")
+    p.add_argument("--format", choices=tables.FORMATS, default=None,
+                   help="text, markdown or latex (default: from --out's suffix, .md or .tex; else text)")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="write the table to FILE instead of printing it (e.g. table.tex)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="at most N rows, the rest counted (default: all)")
+    try:
+        args = p.parse_args(argv)
+        if args.limit is not None and args.limit < 1:
+            raise UsageError(f"--limit={args.limit}: must be an integer >= 1 (rows shown)")
+        fmt = args.format or (SUFFIX_FORMATS.get(Path(args.out).suffix, "text") if args.out else "text")
+        if args.out:
+            writable_file("--out", Path(args.out))
+        from fedrun import results
+
+        sweep_dir = results.folders(args.sweep_dir)[0]
+        if not sweep_jobs(sweep_dir, every=True):
+            raise results.no_runs(sweep_dir, require=("config.yaml",))
+        lines = sweep_table(sweep_dir, limit=args.limit, fmt=fmt, every=True)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text("\n".join(lines) + "\n")
+    except FedrunError as e:
+        print_error(PROG, e)
+        return 2
+    except OSError as e:  # --out cannot be written after all (a full disk)
+        print_error(PROG, f"{e.filename or args.out}: {e.strerror or e}")
+        return 2
+    print(f"wrote {args.out}" if args.out else "\n".join(lines))
+    return 0
+
+
+# --out's suffix, when --format is not given.
+SUFFIX_FORMATS = {".md": "markdown", ".markdown": "markdown", ".tex": "latex", ".txt": "text"}
 
 
 def _stopped(run_dir: Path) -> dict | None:
@@ -172,12 +286,13 @@ def _stopped(run_dir: Path) -> dict | None:
     return results.stopped(run_dir)
 
 
-def sweep_jobs(sweep_dir: Path) -> dict[str, Path]:
+def sweep_jobs(sweep_dir: Path, every: bool = False) -> dict[str, Path]:
     """This sweep's job folders by name (their path below ``sweep_dir``): the numbered folders
     (``hydra.sweep.subdir``'s default, ``0``, ``1``, ...) and, whatever ``hydra.sweep.subdir``
     names them (``fedavg_seed0``), every run directory below ``sweep_dir`` whose ``run.json``
     says this sweep ran it (:data:`SWEEP_ID`), so a sweep into a folder that another sweep writes
-    to lists its own jobs only."""
+    to lists its own jobs only.  ``every``: every run directory below ``sweep_dir`` (one holding
+    ``config.yaml``), whichever sweep ran it."""
     from fedrun import results
 
     sweep_dir = Path(sweep_dir)
@@ -185,7 +300,11 @@ def sweep_jobs(sweep_dir: Path) -> dict[str, Path]:
         return {}
     jobs = {p.name: p.resolve() for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()}
     mine = os.environ.get(SWEEP_ID)
-    if mine:
+    if every:
+        for run in results.find_runs(sweep_dir, require=("config.yaml",)):
+            if run not in jobs.values():
+                jobs[_relative(run, sweep_dir)] = run
+    elif mine:
         for run in results.find_runs(sweep_dir, require=("config.yaml", results.RUN_FILE)):
             if run not in jobs.values() and any(s.get("sweep") == mine for s in _sessions(run)):
                 jobs[_relative(run, sweep_dir)] = run
@@ -221,3 +340,7 @@ def _given(run_dir: Path) -> dict[str, str]:
     if not isinstance(given, list):
         return {}
     return dict(o.lstrip("+~").split("=", 1) for o in given if isinstance(o, str) and "=" in o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
