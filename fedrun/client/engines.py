@@ -11,59 +11,29 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 from fedrun.client.batched import BatchedEngine, check_clients_per_step
 from fedrun.errors import ConfigError
-from fedrun.client.parallel import ParallelEngine, can_fork, check_workers, resolve_workers
+from fedrun.client.parallel import ParallelEngine, check_backend, check_workers
 from fedrun.client.precision import check_engine_options
 from fedrun.client.sequential import SequentialEngine
 
 
 def auto_engine(model, train_x, train_y, local, regularizer, seed,
-                clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False,
-                workers: int | str = "auto"):
-    """``engine=auto``: the batched engine on CUDA; on a CPU with two cores or more, the parallel
-    engine; the sequential one elsewhere (:func:`choose`)."""
-    options = dict(clients_per_step=clients_per_step, precision=precision, compile=compile, workers=workers)
-    return choose(train_x.device, options)(model, train_x, train_y, local, regularizer, seed)
+                clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False):
+    """``engine=auto``: the batched engine on CUDA, the sequential one elsewhere.
 
-
-def choose(device: torch.device, options: dict, clients_a_round: int | None = None,
-           reference_learner: bool = False) -> functools.partial:
-    """What ``engine=auto`` stands for on ``device``, as the engine's partial with its options.
-
-    CUDA: the batched engine.  A CPU: the conv kernels, not the client loop, set the pace there;
-    the batched engine gains 6-7% on the MNIST CNN in chunks of ``CPU_CHUNK`` clients
-    (scripts/bench/bench.py), too little to replace the reference engine, while single-threaded
-    worker processes, one per core, train a round's clients faster than one process with a
-    thread per core (scripts/bench/bench_parallel.py, docs/performance.md).  So auto picks the
-    parallel engine where it has two cores and two threads or more (``threads=1``, or Hydra's
-    joblib launcher sharing the cores among its jobs, keeps the sequential engine; the workers
-    are at most the threads), ``compile`` is off, and a round trains two learners or more and
-    no PD-VL reference learner (``vanilla_every``: one learner on all the data, which one thread
-    would slow down more than the workers speed the clients up).  ``clients_a_round``: None when
-    the caller does not know (the engine's own constructor).
+    On a CPU the conv kernels, not the client loop, set the pace: the batched engine gains 6-7%
+    on the MNIST CNN in chunks of ``CPU_CHUNK`` clients (scripts/bench/bench.py), too little, measured on
+    too few models, to replace the reference engine as the default there.  The parallel engine
+    (one single-threaded worker process per core) measured no faster than the sequential engine
+    with a thread per core on a 2-core CPU (scripts/bench/bench_parallel.py: 1.02x on whole
+    10-round runs, within the noise; docs/performance.md), so auto leaves it to be chosen
+    (``engine=parallel``) where it measures faster, as on CPUs with more cores than a small
+    model's kernels keep busy.
     """
-    options = dict(options)
-    workers = options.pop("workers", "auto")
-    if device.type == "cuda":
-        return functools.partial(BatchedEngine, **options)
-    options.pop("clients_per_step", None)
-    check_workers(workers)
-    n = min(resolve_workers(workers), torch.get_num_threads())
-    one_learner = clients_a_round is not None and clients_a_round < 2
-    if n >= 2 and not options.get("compile", False) and can_fork() and not one_learner and not reference_learner:
-        return functools.partial(ParallelEngine, workers=n, **options)
-    return functools.partial(SequentialEngine, **options)
-
-
-def for_run(make_engine, device, clients_a_round: int, reference_learner: bool) -> functools.partial:
-    """The engine a run builds: ``engine=auto`` resolved by :func:`choose` for the run's device,
-    clients a round and reference learner; any other engine as it is."""
-    if make_engine.func is auto_engine:
-        return choose(torch.device(device), make_engine.keywords, clients_a_round, reference_learner)
-    return make_engine
+    if train_x.device.type == "cuda":
+        return BatchedEngine(model, train_x, train_y, local, regularizer, seed, clients_per_step, precision, compile)
+    return SequentialEngine(model, train_x, train_y, local, regularizer, seed, precision, compile)
 
 
 def check(make_engine) -> None:
@@ -78,6 +48,8 @@ def check(make_engine) -> None:
         check_clients_per_step(options["clients_per_step"])
     if "workers" in options:
         check_workers(options["workers"])
+    if make_engine.func is ParallelEngine:
+        check_backend(options.get("backend", "processes"), options.get("address"))
 
 
 def as_batched(make_engine):

@@ -52,6 +52,9 @@ from fedrun.params import Params
 log = logging.getLogger(__name__)
 
 
+BACKENDS = ("processes", "ray")
+
+
 def available_cores() -> int:
     """The cores this process may run on (its affinity mask: a SLURM or container limit), else
     the machine's."""
@@ -73,6 +76,20 @@ def check_workers(workers) -> None:
     raise ConfigError("engine.workers", workers, "a number of worker processes >= 1, or auto (one per core)")
 
 
+def check_backend(backend: str, address: str | None = None) -> None:
+    """``engine.backend`` is one of :data:`BACKENDS` (Ray installed for ``ray``); ``engine.address``
+    only with Ray."""
+    if backend not in BACKENDS:
+        raise ConfigError("engine.backend", backend, f"choose one of: {', '.join(BACKENDS)}")
+    if backend == "ray":
+        from fedrun.client.ray_workers import check_ray
+
+        check_ray()
+    elif address is not None:
+        raise ConfigError("engine.address", address, "is the Ray cluster to join: set engine.backend=ray, "
+                          "or leave engine.address unset")
+
+
 def resolve_workers(workers) -> int:
     check_workers(workers)
     return available_cores() if workers == "auto" else int(workers)
@@ -86,27 +103,35 @@ class ParallelEngine:
     """A round's clients trained in ``workers`` single-threaded processes (CPU only).
 
     Args: as :class:`~fedrun.client.sequential.SequentialEngine`, plus
-      workers: the number of worker processes (``auto``: one per core this process may use).
-        With one worker, or a round of one client, the clients train in the run's process.
+      workers: the number of worker processes (``auto``: one per core this process may use; with
+        Ray, one per CPU of the cluster).  With one worker, or a round of one client, the
+        clients train in the run's process.
+      backend: ``processes`` (forked on this machine) or ``ray`` (Ray actors, one CPU each, on
+        the machines of a Ray cluster: :mod:`fedrun.client.ray_workers`).
+      address: Ray only: the cluster to join (``auto``, ``ray://host:10001``); None: the one
+        ``RAY_ADDRESS`` names, else a Ray instance started on this machine for the run.
     """
 
     def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, local: LocalTraining,
                  regularizer: Regularizer | None, seed: int, workers: int | str = "auto", precision: str = "fp32",
-                 compile: bool = False):
+                 compile: bool = False, backend: str = "processes", address: str | None = None):
         check_engine_options(precision, compile)
         check_workers(workers)
+        check_backend(backend, address)
         if train_x.device.type != "cpu":
             raise ConfigError("engine", "parallel", f"trains on a CPU, not on {train_x.device.type}: "
                               "use engine=batched (or auto) on a GPU")
         if compile:
             raise ConfigError("engine.compile", compile, "the parallel engine trains in eager mode (compiling in "
                               "every worker costs more than it saves on a CPU): set engine.compile=false")
-        if not can_fork():
+        if backend == "processes" and not can_fork():
             raise ConfigError("engine", "parallel", "needs fork()ed worker processes (Linux, macOS): "
                               "use engine=sequential here")
         self.inner = SequentialEngine(model, train_x, train_y, local, regularizer, seed, precision, compile)
         self.model, self.local, self.seed, self.precision, self.compile = model, local, seed, precision, compile
-        self.workers = resolve_workers(workers)
+        self.backend, self.address = backend, address
+        # Ray: one actor per core of the cluster's by default, as Ray counts them once joined.
+        self.workers = resolve_workers(workers) if backend == "processes" or workers != "auto" else None
         self._shared: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self._pool: _Pool | None = None
 
@@ -132,7 +157,7 @@ class ParallelEngine:
         pool = self._start()
         # Longest work first onto the least loaded worker: the round ends when the last one does.
         cost = [len(indices[j]) * epochs[j] for j in range(m)]
-        shares: list[list[int]] = [[] for _ in range(min(self.workers, m))]
+        shares: list[list[int]] = [[] for _ in range(min(pool.size, m))]
         load = [0] * len(shares)
         for j in sorted(range(m), key=lambda j: -cost[j]):
             w = load.index(min(load))
@@ -158,7 +183,7 @@ class ParallelEngine:
         if self.workers == 1 or key not in self._shared or len(starts) < 2:
             return total_scores(batch_scores(model, state, x, y, batch_size), len(y))
         pool = self._start()
-        n = min(self.workers, len(starts))
+        n = min(pool.size, len(starts))
         ranges = [starts[i * len(starts) // n: (i + 1) * len(starts) // n] for i in range(n)]
         parts = pool.run([("evaluate", state, key, r, batch_size) for r in ranges], what="the evaluation")
         return total_scores([s for part in parts for s in part], len(y))
@@ -174,7 +199,13 @@ class ParallelEngine:
 
     def _start(self) -> "_Pool":
         if self._pool is None:
-            self._pool = _Pool(self.workers, self.inner, self._shared)
+            if self.backend == "ray":
+                from fedrun.client.ray_workers import RayPool
+
+                self._pool = RayPool(self.workers, self.inner, self._shared, self.address)
+                self.workers = self._pool.size
+            else:
+                self._pool = _Pool(self.workers, self.inner, self._shared)
             # The workers stop with the engine, or at the latest when the interpreter exits.
             self._finalizer = weakref.finalize(self, self._pool.close)
         return self._pool
@@ -188,6 +219,8 @@ class ParallelEngine:
     @property
     def summary(self) -> str:
         """What the run's log says of its engine."""
+        if self.backend == "ray":
+            return f"ParallelEngine, {self.workers or 'auto'} single-threaded Ray actors"
         return f"ParallelEngine, {self.workers} single-threaded worker processes"
 
     def __getstate__(self):
@@ -243,6 +276,7 @@ class _Pool:
 
     def __init__(self, n: int, engine: SequentialEngine, shared: dict):
         context = multiprocessing.get_context("fork")
+        self.size = n
         self.processes, self.conns = [], []
         parent = os.getpid()
         for i in range(n):
@@ -369,7 +403,8 @@ def _do(conn, task: tuple, engine: SequentialEngine, shared: dict):
     params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs = args
     parts = []
     for j, k in enumerate(clients):
-        conn.send(("client", k))
+        if conn is not None:  # which client it trains now, should the worker die
+            conn.send(("client", k))
         one = [j]
         parts.append((one, engine.train(params, buffers, [k], [indices[j]], round_, [epochs[j]], lr,
                                         _rows(opt_states, one), _rows(inputs, one))))

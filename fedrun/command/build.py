@@ -253,8 +253,7 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
     run_dir = Path(run_dir)
     if not cfg.resume:
         refuse_existing_run(run_dir)  # before the data is loaded
-    make_engine = engines.as_batched(objects["engine"]) if batched else engines.for_run(
-        objects["engine"], objects["device"], objects["federation"].per_round, objects["federation"].vanilla_every > 0)
+    make_engine = engines.as_batched(objects["engine"]) if batched else objects["engine"]
     if make_engine.func is ParallelEngine:
         # Every process computes with one thread, the run's own from the data's preparation on,
         # so that the run equals engine=sequential threads=1 (sums over two threads round otherwise).

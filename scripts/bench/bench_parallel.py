@@ -16,8 +16,10 @@ the three commands run ``--pairs`` times, in rotated order (so that none always 
 last on a machine that warms up), and the script prints per engine the median wall time, the CPU
 seconds of all its processes (``RUSAGE_CHILDREN``: the run's process and its workers, reaped) and
 the peak memory of all its processes together (the sum of their PSS, which counts each page the
-workers share with the run's process once, sampled every 0.2 s), then the ratio of each engine's
-wall time to the parallel engine's (median of the per-pair ratios, with their range), and whether
+workers share with the run's process once, sampled every 0.2 s), the seconds its rounds spent
+training and evaluating (``rounds.csv``'s ``train_s`` and ``eval_s``), then the ratio of each
+engine's wall time, and of its training time, to the parallel engine's (median of the per-pair
+ratios, with their range), and whether
 the parallel run's ``rounds.csv`` equals the one-thread sequential run's in every column but the
 timings.
 
@@ -103,7 +105,9 @@ def timed_run(overrides: list[str], run_dir: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"bench_parallel: fedrun failed ({' '.join(overrides)}):\n{err[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu, "peak": peak[0]}
+    rounds = pd.read_csv(run_dir / "rounds.csv")
+    return {"wall": wall, "cpu": cpu, "peak": peak[0], "train": float(rounds["train_s"].sum()),
+            "eval": float(rounds["eval_s"].sum()), "rounds": float(rounds["wall_s"].sum())}
 
 
 def same_results(a: Path, b: Path) -> bool:
@@ -158,17 +162,23 @@ def main(argv: list[str] | None = None) -> None:
                     r = timed_run([*common, f"hyperparams.rounds={rounds}", *engines[name]], dirs[name])
                     results[name].append(r)
                     print(f"  {rounds} rounds, try {pair + 1}: {name:24s} {r['wall']:6.1f} s wall, "
-                          f"{r['cpu']:6.1f} CPU-s, peak {r['peak'] / 2**20:6.0f} MiB", flush=True)
+                          f"{r['cpu']:6.1f} CPU-s, peak {r['peak'] / 2**20:6.0f} MiB; training {r['train']:5.1f} s, "
+                          f"evaluation {r['eval']:5.1f} s, the rest of the rounds {r['rounds'] - r['train'] - r['eval']:4.1f} s, "
+                          f"outside the rounds {r['wall'] - r['rounds']:4.1f} s", flush=True)
                 same.append(same_results(dirs["sequential, 1 thread"], dirs["parallel, N workers"]))
             print(f"\n{rounds} rounds, median of {args.pairs}:")
-            print(f"  {'engine':24s} {'wall s':>8s} {'CPU s':>8s} {'peak MiB':>9s} {'wall / parallel':>24s}")
+            print(f"  {'engine':24s} {'wall s':>8s} {'CPU s':>8s} {'peak MiB':>9s} {'train s':>8s} {'eval s':>7s} "
+                  f"{'wall / parallel':>22s} {'train / parallel':>22s}")
             for name in names:
                 rs = results[name]
                 ratios = [a["wall"] / b["wall"] for a, b in zip(rs, results["parallel, N workers"])]
+                train = [a["train"] / b["train"] for a, b in zip(rs, results["parallel, N workers"])]
                 print(f"  {name:24s} {statistics.median(r['wall'] for r in rs):8.1f} "
                       f"{statistics.median(r['cpu'] for r in rs):8.1f} "
                       f"{statistics.median(r['peak'] for r in rs) / 2**20:9.0f} "
-                      f"{statistics.median(ratios):8.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+                      f"{statistics.median(r['train'] for r in rs):8.1f} {statistics.median(r['eval'] for r in rs):7.1f} "
+                      f"{statistics.median(ratios):8.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
+                      f"{statistics.median(train):8.2f}x ({min(train):.2f}-{max(train):.2f})")
             print(f"  parallel rounds.csv == sequential 1-thread rounds.csv (all but timings): "
                   f"{sum(same)} of {len(same)} pairs\n", flush=True)
 
