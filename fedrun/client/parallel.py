@@ -375,23 +375,36 @@ def _serve(conn, inherited, engine: SequentialEngine, shared: dict, parent: int)
     while True:
         # Poll, not block: a worker whose run's process was SIGKILLed (and whose pipe another
         # worker may still hold) notices that its parent is gone.
-        if not conn.poll(1.0):
-            if os.getppid() != parent:
-                return
-            continue
         try:
+            if not conn.poll(1.0):
+                if os.getppid() != parent:
+                    return
+                continue
             task = conn.recv()
-        except (EOFError, OSError):
+            if task[0] == "stop":
+                return
+            _answer(conn, task, engine, shared)
+        except (EOFError, OSError):  # the run closed the pipe (it stopped, Ctrl-C): nobody to answer
             return
-        if task[0] == "stop":
-            return
+
+
+def _answer(conn, task: tuple, engine: SequentialEngine, shared: dict) -> None:
+    """Do one task and send the result, or the failure with its traceback.  A broken pipe
+    (the run has gone) propagates: :func:`_serve` ends quietly."""
+    try:
+        result = _do(conn, task, engine, shared)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        raise
+    except Exception as error:  # every failure of the work goes back to the run
+        trace = traceback.format_exc()
         try:
-            conn.send(("done", _do(conn, task, engine, shared)))
-        except BaseException as error:  # noqa: BLE001 - every failure goes back to the run
-            try:
-                conn.send(("error", error, traceback.format_exc()))
-            except Exception:  # an error that does not pickle: its text does
-                conn.send(("error", WorkerError(f"{type(error).__name__}: {error}"), traceback.format_exc()))
+            conn.send(("error", error, trace))
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception:  # an error that does not pickle: its text does
+            conn.send(("error", WorkerError(f"{type(error).__name__}: {error}"), trace))
+        return
+    conn.send(("done", result))
 
 
 def _do(conn, task: tuple, engine: SequentialEngine, shared: dict):

@@ -25,6 +25,14 @@ timings.
 
 The workload: FashionMNIST, 100 clients x 600 images (IID), 10 a round, E = 1, B = 50, SGD with
 lr 0.01, the MNIST CNN (431,080 parameters), FedAvg, the test set evaluated every round.
+
+``--probe`` measures instead, in this process, why the parallel engine gains what it gains: one
+round's training of 10 such clients (synthetic images of the same shape) with one thread, with
+one thread per core, and on the parallel engine (one single-threaded worker per core), each the
+fastest of ``--pairs`` tries, with the resulting speed-ups over one thread; the 10,000-image
+evaluation the same three ways; and a plain PyTorch training loop (``zero_grad``, forward,
+``backward``, ``torch.optim.SGD.step``) beside the engine's local step, with one thread, so that
+the engine's own overhead shows.
 """
 from __future__ import annotations
 
@@ -130,6 +138,71 @@ def machine() -> str:
     return f"{model}, {cores} cores, torch {torch.__version__}, Python {platform.python_version()}"
 
 
+def fastest(fn, tries: int) -> float:
+    best = float("inf")
+    for _ in range(tries):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def probe(tries: int) -> None:
+    """Where the parallel engine's gain comes from and where it ends (see the module's docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    from fedrun.client.local_training import LocalTraining
+    from fedrun.client.parallel import ParallelEngine, available_cores
+    from fedrun.client.sequential import SequentialEngine
+    from fedrun.diagnostics.evaluation import evaluate
+    from fedrun.models.nets import MnistCNN
+
+    cores = available_cores()
+    torch.manual_seed(0)
+    x, y = torch.randn(6000, 1, 28, 28), torch.randint(0, 10, (6000,))
+    test_x, test_y = torch.randn(10000, 1, 28, 28), torch.randint(0, 10, (10000,))
+    model = MnistCNN()
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    indices = [torch.arange(600 * j, 600 * (j + 1)) for j in range(10)]
+    local = LocalTraining(lr=0.01, batch_size=50)
+    seq = SequentialEngine(model, x, y, local, None, 0)
+    par = ParallelEngine(MnistCNN(), x, y, local, None, 0, workers=cores)
+    par.share(test_x, test_y)
+    state = model.state_dict()
+    train, test = {}, {}
+    try:
+        par.start()
+        for threads in (1, cores):
+            torch.set_num_threads(threads)
+            train[f"sequential, {threads} thread(s)"] = fastest(lambda: seq.train(params, {}, list(range(10)), indices, 1), tries)
+            test[f"sequential, {threads} thread(s)"] = fastest(lambda: evaluate(model, state, test_x, test_y, 256), tries)
+        torch.set_num_threads(1)
+        train[f"parallel, {cores} workers"] = fastest(lambda: par.train(params, {}, list(range(10)), indices, 1), tries)
+        test[f"parallel, {cores} workers"] = fastest(lambda: par.evaluate(model, state, test_x, test_y, 256), tries)
+    finally:
+        par.close()
+    print(f"one round's training of 10 clients x 600 (120 steps of 50) and the 10,000-image evaluation, "
+          f"fastest of {tries}:")
+    one_train, one_test = train["sequential, 1 thread(s)"], test["sequential, 1 thread(s)"]
+    for name in train:
+        print(f"  {name:26s} training {train[name]:5.2f} s ({one_train / train[name]:4.2f}x one thread), "
+              f"evaluation {test[name]:5.2f} s ({one_test / test[name]:4.2f}x)")
+    torch.set_num_threads(1)
+    net = MnistCNN()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    batches = [torch.randint(0, 6000, (50,)) for _ in range(120)]
+
+    def plain():
+        for b in batches:
+            optimizer.zero_grad()
+            F.cross_entropy(net(x[b]), y[b]).backward()
+            optimizer.step()
+
+    print(f"  one thread, ms a local step of 50 images: plain PyTorch loop {1000 * fastest(plain, tries) / 120:.1f}, "
+          f"fedrun's sequential engine {1000 * one_train / 120:.1f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,7 +212,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="a folder holding FashionMNIST's four IDX files (default ../shared/data/fashion-mnist; "
                              "Debian's /usr/share/datasets/fashion-mnist is searched too)")
     parser.add_argument("--workers", default="auto", help="engine.workers of the parallel engine (default auto)")
+    parser.add_argument("--probe", action="store_true", help="measure the scaling of training and evaluation in "
+                        "this process instead (one thread, a thread per core, a worker per core)")
     args = parser.parse_args(argv)
+    if args.probe:
+        print(f"{datetime.date.today()}: {machine()}")
+        probe(args.pairs)
+        return
     if any(r < 1 for r in args.rounds) or args.pairs < 1:
         parser.error("--rounds and --pairs take numbers >= 1")
     common = [*WORKLOAD, f"dataset.load.search=[{args.data}]", "dataset.load.download=false"]
