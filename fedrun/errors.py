@@ -98,11 +98,12 @@ def disk_full(error: BaseException) -> bool:
     return False
 
 
-def first_line(error: BaseException, limit: int = 200) -> str:
+def first_line(error: BaseException, limit: int | None = None) -> str:
     """The first non-empty line of an exception's message (its type's name if it has none):
-    what a one-line error quotes of an underlying failure."""
+    what a one-line error quotes of an underlying failure, whole (the cause is often at its end),
+    or its first ``limit`` characters."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0][:limit] if lines else type(error).__name__
+    return (lines[0] if limit is None else lines[0][:limit]) if lines else type(error).__name__
 
 
 def did_you_mean(word: str, choices) -> str:

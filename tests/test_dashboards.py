@@ -241,3 +241,26 @@ def test_sweep_overrides_read_as_hydra_reads_them(line):
     except Exception:  # noqa: BLE001 - a line Hydra refuses is no sweep for dashboards either
         expected = False
     assert dashboards._sweeps(line.partition("=")[2]) == expected
+
+
+@needs_mlflow
+def test_a_sqlite_store_without_sqlalchemy_is_one_line_before_the_run(tmp_path, monkeypatch):
+    """mlflow-skinny alone has no SQLAlchemy or alembic, which its SQLite store runs on: said at
+    the check, before the run directory exists, with the command that installs them."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "alembic" else real(name, *a))
+    dash = dashboards.MLflow(tracking_uri=str(tmp_path / "m.db"))
+    with pytest.raises(ConfigError, match=r"^logger.tracking_uri=.*m.db: MLflow's SQLite store needs alembic, which "
+                                          r"mlflow-skinny does not install: pip install 'fedrun\[dashboards\]'"):
+        dash.check()
+    dashboards.MLflow(tracking_uri="http://localhost:5000").check()  # a server: nothing to import here
+
+
+def test_an_error_quotes_its_cause_whole():
+    from fedrun.errors import first_line
+
+    cause = RuntimeError("Model registry functionality is unavailable; got unsupported URI 'sqlite:///m.db' for "
+                         "model registry data storage. Supported URI schemes are: ['', 'file', 'databricks', "
+                         "'databricks-uc', 'uc', 'http', 'https']. See the docs for SQLAlchemy.\nsecond line")
+    assert first_line(cause) == str(cause).splitlines()[0]  # 230 characters, its advice at the end
+    assert first_line(cause, limit=20) == str(cause)[:20]

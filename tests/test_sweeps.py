@@ -57,6 +57,19 @@ def test_optuna_tunes_fednnnn_beta_and_gamma(tmp_path):
     assert trials["aggregator.beta"].nunique() == 3  # the sampled values are columns of the table
 
 
+@pytest.mark.skipif(not has("hydra_optuna_sweeper"), reason="pip install 'fedrun[sweeps]'")
+def test_a_sweeper_that_stops_before_any_job_is_said_not_tabled(tmp_path):
+    """A storage Optuna cannot open stops the sweeper before its first job: no table of 0 jobs,
+    one line saying that none ran."""
+    sweep = tmp_path / "optuna"
+    proc = run_fedrun(["-m", *TINY, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+                       f"hydra.sweeper.storage=sqlite:///{tmp_path}/no/such/folder/optuna.db",
+                       "aggregator.beta=interval(0.5,1.0)", f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
+    assert proc.returncode != 0
+    assert "0 of 0 jobs done" not in proc.stdout
+    assert "fedrun: error: no job of the sweep ran: Hydra's sweeper stopped before the first one" in proc.stderr
+
+
 # ----------------------------------------------------------------------------- failed jobs
 
 LAUNCHERS = [pytest.param([], id="basic"),

@@ -27,7 +27,7 @@ from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, 
                            exit_with, first_line)
 from fedrun.paths import conf_dir, conf_options, writable_folder
 from fedrun.command.sweeps import (forget_failures, job_failed, last_sweep, record_failure, remove_if_empty,
-                                   sweep_failures, sweep_table, write_sweep_tables)
+                                   sweep_failures, sweep_jobs, sweep_table, write_sweep_tables)
 
 # hydra/launcher=population: its config registers on import; main() registers its class.
 from hydra_plugins.fedrun_population_launcher.population_launcher import PopulationLauncher
@@ -370,7 +370,11 @@ def main() -> None:
     except SystemExit as e:  # Hydra exits 1 after printing a job's JobFailed line
         code = e.code if isinstance(e.code, int) else 1
     failed = sweep_failures(last_sweep()) if last_sweep() is not None else []
-    if last_sweep() is not None:
+    if last_sweep() is not None and code and not failed and not sweep_jobs(last_sweep()):
+        # The sweeper (or launcher) stopped before any job: a table of 0 jobs would hide it.
+        print("fedrun: error: no job of the sweep ran: Hydra's sweeper stopped before the first one (its error "
+              "is above)", file=sys.stderr)
+    elif last_sweep() is not None:
         print("\n".join(sweep_table(last_sweep())))
         # The same table for a paper or a README, before the failure notes it reads are removed.
         written = write_sweep_tables(last_sweep())

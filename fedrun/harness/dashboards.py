@@ -34,6 +34,7 @@ the run's resolved config as ``config.yaml`` holds it, with ``choices`` (group -
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import threading
@@ -442,6 +443,13 @@ class MLflow:
         uri = self.tracking_uri
         if ":" not in uri or uri.startswith("sqlite:///"):
             writable_folder("logger.tracking_uri", Path(uri[len("sqlite:///"):] if ":" in uri else uri).parent, uri)
+            # MLflow's SQLite store runs on SQLAlchemy and alembic, which mlflow-skinny does not
+            # bring: said here, before the run directory exists, not as MLflow's registry error.
+            missing = [name for name in ("sqlalchemy", "alembic") if importlib.util.find_spec(name) is None]
+            if missing:
+                raise ConfigError("logger.tracking_uri", uri, f"MLflow's SQLite store needs {' and '.join(missing)}, "
+                                  "which mlflow-skinny does not install: pip install 'fedrun[dashboards]' (or pip "
+                                  "install 'sqlalchemy<2' alembic), or use a tracking server (http://host:5000)")
         elif uri.split(":", 1)[0] not in ("http", "https", "databricks", "postgresql", "mysql", "mssql", "file"):
             raise ConfigError("logger.tracking_uri", uri, "choose a SQLite file (mlflow.db, sqlite:///path.db) or "
                               "a tracking server (http://host:5000)")

@@ -1,0 +1,117 @@
+"""Each optional extra alone installs what its documented commands need.
+
+``pip install 'fedrun[dashboards]'`` must be enough for ``logger=mlflow`` (its SQLite store) and
+``logger=tensorboard``; ``pip install 'fedrun[sweeps]'`` for a stored Optuna study that a second
+command resumes.  Each extra goes into a fresh virtual environment that holds nothing else of the
+extras.  Installing needs the package index, so these tests are marked ``extras`` and left out of
+the default run (pyproject's ``addopts``); ``.ci/run`` runs them beside the suite:
+
+    python -m pytest -q -m extras tests/test_extras.py
+
+PyTorch is 5 GB a copy: the environment links this interpreter's installs of fedrun's core
+dependencies (torch, torchvision, hydra-core, pandas ... and theirs) instead of installing them
+again, so pip resolves and installs only fedrun and the extra's own packages, as it would for a
+user who has the core already.
+"""
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.extras
+
+TINY = ["dataset=synthetic", "model=mlp", "scale=tiny", "progress=false"]
+
+
+def _name(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9._-]+)", requirement).group(1)).lower()
+
+
+def _needed(requirement: str) -> bool:
+    """A requirement of the core install: no marker, or one that holds here without an extra."""
+    if ";" not in requirement:
+        return True
+    from packaging.requirements import Requirement
+
+    marker = Requirement(requirement).marker
+    return marker is None or marker.evaluate({"extra": ""})
+
+
+def core_distributions() -> set[str]:
+    """fedrun's core dependencies, and theirs, as installed here."""
+    todo, seen = [_name(r) for r in metadata.requires("fedrun") or [] if _needed(r)], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        seen.add(name)
+        todo.extend(_name(r) for r in dist.requires or [] if _needed(r))
+    return seen
+
+
+def environment_with(extra: str, where: Path) -> Path:
+    """A fresh venv with the core linked in and ``fedrun[extra]`` installed by pip; its bin/."""
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    python = where / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    for name in core_distributions():
+        dist = metadata.distribution(name)
+        base = Path(dist.locate_file(""))
+        for top in {Path(str(f)).parts[0] for f in dist.files or []}:
+            if top in ("..", "__pycache__") or (site / top).exists() or not (base / top).exists():
+                continue
+            (site / top).symlink_to(base / top)
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", f"{REPO_ROOT}[{extra}]"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"pip install 'fedrun[{extra}]' failed:\n{proc.stderr[-3000:]}"
+    return where / "bin"
+
+
+def fedrun(bin_: Path, args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(bin_ / "fedrun"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"fedrun {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def importable(bin_: Path, module: str) -> bool:
+    return subprocess.run([str(bin_ / "python"), "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def test_the_dashboards_extra_alone_runs_mlflow_and_tensorboard(tmp_path):
+    bin_ = environment_with("dashboards", tmp_path / "venv")
+    assert not importable(bin_, "optuna")  # the extra alone
+    fedrun(bin_, [*TINY, "logger=mlflow", f"hydra.run.dir={tmp_path / 'mlflow_run'}"], tmp_path)
+    # The run is in MLflow's default store, mlflow.db in the folder the command ran in.
+    check = ("import mlflow; c = mlflow.MlflowClient('sqlite:///mlflow.db'); "
+             "e = c.get_experiment_by_name('fedrun'); r = c.search_runs([e.experiment_id]); "
+             "print(len(r), len(c.get_metric_history(r[0].info.run_id, 'round.test_acc')))")
+    out = subprocess.run([str(bin_ / "python"), "-c", check], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.split() == ["1", "3"], out.stderr[-2000:]  # one run, 3 rounds of test accuracy
+    fedrun(bin_, [*TINY, "logger=tensorboard", f"hydra.run.dir={tmp_path / 'tb_run'}"], tmp_path)
+    assert list((tmp_path / "tb_run" / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def test_the_sweeps_extra_alone_stores_an_optuna_study_and_resumes_it(tmp_path):
+    bin_ = environment_with("sweeps", tmp_path / "venv")
+    assert not importable(bin_, "mlflow")
+    study = [*TINY, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
+             "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=extras",
+             "aggregator.beta=interval(0.5,1.1)"]
+    first = fedrun(bin_, ["-m", *study, f"hydra.sweep.dir={tmp_path / 'first'}"], tmp_path)
+    assert "2 of 2 jobs done, 0 failed" in first.stdout
+    fedrun(bin_, ["-m", *study, f"hydra.sweep.dir={tmp_path / 'again'}"], tmp_path)  # the same study, resumed
+    count = ("import optuna; s = optuna.load_study(study_name='extras', storage='sqlite:///optuna.db'); "
+             "print(len([t for t in s.trials if t.state.name == 'COMPLETE']))")
+    out = subprocess.run([str(bin_ / "python"), "-c", count], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "4", out.stderr[-2000:]
