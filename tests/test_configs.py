@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from fedrun.command import build
 from fedrun.paths import conf_options
+from fedrun.data.partition import client_ids
 from fedrun.server.aggregator import Aggregator
 from fedrun.models.layers import count_parameters
 from fedrun.client.local_training import LocalTraining
@@ -59,7 +60,9 @@ def test_config_composes_and_builds(group, option):
     k, c = int(cfg.hyperparams.num_clients), int(cfg.dataset.num_classes)
     per_class = max(50 * k, 2 * k * (OmegaConf.select(cfg, "partition.samples_per_client") or 0))
     labels = np.random.default_rng(0).permutation(np.arange(per_class * c) % c)  # >= 50 per client per class
-    parts = partition(labels=labels, num_clients=k, num_classes=c, seed=0)
+    # partition=natural keeps the data's own clients: here k of them, every k-th example each.
+    groups = torch.as_tensor(np.arange(len(labels)) % k)
+    parts = partition(labels=labels, num_clients=k, num_classes=c, seed=0, **client_ids(partition, groups))
     assert len(parts) == k and len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)
     model = instantiate(cfg.model)
     assert count_parameters(model) > 0

@@ -26,6 +26,7 @@ from fedrun.client import engines
 from fedrun.client.parallel import ParallelEngine
 from fedrun.command import settings
 from fedrun.data.augment import make_augmentation
+from fedrun.data.partition import client_ids
 from fedrun.data.preparation import NORMALIZATIONS, prepare
 from fedrun.data.datasets import DatasetConfig, check_labels
 from fedrun.errors import ConfigError, DataError, FedrunError, check, first_line
@@ -287,7 +288,8 @@ def check_partition(cfg: DictConfig, data: dict) -> None:
         data[key] = _prepare_data(cfg, objects)
     prepared = data[key]
     objects["partition"](labels=prepared.train_y.cpu().numpy(), num_clients=objects["federation"].num_clients,
-                         num_classes=prepared.num_classes, seed=objects["seed"])
+                         num_classes=prepared.num_classes, seed=objects["seed"],
+                         **client_ids(objects["partition"], prepared.train_groups))
 
 
 def data_key(cfg: DictConfig) -> str:

@@ -65,13 +65,18 @@ class DatasetConfig:
 
 @dataclass
 class RawData:
-    """A dataset as loaded: images float32 in [0, 1] ``[N, C, H, W]``, labels int64 ``[N]``."""
+    """A dataset as loaded: images float32 in [0, 1] ``[N, C, H, W]``, labels int64 ``[N]``; for
+    data with natural clients (LEAF's FEMNIST writers, a table's user column), each example's
+    client id, int64 ``[N]`` (ids 0 .. n-1, shared by the two splits), which ``partition=natural``
+    keeps as the clients."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
+    train_groups: torch.Tensor | None = None
+    test_groups: torch.Tensor | None = None
 
     def __post_init__(self):
         for split, x, y in (("training", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
@@ -79,6 +84,9 @@ class RawData:
                 raise DataError(f"dataset: the {split} set has {len(x):,} images but {len(y):,} labels")
             if len(x) == 0:
                 raise DataError(f"dataset: the {split} set has no image (it needs at least one)")
+        for split, y, groups in (("training", self.train_y, self.train_groups), ("test", self.test_y, self.test_groups)):
+            if groups is not None and len(groups) != len(y):
+                raise DataError(f"dataset: the {split} set has {len(y):,} labels but {len(groups):,} client ids")
 
 
 # ----------------------------------------------------------------------------- errors

@@ -753,3 +753,61 @@ def fingerprint(parts: list[np.ndarray]) -> str:
         h.update(np.asarray(p, dtype=np.int64).tobytes())
         h.update(b"|")
     return h.hexdigest()[:16]
+
+
+NATURAL_ORDERS = ("largest", "id")
+
+
+def natural(labels, num_clients: int, num_classes: int, seed: int, groups=None, min_examples: int = 1,
+            order: str = "largest") -> list[np.ndarray]:
+    """The data's own clients (LEAF's writers, a table's users: :mod:`fedrun.data.natural`): K of
+    them, each with its own examples, as flwr-datasets' ``NaturalIdPartitioner`` keeps them.
+
+    Of the clients with at least ``min_examples`` training examples, the K = ``num_clients``
+    largest (``order=largest``; ties to the lower id) or the K first by id (``order=id``) are kept,
+    and returned in the order of their ids; the other clients' examples go unused.  ``groups``:
+    each training example's client id (the run hands it over from the dataset); ``seed`` does not
+    enter (the clients are the data's).
+    """
+    labels = _labels(labels, num_classes)
+    if groups is None:
+        raise ConfigError("partition", "natural", "keeps the clients a dataset names, and this dataset has no client "
+                          "ids: use dataset=femnist or dataset=table (with its client_column), or another partition")
+    groups = np.asarray(groups, dtype=np.int64)
+    check(len(groups) == len(labels), "partition", "natural", f"needs one client id per training example "
+          f"({len(labels):,}), got {len(groups):,}")
+    check(_integer(min_examples) and min_examples >= 1, "partition.min_examples", min_examples,
+          "must be an integer >= 1")
+    if order not in NATURAL_ORDERS:
+        raise ConfigError("partition.order", order, f"choose one of: {', '.join(NATURAL_ORDERS)}")
+    check(_integer(num_clients) and num_clients >= 1, "hyperparams.num_clients", num_clients, "must be an integer >= 1")
+    ids, counts = np.unique(groups, return_counts=True)
+    eligible = counts >= min_examples
+    ids, counts = ids[eligible], counts[eligible]
+    if len(ids) < num_clients:
+        raise ConfigError("hyperparams.num_clients", num_clients, f"partition=natural keeps that many of the data's "
+                          f"clients, and it has {len(ids):,} with at least {min_examples} training example(s): choose "
+                          f"hyperparams.num_clients <= {len(ids):,}" + (" or a lower partition.min_examples"
+                                                                         if min_examples > 1 else ""))
+    rank = np.lexsort((ids, -counts)) if order == "largest" else np.argsort(ids, kind="stable")
+    kept = np.sort(ids[rank[:num_clients]])
+    # One pass over the examples: sorted by client (stably, so each client's rows keep file order).
+    by_client = np.argsort(groups, kind="stable")
+    starts = np.searchsorted(groups[by_client], kept, side="left")
+    ends = np.searchsorted(groups[by_client], kept, side="right")
+    return [by_client[a:b].astype(np.int64) for a, b in zip(starts, ends)]
+
+
+def client_ids(partition, train_groups) -> dict:
+    """The keyword a partition takes for the data's own clients: ``groups`` (each training
+    example's client id) for :func:`natural` (any partition whose signature names ``groups``),
+    nothing for the others, which split the data themselves whatever clients it has."""
+    import inspect
+
+    try:
+        takes = "groups" in inspect.signature(partition).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return {}
+    return {"groups": None if train_groups is None else train_groups.cpu().numpy()}

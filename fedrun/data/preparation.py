@@ -29,15 +29,22 @@ class FederatedData:
     val_y: torch.Tensor | None
     num_classes: int
     std: tuple[float, ...] | None = None  # the per-channel std the images were divided by
+    train_groups: torch.Tensor | None = None  # natural clients: each training example's client id (CPU)
+    test_groups: torch.Tensor | None = None  # and each test example's
 
 
 # ----------------------------------------------------------------------------- preparation
 
-def _subset(x, y, n, seed, name):
-    if n is None or n >= len(y):
-        return x, y
-    idx_ = torch.randperm(len(y), generator=torch_generator(seed, name))[:n].sort().values
-    return x[idx_], y[idx_]
+def _subset(n_all: int, n, seed, name) -> torch.Tensor | None:
+    """A random subset of ``n`` of ``n_all`` examples (sorted indices), or None for all."""
+    if n is None or n >= n_all:
+        return None
+    return torch.randperm(n_all, generator=torch_generator(seed, name))[:n].sort().values
+
+
+def _take(tensors: tuple, keep: torch.Tensor | None) -> tuple:
+    """Rows ``keep`` of every tensor (None stays None; ``keep`` None: all)."""
+    return tuple(t if t is None or keep is None else t[keep] for t in tensors)
 
 
 NORMALIZATIONS = ("per_channel", "per_image")
@@ -58,6 +65,12 @@ def per_image_standardization(x: torch.Tensor) -> torch.Tensor:
 def first_per_class(x: torch.Tensor, y: torch.Tensor, per_class: int, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``per_class`` training images of every class, in file order (as the
     parameter-divergence paper's code takes them: a class-balanced 10 x 5,000 pool)."""
+    keep = _first_per_class_rows(y, per_class, num_classes)
+    return x[keep], y[keep]
+
+
+def _first_per_class_rows(y: torch.Tensor, per_class: int, num_classes: int) -> torch.Tensor:
+    """The rows of :func:`first_per_class`; a class short of images is a one-line error."""
     counts = torch.bincount(y, minlength=num_classes)
     short = [c for c in range(num_classes) if counts[c] < per_class]
     if short:
@@ -65,8 +78,7 @@ def first_per_class(x: torch.Tensor, y: torch.Tensor, per_class: int, num_classe
         raise ConfigError("dataset.per_class", per_class, f"the training set has fewer images of some classes "
                           f"({have}); use at most {int(counts.min())}, or add training images (SVHN: "
                           "dataset.load.extra=10000 adds the first 10,000 of its extra set, as the paper's code does)")
-    keep = torch.cat([torch.nonzero(y == c).flatten()[:per_class] for c in range(num_classes)]).sort().values
-    return x[keep], y[keep]
+    return torch.cat([torch.nonzero(y == c).flatten()[:per_class] for c in range(num_classes)]).sort().values
 
 
 def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
@@ -90,8 +102,10 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
         (:func:`first_per_class`); None keeps all.
     """
     _check_settings(validation_fraction, max_train, max_test, normalize, per_class, mean, std)
-    train_x, train_y, test_x, test_y = _pool(raw, per_class, max_train, max_test, seed)
-    train_x, train_y, val_x, val_y = _split_validation(train_x, train_y, validation_fraction, seed)
+    train, test = _pool(raw, per_class, max_train, max_test, seed)
+    (train_x, train_y, train_groups), (val_x, val_y, _) = _split_validation(train, validation_fraction, seed)
+    test_x, test_y, test_groups = test
+    groups = dict(train_groups=train_groups, test_groups=test_groups)
     if normalize == "per_image":
         def standardized(x):
             return None if x is None else per_image_standardization(x).to(device)
@@ -100,7 +114,7 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
             return None if y is None else y.to(device)
 
         return FederatedData(standardized(train_x), on_device(train_y), standardized(test_x), on_device(test_y),
-                             standardized(val_x), on_device(val_y), raw.num_classes, None)
+                             standardized(val_x), on_device(val_y), raw.num_classes, None, **groups)
     mean, std = _channel_statistics(train_x, mean, std)
     m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
@@ -112,7 +126,7 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
         return None if y is None else y.to(device)
 
     return FederatedData(norm(train_x), to(train_y), norm(test_x), to(test_y), norm(val_x), to(val_y),
-                         raw.num_classes, tuple(float(v) for v in std))
+                         raw.num_classes, tuple(float(v) for v in std), **groups)
 
 
 def _check_settings(validation_fraction, max_train, max_test, normalize, per_class, mean, std) -> None:
@@ -138,21 +152,24 @@ def _check_settings(validation_fraction, max_train, max_test, normalize, per_cla
 
 
 def _pool(raw: RawData, per_class, max_train, max_test, seed):
-    """The images a run uses: the class-balanced pool (``per_class``), then the random subsets
-    (``max_train``, ``max_test``): ``train_x, train_y, test_x, test_y``."""
-    train_x, train_y = raw.train_x, raw.train_y
+    """The examples a run uses: the class-balanced pool (``per_class``), then the random subsets
+    (``max_train``, ``max_test``): ``(train_x, train_y, train_groups), (test_x, test_y,
+    test_groups)``, the client ids (None without natural clients) kept beside their examples."""
+    train = (raw.train_x, raw.train_y, raw.train_groups)
     if per_class is not None:
-        train_x, train_y = first_per_class(train_x, train_y, per_class, raw.num_classes)
-    train_x, train_y = _subset(train_x, train_y, max_train, seed, "max_train")
-    test_x, test_y = _subset(raw.test_x, raw.test_y, max_test, seed, "max_test")
-    return train_x, train_y, test_x, test_y
+        train = _take(train, _first_per_class_rows(raw.train_y, per_class, raw.num_classes))
+    train = _take(train, _subset(len(train[1]), max_train, seed, "max_train"))
+    test = (raw.test_x, raw.test_y, raw.test_groups)
+    test = _take(test, _subset(len(test[1]), max_test, seed, "max_test"))
+    return train, test
 
 
-def _split_validation(train_x, train_y, validation_fraction: float, seed: int):
-    """The validation split, drawn from (seed, "validation"): ``train_x, train_y, val_x, val_y``
-    (the last two None without one)."""
+def _split_validation(train: tuple, validation_fraction: float, seed: int):
+    """The validation split, drawn from (seed, "validation"): ``(train_x, train_y, train_groups),
+    (val_x, val_y, val_groups)`` (the second all None without one)."""
+    train_y = train[1]
     if not validation_fraction > 0:
-        return train_x, train_y, None, None
+        return train, (None, None, None)
     perm = torch.randperm(len(train_y), generator=torch_generator(seed, "validation"))
     n_val = max(int(round(validation_fraction * len(train_y))), 1)
     check(n_val < len(train_y), "hyperparams.validation_fraction", validation_fraction,
@@ -160,7 +177,7 @@ def _split_validation(train_x, train_y, validation_fraction: float, seed: int):
           f"(below {(len(train_y) - 0.5) / len(train_y):.3g} here)" if len(train_y) > 1 else
           "cannot split 1 training image into training and validation; use 0")
     val, keep = perm[:n_val].sort().values, perm[n_val:].sort().values
-    return train_x[keep], train_y[keep], train_x[val], train_y[val]
+    return _take(train, keep), _take(train, val)
 
 
 def _channel_statistics(train_x, mean, std) -> tuple[list[float], list[float]]:

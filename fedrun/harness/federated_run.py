@@ -31,7 +31,7 @@ from fedrun.logs import FILE_ONLY, ROUND_LINE
 from fedrun.diagnostics.nwda import layer_grams
 from fedrun.params import split_state
 from fedrun.client.participation import Participation
-from fedrun.data.partition import class_counts, fingerprint
+from fedrun.data.partition import class_counts, client_ids, fingerprint
 from fedrun.harness.recorder import Recorder, RoundRecord
 from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run, settings_digest
 from fedrun.seeding import clients_per_round, sample_clients
@@ -119,7 +119,7 @@ class FederatedRun:
         self.model = build_model(make_model, data, device)
         self.layers, self.labels = model_layers(self.model), data.train_y.cpu().numpy()
         self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
-                               num_classes=data.num_classes, seed=seed)
+                               num_classes=data.num_classes, seed=seed, **client_ids(partition, data.train_groups))
         self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)

@@ -1,0 +1,152 @@
+"""Data with natural clients: LEAF's FEMNIST JSON layout, a CSV table with a client column, and
+``partition=natural``, which keeps those clients; all from small files of the real formats."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import fedrun_ok, run_fedrun
+
+from fedrun.data.datasets import RawData
+from fedrun.data.natural import femnist, table
+from fedrun.data.partition import client_ids, natural
+from fedrun.data.preparation import prepare
+from fedrun.errors import ConfigError, DataError
+
+# Writers and how many images each has in LEAF's training and test files.
+WRITERS = {"f0001_41": (5, 2), "f0002_07": (3, 1), "f0100_12": (8, 2)}
+
+
+def write_leaf(root, writers=WRITERS, seed=0):
+    """LEAF's layout: <root>/femnist/data/{train,test}/*.json, the writers spread over two files."""
+    rng = np.random.default_rng(seed)
+    for split, col in (("train", 0), ("test", 1)):
+        folder = root / "femnist" / "data" / split
+        folder.mkdir(parents=True)
+        names = sorted(writers)
+        for part, chunk in enumerate((names[:2], names[2:])):
+            data = {"users": chunk, "num_samples": [writers[w][col] for w in chunk], "user_data": {}}
+            for w in chunk:
+                n = writers[w][col]
+                data["user_data"][w] = {"x": rng.random((n, 784)).round(4).tolist(),
+                                        "y": [int(v) for v in rng.integers(0, 62, n)]}
+            (folder / f"all_data_{part}_niid_05_keep_0_{split}_9.json").write_text(json.dumps(data))
+    return root
+
+
+def test_femnist_reads_leafs_json_one_client_a_writer(tmp_path):
+    raw = femnist(str(write_leaf(tmp_path)))
+    assert raw.num_classes == 62 and raw.train_x.shape == (16, 1, 28, 28) and raw.test_x.shape == (5, 1, 28, 28)
+    # Writers are numbered in sorted order, the same in both splits: f0001_41 -> 0, f0002_07 -> 1, f0100_12 -> 2.
+    assert torch.bincount(raw.train_groups).tolist() == [5, 3, 8]
+    assert torch.bincount(raw.test_groups).tolist() == [2, 1, 2]
+    first = json.loads(next((tmp_path / "femnist/data/train").glob("*_0_*.json")).read_text())
+    assert torch.allclose(raw.train_x[0].flatten(), torch.tensor(first["user_data"]["f0001_41"]["x"][0]))
+
+
+def test_natural_keeps_the_k_largest_clients_with_their_own_examples(tmp_path):
+    raw = femnist(str(write_leaf(tmp_path)))
+    labels, groups = raw.train_y.numpy(), raw.train_groups.numpy()
+    parts = natural(labels, 2, 62, seed=0, groups=groups)
+    # The 2 largest writers (8 and 5 images: ids 2 and 0), in id order, each exactly its rows.
+    assert [sorted(p.tolist()) for p in parts] == [np.nonzero(groups == 0)[0].tolist(), np.nonzero(groups == 2)[0].tolist()]
+    assert [len(p) for p in natural(labels, 2, 62, seed=0, groups=groups, order="id")] == [5, 3]
+    assert [len(p) for p in natural(labels, 2, 62, seed=9, groups=groups, min_examples=4)] == [5, 8]  # no seed in it
+    with pytest.raises(ConfigError, match=r"^hyperparams.num_clients=3: partition=natural keeps that many .* it has "
+                                          r"2 with at least 4 training example\(s\): choose hyperparams.num_clients <= 2 "
+                                          r"or a lower partition.min_examples$"):
+        natural(labels, 3, 62, seed=0, groups=groups, min_examples=4)
+    with pytest.raises(ConfigError, match=r"^partition=natural: .* this dataset has no client ids"):
+        natural(labels, 2, 62, seed=0)
+    with pytest.raises(ConfigError, match=r"^partition.order=size: choose one of: largest, id$"):
+        natural(labels, 2, 62, seed=0, groups=groups, order="size")
+
+
+def test_the_client_ids_follow_their_examples_through_the_preparation():
+    # Labels that name their client (y = group), so a misaligned id would show.
+    groups = torch.arange(40) % 7
+    raw = RawData(torch.rand(40, 1, 4, 4), groups.clone(), torch.rand(9, 1, 4, 4), torch.arange(9) % 7, 7,
+                  groups.clone(), torch.arange(9) % 7)
+    data = prepare(raw, None, None, validation_fraction=0.25, seed=3, max_train=30, max_test=5)
+    assert len(data.train_y) == 22 and len(data.val_y) == 8 and len(data.test_y) == 5
+    assert torch.equal(data.train_groups, data.train_y) and torch.equal(data.test_groups, data.test_y)
+    assert client_ids(natural, data.train_groups)["groups"].tolist() == data.train_y.tolist()
+    assert client_ids(lambda labels, num_clients, num_classes, seed: None, data.train_groups) == {}
+
+
+def write_table(path, rows_per_user=(6, 3, 1), features=5, seed=0):
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user", *[f"f{i}" for i in range(features)], "target"])
+        for u, n in zip(("carol", "alice", "bob"), rows_per_user):
+            for _ in range(n):
+                w.writerow([u, *rng.random(features).round(3), int(rng.integers(0, 3))])
+    return path
+
+
+def test_a_table_with_a_client_column_splits_each_client_into_its_own_train_and_test(tmp_path):
+    path = write_table(tmp_path / "t.csv")
+    raw = table(str(path), label_column="target", client_column="user", channels=1, image_size=None, test_fraction=0.3)
+    # 5 features fit a 3 x 3 square, zero-padded; alice -> 0, bob -> 1, carol -> 2.
+    assert raw.train_x.shape[1:] == (1, 3, 3) and raw.num_classes == 3
+    assert float(raw.train_x.flatten(1)[:, 5:].abs().sum()) == 0.0
+    # Each client's rows split by round(0.3 n), at least 1 of 2 or more, none of 1 row: alice 3 -> 1,
+    # bob 1 -> 0, carol 6 -> 2.
+    assert torch.bincount(raw.test_groups, minlength=3).tolist() == [1, 0, 2]
+    assert torch.bincount(raw.train_groups, minlength=3).tolist() == [2, 1, 4]
+    with pytest.raises(ConfigError, match=r"^dataset.load.client_column=device: is not a column of t.csv; it has: "
+                                          r"user, f0, f1, f2, f3, f4, target$"):
+        table(str(path), label_column="target", client_column="device")
+    with pytest.raises(ConfigError, match=r"^dataset.load.feature_columns=5: features cannot fit in 1 x 2 x 2"):
+        table(str(path), label_column="target", client_column="user", image_size=2)
+    with pytest.raises(DataError, match=r"^dataset.load.path: file .*nothing.csv not found$"):
+        table(str(tmp_path / "nothing.csv"))
+
+
+def test_a_bad_leaf_folder_is_one_line(tmp_path):
+    with pytest.raises(DataError, match=r"^dataset.load.train: folder .*femnist/data/train not found"):
+        femnist(str(tmp_path))
+    (tmp_path / "femnist/data/train").mkdir(parents=True)
+    (tmp_path / "femnist/data/test").mkdir(parents=True)
+    (tmp_path / "femnist/data/train/a.json").write_text('{"users": ["u"], "user_data": {}}')
+    (tmp_path / "femnist/data/test/a.json").write_text('{"users": [], "user_data": {}}')
+    with pytest.raises(DataError, match=r"a.json: not a LEAF file \(KeyError"):
+        femnist(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_femnist_run_from_leaf_files_keeps_the_writers(tmp_path):
+    root = write_leaf(tmp_path / "leaf")
+    run = tmp_path / "run"
+    fedrun_ok(["dataset=femnist", f"dataset.load.root={root}", "partition=natural", "model=mlp", "model.hidden=[8]",
+               "hyperparams.num_clients=2", "hyperparams.client_fraction=1.0", "hyperparams.rounds=2",
+               "hyperparams.batch_size=4", "aggregator=fedavg", "progress=false", f"hydra.run.dir={run}"], tmp_path)
+    part = pd.read_csv(run / "partition.csv")
+    assert part["examples"].tolist() == [5, 8]  # the two largest writers, f0001_41 and f0100_12
+    rounds = pd.read_csv(run / "rounds.csv")
+    assert len(rounds) == 2 and rounds["test_acc"].between(0, 1).all()
+
+
+@pytest.mark.slow
+def test_a_table_run_and_bad_input_from_the_command_line(tmp_path):
+    path = write_table(tmp_path / "t.csv", rows_per_user=(12, 10, 8))
+    common = ["dataset=table", f"dataset.load.path={path}", "dataset.load.label_column=target",
+              "dataset.load.client_column=user", "dataset.num_classes=3", "dataset.image_size=3", "model=mlp",
+              "model.hidden=[4]", "partition=natural", "hyperparams.client_fraction=1.0", "hyperparams.rounds=2",
+              "hyperparams.batch_size=4", "aggregator=fedavg", "progress=false"]
+    fedrun_ok([*common, "hyperparams.num_clients=3", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    proc = run_fedrun([*common, "hyperparams.num_clients=4", f"hydra.run.dir={tmp_path / 'four'}"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "fedrun: error: hyperparams.num_clients=4: partition=natural keeps that many of the data's clients, and it "
+        "has 3 with at least 1 training example(s): choose hyperparams.num_clients <= 3")
+    assert not (tmp_path / "four").exists()
+    proc = run_fedrun(["dataset=synthetic", "model=mlp", "partition=natural", "scale=tiny",
+                       f"hydra.run.dir={tmp_path / 'synthetic'}"], tmp_path)
+    assert proc.returncode == 2 and "partition=natural: keeps the clients a dataset names" in proc.stderr
+    assert not (tmp_path / "synthetic").exists()
