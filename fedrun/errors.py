@@ -99,11 +99,17 @@ def disk_full(error: BaseException) -> bool:
 
 
 def first_line(error: BaseException, limit: int | None = None) -> str:
-    """The first non-empty line of an exception's message (its type's name if it has none):
-    what a one-line error quotes of an underlying failure, whole (the cause is often at its end),
-    or its first ``limit`` characters."""
+    """The first non-empty line of an exception's message (its type's name if it has none), with
+    the next one where the first ends with a colon (Hydra's "Error loading 'x':" puts the cause
+    there): what a one-line error quotes of an underlying failure, whole (the cause is often at
+    its end), or its first ``limit`` characters."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return (lines[0] if limit is None else lines[0][:limit]) if lines else type(error).__name__
+    if not lines:
+        return type(error).__name__
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:  # "Error loading 'x.y':" and, below, why
+        text = f"{text} {lines[1]}"
+    return text if limit is None else text[:limit]
 
 
 def did_you_mean(word: str, choices) -> str:

@@ -2,7 +2,8 @@
 
 ``pip install 'fedrun[dashboards]'`` must be enough for ``logger=mlflow`` (its SQLite store) and
 ``logger=tensorboard``; ``pip install 'fedrun[sweeps]'`` for a stored Optuna study that a second
-command resumes.  Each extra goes into a fresh virtual environment that holds nothing else of the
+command resumes; ``pip install 'fedrun[huggingface]'`` for the bring-your-own-data example
+(docs/examples/bring_your_own) with ``partition=natural`` and ``partition=flwr``.  Each extra goes into a fresh virtual environment that holds nothing else of the
 extras.  Installing needs the package index, so these tests are marked ``extras`` and left out of
 the default run (pyproject's ``addopts``); ``.ci/run`` runs them beside the suite:
 
@@ -115,3 +116,19 @@ def test_the_sweeps_extra_alone_stores_an_optuna_study_and_resumes_it(tmp_path):
              "print(len([t for t in s.trials if t.state.name == 'COMPLETE']))")
     out = subprocess.run([str(bin_ / "python"), "-c", count], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip() == "4", out.stderr[-2000:]
+
+
+def test_the_huggingface_extra_alone_runs_the_worked_example(tmp_path):
+    bin_ = environment_with("huggingface", tmp_path / "venv")
+    assert not importable(bin_, "mlflow") and not importable(bin_, "optuna")
+    example = REPO_ROOT / "docs" / "examples" / "bring_your_own" / "write_dataset.py"
+    env = {"HF_DATASETS_OFFLINE": "1"}
+    subprocess.run([str(bin_ / "python"), str(example), str(tmp_path / "my_hf_data")], check=True, cwd=tmp_path,
+                   env={**__import__("os").environ, **env}, capture_output=True)
+    common = ["dataset=huggingface", f"dataset.load.path={tmp_path / 'my_hf_data'}", "dataset.image_size=8",
+              "dataset.num_classes=3", "model=mlp", "hyperparams.rounds=2", "progress=false"]
+    fedrun(bin_, [*common, "dataset.load.client_column=writer", "partition=natural", "hyperparams.num_clients=6",
+                  "hyperparams.client_fraction=0.5", f"hydra.run.dir={tmp_path / 'natural'}"], tmp_path)
+    fedrun(bin_, [*common, "partition=flwr", "hyperparams.num_clients=4", f"hydra.run.dir={tmp_path / 'flwr'}"],
+           tmp_path)
+    assert (tmp_path / "flwr" / "summary.json").is_file()

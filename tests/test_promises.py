@@ -58,7 +58,10 @@ def factory(target: str):
 def written_default(value):
     """A YAML value as the factory receives it when nothing overrides it: the fallback of a
     ``${oc.select:tuned.<method>.<key>,DEFAULT}``, a literal as is; None for an interpolation of
-    another setting (``${dataset.channels}``), which has no default of its own."""
+    another setting (``${dataset.channels}``), which has no default of its own, and for an object
+    the YAML builds (a ``_target_`` node: partition=flwr's partitioner), which no signature can hold."""
+    if isinstance(value, dict) and "_target_" in value:
+        return False, None
     if isinstance(value, str) and value.startswith("${"):
         match = TUNED.match(value)
         return (True, yaml.safe_load(match.group(1))) if match else (False, None)
