@@ -10,7 +10,10 @@ that differ among all runs (``partition=iid``) and the method's own that differ 
 (``beta=0.5``).  Each group has its own colour, line style and marker (legible in greyscale).
 
 The panels are rounds.csv columns against integer rounds, ``--metrics`` (default: test_acc,
-test_loss, N_over_E, server_step; the list is below), ``--cols`` to a row.  The figure fits one
+test_loss, N_over_E, server_step; the list is below), ``--cols`` to a row; ``--x bytes`` draws
+them against the bytes communicated instead (``bytes_total``, down and up since round 1, in kB,
+MB or GB: accuracy per byte sent, where methods that send more than the model, SCAFFOLD, pay for
+it).  The figure fits one
 column of a two-column paper by default (3.5 in wide, rows of 2.6 in; ``--figsize 7.16,2.6`` a
 page's width, ``--figsize 20,4.2`` one wide row for a screen), in 8-pt text with TrueType fonts
 (no Type 3 fonts in the PDF), the legend above the panels (a label wider than the figure breaks
@@ -27,8 +30,15 @@ and the log.  Bad input is refused before anything is written, in one line, exit
 of range, a metric no run has, folders without runs or only runs without rows, a damaged or
 foreign config.yaml or rounds.csv, an ``--out`` that is a file or cannot be written.
 
+``--partition RUN`` draws a run's partition from its ``partition.csv``: one stacked bar per client
+(its training examples of each class, a colour per class), titled with the dataset, the
+partition option and its settings from the run's config.yaml; ``partition.png`` and
+``partition.pdf`` in ``--out``.
+
     fedrun-plot outputs/multirun/2026-11-23 --out outputs/figs
     fedrun-plot outputs/multirun/2026-11-23 --out figs --band ci --metrics test_acc,N_over_E --figsize 7.16,2.2
+    fedrun-plot outputs/multirun/2026-11-23 --out figs --x bytes --metrics test_acc
+    fedrun-plot --partition outputs/multirun/2026-11-23/0 --out figs
 """
 from __future__ import annotations
 
@@ -63,6 +73,7 @@ METRICS = {
     "pd_vl": ("PD-VL (cosine distance)", 1.0, "divergence from the vanilla reference"),
     "lr": ("Learning rate $\\eta$", 1.0, "the round's client learning rate"),
     "wall_s": ("Round time (s)", 1.0, "wall-clock seconds of the round"),
+    "bytes_total": ("Data sent (MB)", 1e-6, "bytes sent since round 1, down and up"),
 }
 DEFAULT_METRICS = ("test_acc", "test_loss", "N_over_E", "server_step")
 # The range a metric's values can take, in its rounds.csv units: a band (a t-interval of few seeds
@@ -74,6 +85,7 @@ PANELS = tuple((m, METRICS[m][0], METRICS[m][1]) for m in DEFAULT_METRICS)
 BANDS = tuple(results.BANDS)
 FORMATS = ("png", "pdf", "svg")
 COLUMN_WIDTH, ROW_HEIGHT, MIN_PANEL_WIDTH = 3.5, 2.6, 1.7  # inches
+PAGE_WIDTH = 7.16  # inches: a two-column paper's text width (IEEE), the widest a partition figure grows
 DPI = 300
 FONT_SIZE = 8
 # Each group's line style and marker as well as its colour, so overlapping and greyscale curves
@@ -89,8 +101,14 @@ RC = {"font.size": FONT_SIZE, "axes.labelsize": FONT_SIZE, "axes.titlesize": FON
       "lines.linewidth": 1.2, "lines.markersize": 3.5, "axes.linewidth": 0.6, "grid.linewidth": 0.4,
       "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.major.size": 2.5, "ytick.major.size": 2.5,
       "legend.handlelength": 2.6, "legend.columnspacing": 1.2}
+# The x axis of fedrun-plot's panels (--x): rounds, or the bytes communicated (rounds.csv's bytes_total).
+X_AXES = ("round", "bytes")
+BYTES = "bytes_total"
+# Decimal units of the bytes axis, the largest the data reaches first (1 MB = 10^6 bytes).
+BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("bytes", 1.0))
 DATASET_NAMES = {"mnist": "MNIST", "fmnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "svhn": "SVHN",
-                 "mnist_train10k": "MNIST (10k training images)", "synthetic": "synthetic data"}
+                 "mnist_train10k": "MNIST (10k training images)", "synthetic": "synthetic data",
+                 "femnist": "FEMNIST"}
 
 
 # ----------------------------------------------------------------------------- helpers the plot scripts share
@@ -129,11 +147,14 @@ def integer_rounds(ax) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def parser(prog: str | None, doc: str, out_required: bool = True) -> argparse.ArgumentParser:
-    """A plot command line: DIRs searched for run directories and ``--out``; its errors are one line
+def parser(prog: str | None, doc: str, out_required: bool = True, dirs_required: bool = True
+           ) -> argparse.ArgumentParser:
+    """A plot command line: DIRs searched for run directories (``dirs_required=False``: none is
+    allowed, the program checks) and ``--out``; its errors are one line
     (:class:`fedrun.errors.ArgumentParser`)."""
     p = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="folders searched recursively for run directories")
+    p.add_argument("dirs", nargs="+" if dirs_required else "*", metavar="DIR",
+                   help="folders searched recursively for run directories")
     p.add_argument("--out", required=out_required,
                    help="folder for the figures" + ("" if out_required else " (required unless --summary)"))
     return p
@@ -155,7 +176,8 @@ def _partition(config: dict) -> str | None:
             "classes": f"{node.get('classes_per_client')} classes per client",
             "dirichlet": f"Dirichlet α={node.get('alpha')}",
             "dirichlet_labels": f"Dirichlet labels α={node.get('alpha')}",
-            "mixed": f"mixed, {node.get('iid_clients')} IID clients"}.get(choice, str(choice))
+            "mixed": f"mixed, {node.get('iid_clients')} IID clients",
+            "natural": "natural clients"}.get(choice, str(choice))
     return text + (", power-law sizes" if node.get("sizes") == "powerlaw" else "")
 
 
@@ -274,7 +296,7 @@ def legend_layout(labels: list[str], width: float, title: str | None = None) -> 
 
 def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("png", "pdf"),
          log=print, metrics: tuple[str, ...] = DEFAULT_METRICS, cols: int | None = None,
-         figsize: tuple[float, float] | None = None, caption: bool = True) -> list[Path]:
+         figsize: tuple[float, float] | None = None, caption: bool = True, x: str = "round") -> list[Path]:
     """Draw one panel per ``metrics`` column (:data:`METRICS`) for every group of ``df``
     (:func:`fedrun.results.load`'s table), the mean over each group's seeds with its band
     (:func:`fedrun.results.seed_curves`), ``cols`` panels a row in a ``figsize`` figure
@@ -282,6 +304,10 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
     ``runs.csv``: the numbers drawn (group, method, metric, round, mean, band, n).  ``log`` gets
     one line per group drawn, a warning for each panel a group is missing from, and the setting
     (:func:`setting`), which ``caption`` also writes below the panels.  Returns the paths written.
+
+    ``x="bytes"`` draws the panels against the bytes communicated (:func:`bytes_axis`) rather
+    than the round: each point at its group's mean ``bytes_total`` of that round (the seeds'
+    totals differ only with drop-outs), which ``runs.csv`` then has as a column ``bytes_total``.
 
     The figure is a :class:`matplotlib.figure.Figure` of its own, not pyplot's, drawn in an
     ``rc_context``: drawing it changes neither the backend, the current figure nor the rcParams
@@ -293,10 +319,16 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
     unknown = [m for m in metrics if m not in METRICS]
     if unknown or not metrics:
         raise results.ConfigError("metrics", ",".join(metrics), f"choose from: {', '.join(METRICS)}")
+    if x not in X_AXES:
+        raise results.ConfigError("x", x, f"choose one of: {', '.join(X_AXES)}")
     out = Path(out)
     check_drawable(df, metrics)
     not_drawn = results.without_rows(df)
     curves = results.seed_curves(df, list(metrics), band)
+    xlabel, xscale = (ROUND, 1.0) if x == "round" else bytes_axis(df)
+    if x == "bytes":  # each group's mean bytes_total at each round, beside the values drawn there
+        sent = results.seed_curves(df, [BYTES], "none")[["group", "round", "mean"]].rename(columns={"mean": BYTES})
+        curves = curves.merge(sent, on=["group", "round"], how="left")
     groups = list(dict.fromkeys(curves["group"]))
     runs = df.groupby("group")["run_dir"].nunique()
     text = setting(df["run_dir"].unique()) if "run_dir" in df else ""
@@ -307,8 +339,9 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
         axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
         handles, clipped = {}, []
         for ax, column in zip(axes, metrics):
-            clipped += _draw_panel(ax, column, curves, groups, band, handles)
-        _round_axes(axes, len(metrics), cols, bool(groups))
+            clipped += _draw_panel(ax, column, curves, groups, band, handles, "round" if x == "round" else BYTES,
+                                   xscale)
+        _round_axes(axes, len(metrics), cols, bool(groups) and x == "round", xlabel)
         _legend(fig, handles, groups, runs, stops, band, size, figsize)
         below = ([text] if text else []) + \
             (["not drawn: " + "; ".join(f"{Path(run).name}: {why}" for run, why in not_drawn)] if not_drawn else [])
@@ -325,11 +358,13 @@ def plot(df, out: str | Path, band: str = "std", formats: tuple[str, ...] = ("pn
     return [*paths, data]
 
 
-def _draw_panel(ax, column: str, curves, groups: list[str], band: str, handles: dict) -> list[tuple]:
+def _draw_panel(ax, column: str, curves, groups: list[str], band: str, handles: dict, x: str = "round",
+                xscale: float = 1.0) -> list[tuple]:
     """One panel: each group's mean over seeds (its own colour, line style and open markers, about
-    8 a curve, staggered between groups) and its band, clipped to the metric's bounds.  The first
-    line of each group goes into ``handles``; returns ``(group, metric, low, high)`` for each band
-    that reached past a bound."""
+    8 a curve, staggered between groups) and its band, clipped to the metric's bounds, against
+    ``curves``' column ``x`` (``round``, or ``bytes_total`` times ``xscale``).  The first line of
+    each group goes into ``handles``; returns ``(group, metric, low, high)`` for each band that
+    reached past a bound."""
     ylabel, scale, _ = METRICS[column]
     clipped = []
     for i, key in enumerate(groups):
@@ -338,7 +373,8 @@ def _draw_panel(ax, column: str, curves, groups: list[str], band: str, handles: 
             continue
         color = f"C{i % 10}"
         every = max(1, len(c) // 8)
-        line, = ax.plot(c["round"], scale * c["mean"], color=color, linestyle=STYLES[i % len(STYLES)],
+        xs = xscale * c[x]
+        line, = ax.plot(xs, scale * c["mean"], color=color, linestyle=STYLES[i % len(STYLES)],
                         marker=MARKERS[i % len(MARKERS)], markevery=(i % every, every),
                         markeredgewidth=0.6, label=key)
         handles.setdefault(key, line)
@@ -346,23 +382,43 @@ def _draw_panel(ax, column: str, curves, groups: list[str], band: str, handles: 
             low, high = BOUNDS.get(column, (0.0, None))
             if (c["low"] < low).any() or (high is not None and (c["high"] > high).any()):
                 clipped.append((key, column, low, high))
-            ax.fill_between(c["round"], scale * c["low"].clip(low, high), scale * c["high"].clip(low, high),
+            ax.fill_between(xs, scale * c["low"].clip(low, high), scale * c["high"].clip(low, high),
                             color=color, alpha=0.2, linewidth=0)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     return clipped
 
 
-def _round_axes(axes, panels: int, cols: int, any_group: bool) -> None:
-    """Hide the unused panels; the lowest panel of each column carries the round axis (integers)."""
+def _round_axes(axes, panels: int, cols: int, rounds: bool, xlabel: str = ROUND) -> None:
+    """Hide the unused panels; the lowest panel of each column carries the x axis, labelled
+    ``xlabel`` (with ``rounds``: integer round ticks)."""
     for ax in axes[panels:]:
         ax.set_visible(False)
     for i, ax in enumerate(axes[:panels]):
         if i + cols >= panels:
             ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel(ROUND)
-    if any_group:
+            ax.set_xlabel(xlabel)
+    if rounds:
         integer_rounds(axes[0])
+
+
+def bytes_axis(df) -> tuple[str, float]:
+    """``(axis label, scale)`` of the bytes axis: ``bytes_total`` in the largest decimal unit the
+    runs reach (:data:`BYTE_UNITS`: ``Data sent (MB)`` and 1e-6 once a run passes
+    1 MB), so the ticks read 0.5, 1, 1.5 rather than 500000.  Every run must have the column: one
+    of a fedrun before it (no ``bytes_total`` values) is one line naming it, before anything is
+    written (:class:`fedrun.errors.UsageError`)."""
+    import pandas as pd
+
+    has = df.groupby("run_dir")[BYTES].apply(lambda v: v.notna().any()) if BYTES in df else pd.Series(dtype=bool)
+    lacking = [run for run in dict.fromkeys(df["run_dir"]) if not has.get(run, False)]
+    if lacking:
+        others = f" (and {len(lacking) - 1} more of the {df['run_dir'].nunique()} runs)" if len(lacking) > 1 else ""
+        raise UsageError(f"--x=bytes: {lacking[0]}{others}: rounds.csv has no {BYTES} column (written by a fedrun "
+                         "before the communication columns); draw it with --x round, or run it again")
+    most = float(df[BYTES].max())
+    unit, factor = next(((u, f) for u, f in BYTE_UNITS if most >= f), BYTE_UNITS[-1])
+    return f"Data sent ({unit})", 1.0 / factor
 
 
 def _legend(fig, handles: dict, groups: list[str], runs, stops: dict, band: str, size, figsize) -> None:
@@ -490,9 +546,9 @@ def _metrics_help() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``fedrun-plot DIR... --out OUT [--band std|minmax|ci|none] [--metrics a,b] [--cols n]
-    [--figsize W,H] [--formats png,pdf] [--no-caption]``: the exit code (2 for bad options or
-    no runs under the DIRs)."""
-    p = parser(PROG, __doc__ + "\n" + _metrics_help())
+    [--figsize W,H] [--formats png,pdf] [--no-caption] [--x round|bytes] [--partition RUN]``: the
+    exit code (2 for bad options or no runs under the DIRs)."""
+    p = parser(PROG, __doc__ + "\n" + _metrics_help(), dirs_required=False)
     p.add_argument("--band", choices=BANDS, default="std",
                    help="the band around each group's mean over seeds (ci: its 95%% t-interval)")
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
@@ -503,16 +559,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
                    help="a line below the panels with the runs' setting (default: on)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated: " + ", ".join(FORMATS))
+    p.add_argument("--x", choices=X_AXES, default="round",
+                   help="the panels' x axis: round, or bytes (rounds.csv's bytes_total, the bytes sent down and "
+                        "up since round 1, in kB, MB or GB; runs of a fedrun before that column are refused)")
+    p.add_argument("--partition", metavar="RUN",
+                   help="also (or, without DIRs, only) draw the run directory RUN's partition.csv: a stacked bar "
+                        f"of each client's examples per class, the first {MAX_CLIENTS_DRAWN} clients, into "
+                        "partition.png and partition.pdf")
     try:  # bad options, folders without runs, a damaged config.yaml or CSV: one line, nothing written
         args = p.parse_args(argv)
+        if not args.dirs and args.partition is None:
+            raise UsageError("give DIRs (folders of runs to draw), --partition RUN (a run's partition), or both; "
+                             "--help lists the options")
         formats, metrics = _choices("formats", args.formats, FORMATS), _choices("metrics", args.metrics, METRICS)
         writable_folder("--out", Path(args.out))
-        df = results.load(*args.dirs)
-        if args.metrics != p.get_default("metrics"):  # named by the user: each must be there
-            for metric in metrics:
-                results.require_column([df], metric, "--metrics")
-        written = plot(df, Path(args.out), args.band, formats, metrics=metrics, cols=args.cols,
-                       figsize=args.figsize, caption=args.caption)
+        written = []
+        if args.partition is not None:
+            table = read_partition(args.partition)  # checked before any figure is written
+        if args.dirs:
+            df = results.load(*args.dirs)
+            if args.metrics != p.get_default("metrics"):  # named by the user: each must be there
+                for metric in metrics:
+                    results.require_column([df], metric, "--metrics")
+            if args.x == "bytes":
+                bytes_axis(df)  # every run must have the column: one line before anything is drawn
+            written += plot(df, Path(args.out), args.band, formats, metrics=metrics, cols=args.cols,
+                            figsize=args.figsize, caption=args.caption, x=args.x)
+        if args.partition is not None:
+            written += plot_partition(args.partition, Path(args.out), formats, table=table,
+                                      figsize=args.figsize, caption=args.caption)
     except FedrunError as e:
         print_error(PROG, e)
         return 2
@@ -522,6 +597,187 @@ def main(argv: list[str] | None = None) -> int:
     for path in written:
         print(path)
     return 0
+
+
+# ----------------------------------------------------------------------------- fedrun-plot --partition
+
+# The partition figure draws this many clients at most (the first, by id); the caption says how
+# many more there are.  Beyond it bars are thinner than a line at a page's width.
+MAX_CLIENTS_DRAWN = 100
+# Classes up to this many get a legend entry each (tab10/tab20's distinct colours); more (FEMNIST's
+# 62) get a colour bar over a continuous map, which a legend of that many entries would not beat.
+MAX_LEGEND_CLASSES = 20
+# The settings of each partition option that tell its partitions apart (conf/partition/*.yaml);
+# an option not listed shows its scalar settings.
+PARTITION_SETTINGS = {
+    "iid": ("sizes", "samples_per_client"),
+    "shards": ("shards_per_client", "shard_size"),
+    "classes": ("classes_per_client", "assign", "sizes", "samples_per_client"),
+    "dirichlet": ("alpha", "sizes", "samples_per_client"),
+    "dirichlet_labels": ("alpha", "min_size", "balance"),
+    "mixed": ("iid_clients", "classes_per_client", "sizes", "samples_per_client"),
+    "natural": ("min_examples", "order"),
+}
+
+
+def read_partition(run: str | Path):
+    """A run directory's ``partition.csv`` (``client``, ``examples``, ``class_0`` ... ``class_{C-1}``),
+    sorted by client, with the run's config.yaml as ``attrs["config"]`` (the title's facts): both
+    read before any figure is drawn.  One line for a path that is no folder or holds no
+    partition.csv (:class:`fedrun.errors.UsageError`), and for a partition.csv or config.yaml
+    that is missing, damaged or not fedrun's (:class:`fedrun.errors.RunDirectoryError`)."""
+    path = Path(run) / "partition.csv"
+    if not Path(run).is_dir():
+        raise UsageError(f"--partition={run}: not a folder; give a run directory (it holds partition.csv)")
+    if not path.is_file():
+        raise UsageError(f"--partition={run}: no partition.csv in it; give a run directory, which holds one "
+                         "from its start")
+    df = results._csv(path)
+    classes = [c for c in df.columns if str(c).startswith("class_")]
+    if not classes or df.empty:
+        raise results.RunDirectoryError(f"{path}: no class_0 ... columns or no client rows; not a partition.csv "
+                                        "fedrun wrote")
+    for column in classes:
+        results._numbers(df[column], path)
+    df = df.sort_values("client", kind="stable").reset_index(drop=True)
+    df.attrs["config"] = results.read_config(run)
+    return df
+
+
+def partition_title(config: dict, clients: int) -> str:
+    """The partition figure's title from a run's config.yaml: the dataset, ``partition=<option>``
+    with its settings that matter (:data:`PARTITION_SETTINGS`; a power-law exponent only with
+    power-law sizes; nulls left out), and the number of clients K, such as
+    ``synthetic data, partition=dirichlet (alpha=0.5), K=10 clients``."""
+    facts = _facts(config)
+    choice = (config.get("choices") or {}).get("partition")
+    node = config.get("partition") or {}
+    parts = [str(facts["dataset"])] if facts["dataset"] else []
+    if choice is not None:
+        keys = PARTITION_SETTINGS.get(choice) or [k for k, v in node.items() if not k.startswith("_")
+                                                  and not isinstance(v, (dict, list))]
+        shown = {k: node[k] for k in keys if node.get(k) is not None}
+        if shown.get("sizes") == "balanced":  # the default of every option: said only when it is not
+            del shown["sizes"]
+        elif shown.get("sizes") == "powerlaw" and node.get("power_law_exponent") is not None:
+            shown["power_law_exponent"] = node["power_law_exponent"]
+        inner = node.get("partitioner")  # partition=flwr: the flwr-datasets partitioner and its settings
+        if isinstance(inner, dict) and inner.get("_target_"):
+            shown = {"partitioner": str(inner["_target_"]).rsplit(".", 1)[-1],
+                     **{k: v for k, v in inner.items() if not k.startswith("_") and not isinstance(v, (dict, list))}}
+        settings = ", ".join(f"{k}={_setting(v)}" for k, v in shown.items())
+        parts.append(f"partition={choice}" + (f" ({settings})" if settings else ""))
+    parts.append(f"K={clients} client{'s' if clients != 1 else ''}")
+    return ", ".join(parts)
+
+
+def _setting(value) -> str:
+    """A setting's value as an override writes it: ``0.5``, ``false``, ``largest``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def tick_step(bars: int, digits: int, inches: float) -> int:
+    """Label every ``step``-th of ``bars`` bars, ``step`` the smallest of 1, 2, 5, 10, 20, 50 ...
+    whose labels (``digits`` characters of the 7-pt tick font each, a space between) fit the
+    axis' ``inches``: every client's id when they fit, never ids printed over each other."""
+    label = (digits + 1) * 0.6 * (FONT_SIZE - 1) / 72  # inches a label and its gap take
+    steps = (n * 10 ** e for e in range(len(str(max(bars, 1))) + 1) for n in (1, 2, 5))
+    return next((step for step in steps if bars / step * label <= inches), max(bars, 1))
+
+
+def class_colors(count: int) -> list:
+    """A colour per class: matplotlib's tab10 (up to 10 classes) or tab20 (up to 20), whose colours
+    stay apart side by side; beyond, evenly spaced along viridis."""
+    import matplotlib
+
+    if count <= 10:
+        return [matplotlib.colormaps["tab10"](i) for i in range(count)]
+    if count <= MAX_LEGEND_CLASSES:
+        return [matplotlib.colormaps["tab20"](i) for i in range(count)]
+    cmap = matplotlib.colormaps["viridis"]
+    return [cmap(i / (count - 1)) for i in range(count)]
+
+
+def plot_partition(run: str | Path, out: str | Path, formats: tuple[str, ...] = ("png", "pdf"), log=print,
+                   table=None, most: int = MAX_CLIENTS_DRAWN, figsize: tuple[float, float] | None = None,
+                   caption: bool = True) -> list[Path]:
+    """Draw the run directory ``run``'s partition (:func:`read_partition`) as a stacked bar chart:
+    one bar per client (by id; the first ``most`` of them, the caption saying how many were left
+    out), its training examples of each class stacked in the class's colour (:func:`class_colors`),
+    a legend of the classes beside the bars (a colour bar beyond :data:`MAX_LEGEND_CLASSES`),
+    titled with :func:`partition_title`; written as ``partition.<format>`` into ``out`` (300-dpi
+    PNG, PDF with TrueType fonts, as :func:`plot`'s).  The width grows with the clients drawn,
+    from one column (3.5 in, up to about 20 clients) to a page (7.16 in, from about 75), unless
+    ``figsize`` is given.  ``table``: :func:`read_partition`'s, when the caller read it already.
+    ``log`` gets the title and the caption.  Returns the paths written."""
+    import matplotlib
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    df = read_partition(run) if table is None else table
+    classes = [c for c in df.columns if str(c).startswith("class_")]
+    counts = df[classes].to_numpy(dtype=float)
+    ids = df["client"].to_numpy()
+    total, drawn = len(df), min(len(df), most)
+    title = partition_title(df.attrs.get("config") or results.read_config(run), total)
+    below = [f"{total} clients, {int(counts.sum()):,} training examples, {len(classes)} classes; each bar a client's "
+             "examples of each class"]
+    if drawn < total:
+        below.append(f"clients {ids[0]}-{ids[drawn - 1]} drawn, the first {drawn} by id; {total - drawn} more "
+                     f"(clients {ids[drawn]}-{ids[-1]}) left out")
+    colors = class_colors(len(classes))
+    legend_cols = 1 if len(classes) <= 10 else 2
+    width = min(PAGE_WIDTH, max(COLUMN_WIDTH, 1.6 + 0.35 * legend_cols + 0.07 * drawn))
+    size = tuple(figsize) if figsize else (width, ROW_HEIGHT + 0.4)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=size, layout="constrained")
+        ax = fig.subplots()
+        x = np.arange(drawn)
+        bottom = np.zeros(drawn)
+        bars = []
+        for c, name in enumerate(classes):
+            height = counts[:drawn, c]
+            bars.append(ax.bar(x, height, bottom=bottom, width=0.85 if drawn <= 40 else 1.0, color=colors[c],
+                               linewidth=0, label=name.removeprefix("class_")))
+            bottom += height
+        ax.set_xlim(-0.6, drawn - 0.4)
+        ax.set_ylim(0, 1.04 * max(bottom.max(), 1))  # the tallest bar below the frame, not on it
+        ax.set_xlabel("Client")
+        ax.set_ylabel("Training examples")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        step = tick_step(drawn, len(str(max(ids[:drawn], key=lambda k: len(str(k))))), size[0] - 1.2)
+        ax.set_xticks(x[::step], [str(k) for k in ids[:drawn:step]])
+        # Over the bars alone (the legend beside them keeps the figure's top right): wrapped to the
+        # characters of the title's font the bars' width holds.
+        chars = int((size[0] - 0.6 - 0.45 * legend_cols) * 72 / (0.55 * FONT_SIZE))
+        ax.set_title(textwrap.fill(title, width=max(chars, 20)), fontsize=FONT_SIZE)
+        if len(classes) <= MAX_LEGEND_CLASSES:  # right of the bars, never over them
+            fig.legend([b[0] for b in bars[::-1]], [b.get_label() for b in bars[::-1]], loc="outside right upper",
+                       ncols=legend_cols, frameon=False, title="Class", handlelength=1.2, columnspacing=0.8)
+        else:
+            from matplotlib.cm import ScalarMappable
+            from matplotlib.colors import BoundaryNorm, ListedColormap
+
+            norm = BoundaryNorm(np.arange(len(classes) + 1) - 0.5, len(classes))
+            bar = fig.colorbar(ScalarMappable(norm, ListedColormap(colors)), ax=ax, pad=0.01, aspect=30)
+            bar.set_ticks(range(0, len(classes), 10))  # the classes' own numbers, every tenth
+            bar.minorticks_off()
+            bar.set_label("Class")
+        if caption:
+            wrap = int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))
+            fig.supxlabel("\n".join(textwrap.fill(line, width=wrap) for line in below), fontsize=FONT_SIZE - 1)
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / f"partition.{fmt}" for fmt in formats]
+        for path in paths:
+            fig.savefig(path, dpi=DPI)
+    log(f"partition: {title}")
+    for line in below:
+        log(f"  {line}")
+    return paths
 
 
 def _choices(option: str, text: str, allowed) -> tuple[str, ...]:

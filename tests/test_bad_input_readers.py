@@ -194,6 +194,11 @@ def catalogue() -> list[tuple[str, list[str], list[str]]]:
         ("fedrun-plot", ["{good_fednnnn}", *plot_out, "--metrics", "accuracy"], ["--metrics=accuracy: choose from"]),
         ("fedrun-plot", ["{good_fednnnn}", *plot_out, "--cols", "0"], ["--cols: '0'", ">= 1"]),
         ("fedrun-plot", ["{good_fednnnn}"], ["the following arguments are required: --out"]),
+        ("fedrun-plot", ["{good_fednnnn}", *plot_out, "--x", "bytes"],  # a hand-made run: no bytes columns
+         ["--x=bytes: ", "rounds.csv has no bytes_total column", "--x round"]),
+        ("fedrun-plot", ["{good_fednnnn}", *plot_out, "--x", "time"], ["--x: invalid choice: 'time'", "'bytes'"]),
+        ("fedrun-plot", [*plot_out], ["give DIRs", "--partition RUN"]),
+        ("fedrun-plot", ["--partition", "{empty}", *plot_out], ["--partition={empty}: no partition.csv in it"]),
         ("fedlayerwise_table1", ["collect", "{good_fedlayerwise}", "--target", "95"], ["write 0.95 for 95%"]),
         ("fedlayerwise_table1", ["collect", "{good_fedlayerwise}", "--metric", "val_acc"],
          ["--metric=val_acc: no run has values of it"]),

@@ -67,8 +67,9 @@ def fake_run(path: Path, aggregator: str, seed: int) -> None:
     config = {"seed": seed, "aggregator": {"_target_": f"fedrun.aggregators.{aggregator}"},
               "choices": {"aggregator": aggregator, "dataset": "fmnist"}}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
-    (path / "rounds.csv").write_text("round,test_acc,test_loss,N_over_E,server_step\n1,0.5,1.0,0.5,0.1\n"
-                                     "2,0.6,0.9,0.5,0.1\n")
+    (path / "rounds.csv").write_text("round,test_acc,test_loss,N_over_E,server_step,bytes_total\n"
+                                     "1,0.5,1.0,0.5,0.1,1000000\n2,0.6,0.9,0.5,0.1,2000000\n")
+    (path / "partition.csv").write_text("client,examples,class_0,class_1\n0,3,1,2\n1,3,3,0\n")
 
 
 @pytest.fixture
@@ -136,12 +137,14 @@ def check_fedrun(args: list[str], folder: Path, env: dict, monkeypatch) -> None:
 
 def check_plot(args: list[str], folder: Path, monkeypatch) -> None:
     """fedrun-plot on two methods x two seeds placed in each folder it is given (the DIR
-    arguments, before the first option)."""
+    arguments, before the first option), and a run where ``--partition`` names one."""
     monkeypatch.chdir(folder)
     dirs = args[: next((i for i, a in enumerate(args) if a.startswith("-")), len(args))]
     for top in dirs:
         for n, (aggregator, seed) in enumerate([("fedavg", 0), ("fedavg", 1), ("fednnnn", 0), ("fednnnn", 1)]):
             fake_run(folder / top / str(n), aggregator, seed)
+    if "--partition" in args and not (folder / args[args.index("--partition") + 1]).exists():
+        fake_run(folder / args[args.index("--partition") + 1], "fedavg", 0)  # the run whose partition it draws
     assert plot.main(args) == 0
 
 

@@ -4,6 +4,7 @@ over seeds."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import fedrun_ok
+from conftest import TINY, fedrun_ok
 
 from fedrun import plot as fedrun_plot
 from fedrun import results
@@ -333,3 +334,151 @@ def test_the_fedrun_plot_command_from_any_directory(tmp_path):
     module = subprocess.run([sys.executable, "-m", "fedrun.plot", "--help"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert module.returncode == 0 and "usage: fedrun-plot" in module.stdout
+
+
+# ----------------------------------------------------------------------------- --x bytes
+
+def with_bytes(run: Path, totals: list[float]) -> Path:
+    """Give a hand-made run the bytes_total column of a fedrun that counts communication."""
+    rounds = pd.read_csv(run / "rounds.csv")
+    rounds["bytes_total"] = totals
+    rounds.to_csv(run / "rounds.csv", index=False)
+    return run
+
+
+def test_x_bytes_draws_against_the_bytes_sent(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    # FedAvg's seeds sent 1, 2, 3 MB and 1, 2, 4 MB (a drop-out differs): each round at the mean.
+    with_bytes(fake_run(tmp_path / "runs" / "a0", "fedavg", 0, [0.4, 0.5, 0.6]), [1e6, 2e6, 3e6])
+    with_bytes(fake_run(tmp_path / "runs" / "a1", "fedavg", 1, [0.4, 0.7, 0.8]), [1e6, 2e6, 4e6])
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), save(self, *a, **k)))
+    args = [str(tmp_path / "runs"), "--out", str(tmp_path / "figs"), "--x", "bytes", "--metrics", "test_acc"]
+    assert fedrun_plot.main(args) == 0
+    drawn = pd.read_csv(tmp_path / "figs" / "runs.csv").set_index("round")
+    assert drawn["bytes_total"].tolist() == [1e6, 2e6, 3.5e6]
+    assert drawn["mean"].tolist() == pytest.approx([0.4, 0.6, 0.7])
+    ax = figures[0].axes[0]
+    assert ax.get_xlabel() == "Data sent (MB)"
+    assert ax.lines[0].get_xdata().tolist() == pytest.approx([1.0, 2.0, 3.5])  # in MB
+    assert ax.lines[0].get_ydata().tolist() == pytest.approx([40, 60, 70])  # in %
+    # The unit follows the largest total: kB below a megabyte, GB from a gigabyte.
+    df = results.load(tmp_path / "runs")
+    assert fedrun_plot.bytes_axis(df) == ("Data sent (MB)", 1e-6)
+    assert fedrun_plot.bytes_axis(df.assign(bytes_total=df.bytes_total / 1000)) == ("Data sent (kB)", 1e-3)
+    assert fedrun_plot.bytes_axis(df.assign(bytes_total=df.bytes_total * 1000)) == ("Data sent (GB)", 1e-9)
+    assert fedrun_plot.main([*args[:3], "--out", str(tmp_path / "r")]) == 0  # --x round, the default: as before
+    assert "bytes_total" not in pd.read_csv(tmp_path / "r" / "runs.csv")
+
+
+def test_x_bytes_refuses_a_run_from_before_the_column_in_one_line(tmp_path, capsys):
+    with_bytes(fake_run(tmp_path / "runs" / "new", "fedavg", 0, [0.4, 0.5]), [1e6, 2e6])
+    old = fake_run(tmp_path / "runs" / "old", "fedavg", 1, [0.4, 0.5])  # rounds.csv without bytes_total
+    out = tmp_path / "figs"
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(out), "--x", "bytes"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"fedrun-plot: error: --x=bytes: {old.resolve()}: rounds.csv has no bytes_total column (written "
+                   "by a fedrun before the communication columns); draw it with --x round, or run it again\n")
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(out)]) == 0  # by round, the old run is drawn
+    assert fedrun_plot.main([str(tmp_path / "runs"), "--out", str(out), "--x", "time"]) == 2
+    assert capsys.readouterr().err == ("fedrun-plot: error: argument --x: invalid choice: 'time' (choose from "
+                                       "'round', 'bytes')\n")
+
+
+# ----------------------------------------------------------------------------- --partition
+
+def fake_partition(path: Path, counts: list[list[int]], partition: str = "shards", **settings) -> Path:
+    """A run directory with a partition.csv of ``counts`` (a row per client, a column per class) as
+    fedrun writes it, and the config.yaml of a synthetic-data run with that partition."""
+    path.mkdir(parents=True)
+    config = {"seed": 0, "dataset": {"name": "synthetic"}, "partition": settings,
+              "hyperparams": {"num_clients": len(counts)}, "choices": {"dataset": "synthetic", "partition": partition}}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    header = "client,examples," + ",".join(f"class_{c}" for c in range(len(counts[0])))
+    rows = [f"{k},{sum(row)}," + ",".join(map(str, row)) for k, row in enumerate(counts)]
+    (path / "partition.csv").write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def test_partition_draws_a_stacked_bar_per_client(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    run = fake_partition(tmp_path / "run", [[4, 0, 4], [0, 8, 0], [2, 2, 4], [0, 0, 8]], shards_per_client=2,
+                         shard_size=None)
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), save(self, *a, **k)))
+    assert fedrun_plot.main(["--partition", str(run), "--out", str(tmp_path / "figs")]) == 0
+    png, pdf = tmp_path / "figs" / "partition.png", tmp_path / "figs" / "partition.pdf"
+    assert png_size(png) == (1050, 900)  # one column, 3.5 x 3.0 in at 300 dpi
+    assert b"/Type3" not in pdf.read_bytes() and b"/FontFile2" in pdf.read_bytes()
+    ax = figures[0].axes[0]
+    assert ax.get_title() == "synthetic data, partition=shards\n(shards_per_client=2), K=4 clients"
+    # 3 classes x 4 clients: each class's bars start where the classes below end.
+    bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height()) for p in ax.patches]
+    assert bars[4:8] == [(0, 4, 0), (1, 0, 8), (2, 2, 2), (3, 0, 0)]  # class 1
+    assert [b[1] + b[2] for b in bars[8:]] == [8, 8, 8, 8]  # the stacks' tops: each client's examples
+    legend = figures[0].legends[0]
+    assert legend.get_title().get_text() == "Class" and [t.get_text() for t in legend.get_texts()] == ["2", "1", "0"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:2] == ["partition: synthetic data, partition=shards (shards_per_client=2), K=4 clients",
+                           "  4 clients, 32 training examples, 3 classes; each bar a client's examples of each class"]
+
+
+def test_partition_of_many_clients_draws_the_first_hundred_and_says_so(tmp_path, capsys):
+    counts = [[k % 7, 3, (k * 5) % 11] for k in range(150)]
+    run = fake_partition(tmp_path / "run", counts, "dirichlet", alpha=0.1, sizes="powerlaw", power_law_exponent=1.5)
+    paths = fedrun_plot.plot_partition(run, tmp_path / "figs", ("png",))
+    assert paths == [tmp_path / "figs" / "partition.png"]
+    assert png_size(paths[0]) == (2148, 900)  # a page's width, 7.16 in
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == ("partition: synthetic data, partition=dirichlet (alpha=0.1, sizes=powerlaw, "
+                          "power_law_exponent=1.5), K=150 clients")
+    assert printed[2] == "  clients 0-99 drawn, the first 100 by id; 50 more (clients 100-149) left out"
+
+
+def test_partition_titles_and_ticks_by_hand():
+    def title(choice, node):
+        return fedrun_plot.partition_title({"choices": {"partition": choice, "dataset": "cifar10"},
+                                            "partition": node}, 10)
+
+    assert title("iid", {"sizes": "balanced", "power_law_exponent": 1.0, "samples_per_client": None}) == \
+        "CIFAR-10, partition=iid, K=10 clients"
+    assert title("classes", {"classes_per_client": 2, "assign": "niidbench", "sizes": "balanced"}) == \
+        "CIFAR-10, partition=classes (classes_per_client=2, assign=niidbench), K=10 clients"
+    assert title("dirichlet_labels", {"alpha": 0.5, "min_size": 10, "balance": False}) == \
+        "CIFAR-10, partition=dirichlet_labels (alpha=0.5, min_size=10, balance=false), K=10 clients"
+    assert title("flwr", {"partitioner": {"_target_": "flwr_datasets.partitioner.DirichletPartitioner",
+                                          "_partial_": True, "partition_by": "label", "alpha": 0.3}}) == \
+        "CIFAR-10, partition=flwr (partitioner=DirichletPartitioner, partition_by=label, alpha=0.3), K=10 clients"
+    assert fedrun_plot.partition_title({}, 1) == "K=1 client"
+    # Tick labels: every id while they fit, else every 2nd, 5th, 10th ... (2-digit ids: 0.29 in each).
+    assert fedrun_plot.tick_step(8, 1, 2.3) == 1 and fedrun_plot.tick_step(25, 2, 2.3) == 2
+    assert fedrun_plot.tick_step(100, 2, 5.9) == 5 and fedrun_plot.tick_step(1000, 3, 5.9) == 50
+
+
+def test_partition_from_a_real_run_and_its_bad_input(tmp_path, capsys):
+    run = tmp_path / "run"
+    fedrun_ok([*TINY, "partition=shards", f"hydra.run.dir={run}"], tmp_path)
+    both = ["--partition", str(run), str(run), "--out", str(tmp_path / "figs"), "--x", "bytes", "--formats", "png"]
+    assert fedrun_plot.main(both) == 0  # a run's curves and its partition, side by side in one folder
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["partition.png", "runs.csv", "runs.png"]
+    printed = capsys.readouterr().out
+    assert "partition: synthetic data, partition=shards (shards_per_client=2), K=4 clients" in printed
+    assert "  4 clients, 400 training examples, 10 classes;" in printed
+    (tmp_path / "bare").mkdir()  # a partition.csv without the run's config.yaml: no title to give it
+    shutil.copy(run / "partition.csv", tmp_path / "bare")
+    for args, error in [(["--out", str(tmp_path / "x")], "give DIRs (folders of runs to draw), --partition RUN"),
+                        (["--partition", str(tmp_path / "bare"), "--out", str(tmp_path / "x")],
+                         f"{tmp_path / 'bare' / 'config.yaml'}: cannot be read"),
+                        (["--partition", str(tmp_path), "--out", str(tmp_path / "x")],
+                         f"--partition={tmp_path}: no partition.csv in it"),
+                        (["--partition", str(run / "rounds.csv"), "--out", str(tmp_path / "x")],
+                         f"--partition={run / 'rounds.csv'}: not a folder")]:
+        assert fedrun_plot.main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedrun-plot: error: {error}") and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()

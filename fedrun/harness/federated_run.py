@@ -21,6 +21,7 @@ from torch import nn
 
 from fedrun.server.aggregator import Aggregator, check_finite
 from fedrun.data.preparation import FederatedData
+from fedrun.diagnostics.communication import method_payload
 from fedrun.diagnostics.divergence import LearnerParams, round_divergence, train_vanilla
 from fedrun.errors import (ConfigError, DivergenceError, Interrupted, NoSpaceError, Terminated, check, disk_full,
                            first_line)
@@ -132,6 +133,8 @@ class FederatedRun:
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)
+        # The bytes one client's exchange costs each round (the rounds.csv bytes columns).
+        self.payload = method_payload(self.params, self.buffers, aggregator, self.opt)
         self.done = 0  # the last round recorded
         self.saved = 0  # the last round whose checkpoint is on disk (= done, unless checkpoint_every > 1)
         self.finished: dict | None = None  # the summary of a run a previous process completed
@@ -144,7 +147,7 @@ class FederatedRun:
         self.dir = RunDirectory.open(self.run_dir, self.resume)
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
-                                     self.device, settings_digest(self.config))
+                                     self.device, settings_digest(self.config), self.payload)
             self.dir.write_config(self.config, self.resume)  # first: on resume, refuses settings that differ
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
             self.finished = self.recorder.resume(ckpt, self.federation.rounds)

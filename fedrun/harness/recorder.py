@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from fedrun.diagnostics import communication
 from fedrun.harness import provenance
 from fedrun.harness.objective import objective as objective_value
 from fedrun.errors import ConfigError, RunDirectoryError
@@ -49,14 +50,16 @@ ROUND_COLUMNS = [
     "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
     "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step",
     "server_step_sum", "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "pd_ls", "pd_vl",
-    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", *TIMING_COLUMNS,
+    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", *communication.COLUMNS, *TIMING_COLUMNS,
 ]
 LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl"]
 OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
 CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
                   "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
 CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
-# What a checkpoint holds (Recorder.checkpoint), checked before a resume trusts it.
+# What a checkpoint holds (Recorder.checkpoint), checked before a resume trusts it.  Also
+# ``bytes_total``, checked once the CSVs are known to be this version's (an earlier fedrun's
+# checkpoint lacks it, and its rounds.csv the bytes columns: the header says so more clearly).
 CHECKPOINT_KEYS = ("round", "params", "buffers", "aggregator", "optimizer_state", "step_sum", "partition", "offsets")
 COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
            "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
@@ -204,10 +207,12 @@ class Recorder:
       device: the run's device, named in ``run.json`` (:mod:`fedrun.harness.provenance`).
       settings: :func:`fedrun.harness.rundir.settings_digest` of the run's config, recorded in every
         checkpoint and checked by a resume (None: no config, nothing checked).
+      payload: what one client's exchange of a round costs (:func:`fedrun.diagnostics.communication.method_payload`),
+        for the ``bytes_*`` columns (None: left empty).
     """
 
     def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
-                 device="cpu", settings: str | None = None):
+                 device="cpu", settings: str | None = None, payload: communication.Payload | None = None):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
         self.dashboard, self.device = dashboard, device
         self.settings = settings  # the run's settings digest (fedrun.harness.rundir.settings_digest), or None
@@ -215,6 +220,10 @@ class Recorder:
         self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
         self.output_layer = output_layer(layers)
         self.step_sum = 0.0  # server_step_sum: the path length of the global model so far
+        self.payload = payload
+        # bytes_total: the bytes sent down and up since round 1, kept in the checkpoint as step_sum
+        # is, so a resumed run continues it exactly (an int: no rounding however long the run).
+        self.bytes_total = 0
         self.logs: dict[str, CsvLog] = {}
         self.progress = {"acc": "nan", "N_E": "nan"}  # the progress bar's last accuracy and N/E
         self.last: dict = {}  # the last rounds.csv row written
@@ -244,7 +253,11 @@ class Recorder:
                                     "run directory (nothing was written)")
         digests = ckpt.get("digests")
         self.run.check_csvs(COLUMNS, ckpt["offsets"], digests if isinstance(digests, dict) else None)
-        self.step_sum = ckpt["step_sum"]
+        if not isinstance(ckpt.get("bytes_total"), int):  # the CSVs are this version's, the checkpoint not
+            raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint of this version (missing "
+                                    "or damaged: bytes_total); restore it or start a new run directory (nothing "
+                                    "was written)")
+        self.step_sum, self.bytes_total = ckpt["step_sum"], ckpt["bytes_total"]
         if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():
             try:
                 summary = json.loads((self.path / "summary.json").read_bytes())
@@ -277,7 +290,7 @@ class Recorder:
         t, results, outcome = r.round, r.results, r.outcome
         row = {"round": t, "clients": 0 if results is None else len(results.clients), "dropped": len(r.dropped),
                "stragglers": len(r.stragglers), "lr": r.lr, "vanilla_loss": r.vanilla_loss,
-               **r.evaluation, **r.seconds}
+               **self.communicated(r), **r.evaluation, **r.seconds}
         if outcome is None:  # everyone dropped out: the server keeps w_t
             row.update(skipped=1, server_step=0.0, server_step_sum=self.step_sum)
         else:
@@ -301,6 +314,16 @@ class Recorder:
         if self.dashboard is not None:
             self.dashboard.log(t, row, layers)
 
+    def communicated(self, r: RoundRecord) -> dict:
+        """Round ``r``'s ``bytes_down``, ``bytes_up`` and the running ``bytes_total``
+        (:mod:`fedrun.diagnostics.communication`): every sampled client received the model, the
+        reporting ones (``r.clients``) sent theirs back, the dropped ones (``r.dropped``) nothing."""
+        if self.payload is None:
+            return {}
+        down, up = self.payload.round(len(r.clients), len(r.dropped))
+        self.bytes_total += down + up
+        return {"bytes_down": down, "bytes_up": up, "bytes_total": self.bytes_total}
+
     def snapshot(self, t: int, params: Params, buffers: Params) -> None:
         """Save the evaluated global model of round t to ``models/round_NNNN.pt`` (loss surfaces)."""
         (self.path / "models").mkdir(exist_ok=True)
@@ -310,7 +333,8 @@ class Recorder:
                    optimizer_state: object) -> None:
         """Everything needed to continue after round t, with the CSVs' sizes at this point."""
         atomic_save({"round": t, "params": params, "buffers": buffers, "aggregator": aggregator_state,
-                     "optimizer_state": optimizer_state, "step_sum": self.step_sum, "partition": self.fingerprint,
+                     "optimizer_state": optimizer_state, "step_sum": self.step_sum, "bytes_total": self.bytes_total,
+                     "partition": self.fingerprint,
                      "offsets": {name: lg.size() for name, lg in self.logs.items()},
                      "digests": {name: lg.digest() for name, lg in self.logs.items()},
                      "settings": self.settings}, self.run.checkpoint_path)

@@ -252,6 +252,19 @@ def header_matches(path: Path, columns: list[str]) -> bool:
         return f.readline().rstrip(b"\r\n") == ",".join(columns).encode()
 
 
+def header_difference(path: Path, columns: list[str]) -> str:
+    """How the header of the CSV at ``path`` differs from ``columns``, in words for an error:
+    ``without bytes_down, bytes_up, bytes_total`` (a run of a fedrun before those columns), ``with
+    x, which this fedrun does not write``, or ``in another order``."""
+    with open(path, "rb") as f:
+        found = f.readline().decode(errors="replace").rstrip("\r\n").split(",")
+    missing = [c for c in columns if c not in found]
+    extra = [c for c in found if c not in columns]
+    parts = ([f"without {', '.join(missing)}"] if missing else []) + \
+        ([f"with {', '.join(extra)}, which this fedrun does not write"] if extra else [])
+    return "; ".join(parts) or "in another order"
+
+
 def refuse_existing_run(run_dir: Path) -> None:
     """A new run never writes into a directory holding an earlier run's results, nor into one
     holding a symbolic link (:func:`check_no_links`)."""
@@ -456,8 +469,10 @@ class RunDirectory:
                 raise RunDirectoryError(f"{path}: missing, but the checkpoint records {recorded} bytes of it; "
                                         "restore it or start a new run directory (nothing was written)")
             if not header_matches(path, cols):
-                raise RunDirectoryError(f"{path}: has other columns than this fedrun writes (another version "
-                                        "wrote it); resume it with that version, or start a new run directory")
+                raise RunDirectoryError(f"{path}: has other columns than this fedrun writes "
+                                        f"({header_difference(path, cols)}: another version wrote it); resume it "
+                                        "with that version, or start a new run directory (fedrun.results and "
+                                        "fedrun-plot still read it)")
             size = path.stat().st_size
             if size < recorded:
                 raise RunDirectoryError(f"{path}: {size} bytes, shorter than the {recorded} the checkpoint "

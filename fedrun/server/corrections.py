@@ -18,7 +18,10 @@ initializes: one client in the sequential engine, a chunk's rows in the batched 
 run's own rows in a population).  The regularizer turns them into the local correction
 (:class:`fedrun.client.regularizers.ControlVariate`: the penalty ``<c - c_k, y - x>``).  ``update``
 reads what training did: each client's update ``y_k - x``, its local steps (``effective_steps``:
-``||a_k||_1``, K_k for plain SGD) and its learning rate (``lr``).
+``||a_k||_1``, K_k for plain SGD) and its learning rate (``lr``).  ``communicated`` says how many
+model-sized tensors the correction adds to each message between the server and a client, each
+way (SCAFFOLD: 1, its ``c`` down and ``c_k+ - c_k`` up), which the bytes columns of ``rounds.csv``
+count (:mod:`fedrun.diagnostics.communication`).
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ class ClientCorrection(NamedTuple):
     init: Callable[[Params, int], dict]
     inputs: Callable[[dict, list[int]], Params]
     update: Callable[[dict, ClientResults], dict]
+    # Model-sized tensors the correction adds to each message, each way, in a deployment where
+    # every client keeps its own state: SCAFFOLD's server c down with the model, the change
+    # c_k+ - c_k up with the update (the rounds.csv bytes columns, fedrun.diagnostics.communication).
+    communicated: int = 1
 
 
 def _steps(results: ClientResults, counted: bool = False) -> torch.Tensor:

@@ -6,7 +6,8 @@ FedLap's two forms, per-layer angles, BatchNorm with averaged optimizer state an
 learner, Adam with per-client state, Batch Renormalization, centralized training, snapshots with a
 validation split, a learning-rate schedule and augmentation, and a population sweep.  ``compare A
 B`` then checks that two such folders hold the same results: every CSV without its timing
-columns, every ``summary.json`` and every model snapshot's tensors.  Run ``run`` with the code
+columns (a column one side lacks, such as the bytes columns new in rounds.csv, is reported and
+left out), every ``summary.json`` and every model snapshot's tensors.  Run ``run`` with the code
 before a change and with the code after it (``PYTHONPATH=<checkout>`` picks the code), then
 ``compare``::
 
@@ -86,11 +87,16 @@ def run(out: Path) -> int:
     return 0
 
 
-def _csv(path: Path) -> str:
+def _csv(path: Path, drop: tuple[str, ...] = ()) -> str:
     import pandas as pd
 
     df = pd.read_csv(path)
-    return df.drop(columns=[c for c in TIMING if c in df]).to_csv(index=False)
+    return df.drop(columns=[c for c in (*TIMING, *drop) if c in df]).to_csv(index=False)
+
+
+def _columns(path: Path) -> list[str]:
+    with open(path) as f:
+        return f.readline().rstrip("\n").split(",")
 
 
 def compare(a: Path, b: Path) -> int:
@@ -107,8 +113,11 @@ def compare(a: Path, b: Path) -> int:
         if not (pa.is_file() and pb.is_file()):
             differ.append(f"{rel}: only in {'A' if pa.is_file() else 'B'}")
             continue
-        if rel.suffix == ".csv":
-            equal = _csv(pa) == _csv(pb)
+        if rel.suffix == ".csv":  # columns new since the older version compared are reported, not failed
+            new = tuple(sorted(set(_columns(pa)) ^ set(_columns(pb))))
+            if new:
+                print(f"{rel}: columns in one only: {', '.join(new)}")
+            equal = _csv(pa, new) == _csv(pb, new)
         elif rel.suffix == ".json":
             ja, jb = (json.loads(p.read_text()) for p in (pa, pb))
             if rel.name == "summary.json":  # keys new since the older version compared are reported, not failed
