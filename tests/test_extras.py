@@ -61,18 +61,27 @@ def core_distributions() -> set[str]:
 
 
 def environment_with(extra: str, where: Path) -> Path:
-    """A fresh venv with the core linked in and ``fedrun[extra]`` installed by pip; its bin/."""
+    """A fresh venv that sees the core's installs and has ``fedrun[extra]`` installed by pip; its bin/.
+
+    The core's packages are linked into a folder *outside* the venv, which a ``.pth`` file puts on
+    its path: pip counts them as installed but never changes them (it leaves a distribution
+    outside its environment alone, and installs another version, where the extra needs one, in
+    the venv's own site-packages, which comes first).  Links inside site-packages would let pip
+    uninstall through them, deleting this interpreter's own files under running processes."""
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
     python = where / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
+    core = where.parent / f"{where.name}-core"
+    core.mkdir()
     for name in core_distributions():
         dist = metadata.distribution(name)
         base = Path(dist.locate_file(""))
         for top in {Path(str(f)).parts[0] for f in dist.files or []}:
-            if top in ("..", "__pycache__") or (site / top).exists() or not (base / top).exists():
+            if top in ("..", "__pycache__") or (core / top).exists() or not (base / top).exists():
                 continue
-            (site / top).symlink_to(base / top)
+            (core / top).symlink_to(base / top)
+    (site / "fedrun_core.pth").write_text(f"{core}\n")
     proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", f"{REPO_ROOT}[{extra}]"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"pip install 'fedrun[{extra}]' failed:\n{proc.stderr[-3000:]}"

@@ -80,7 +80,8 @@ LINK_CHECKED = ("models", "tensorboard")
 MODEL_TARGETS = ("fedrun.models.nets.MnistCNN", "fedrun.models.nets.TFTutorialCNN", "fedrun.models.nets.Cifar10CNN",
                  "fedrun.models.nets.SimpleCNN", "fedrun.models.nets.MLP", "fedrun.models.pd_nets.PDNet", "fedrun.models.pd_nets.CifarResNet")
 DATA_LOADERS = ("fedrun.data.datasets.mnist", "fedrun.data.datasets.fashion_mnist", "fedrun.data.datasets.cifar10", "fedrun.data.datasets.svhn",
-                "fedrun.data.datasets.idx", "fedrun.data.datasets.synthetic")
+                "fedrun.data.datasets.idx", "fedrun.data.datasets.synthetic", "fedrun.data.natural.femnist",
+                "fedrun.data.natural.table", "fedrun.data.huggingface.hf_dataset")
 # Hydra's instantiate keys: a node that holds one is not built from a run directory.
 _HYDRA_KEYS = ("_args_", "_partial_", "_convert_", "_recursive_")
 
