@@ -21,10 +21,10 @@ def split_state(model: nn.Module) -> tuple[Params, Params]:
 
 def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
     """``sum_k p_k x_k`` for every stacked tensor ``x`` of shape ``[m, *shape]``."""
-    return {name: torch.tensordot(weights.to(x.dtype), x, dims=1) for name, x in stacked.items()}
+    return {name: torch.tensordot(weights.to(x.device, x.dtype), x, dims=1) for name, x in stacked.items()}
 
 
 def weighted_mean_by_layer(stacked: Params, weights: torch.Tensor, layers) -> Params:
     """``sum_k p_{k,l} x_k`` with a weight row per layer: ``weights`` is ``[L, m]`` (FedLayerWise eq. 7)."""
     row = {p: i for i, layer in enumerate(layers) for p in layer.params}
-    return {name: torch.tensordot(weights[row[name]].to(x.dtype), x, dims=1) for name, x in stacked.items()}
+    return {name: torch.tensordot(weights[row[name]].to(x.device, x.dtype), x, dims=1) for name, x in stacked.items()}

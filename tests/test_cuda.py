@@ -73,8 +73,11 @@ def test_engines_agree_on_cuda_and_with_the_cpu(name):
     tol = RTOL if dtype == torch.float32 else 1e-9
     assert relative_difference(seq.deltas, bat.deltas) < tol
     # CPU vs GPU kernels: different summation orders, the same rounding-level agreement
-    # (fp32 turns cuDNN's default TF32 off during local training).
-    assert relative_difference(cpu.deltas, seq.deltas) < 10 * tol
+    # (fp32 turns cuDNN's default TF32 off during local training).  The BN families (float64)
+    # amplify the kernels' rounding through BatchNorm's small batches (the comment above FAMILIES):
+    # on an NVIDIA H200 (torch 2.11.0+cu130, 2026-11-27) the CPU and CUDA updates differed by
+    # 4.6e-8 (cifar10_cnn_bn) and 6.9e-8 (neta_bn), while the two engines on CUDA agreed below 1e-9.
+    assert relative_difference(cpu.deltas, seq.deltas) < (10 * tol if dtype == torch.float32 else 1e-6)
     assert seq.steps.tolist() == bat.steps.tolist() == cpu.steps.tolist()
 
 
@@ -99,10 +102,12 @@ def test_auto_chunk_uses_real_free_memory_and_changes_nothing():
 # Bounds on the relative difference of a round's updates from FP32.  bf16 rounds to 2^-8; the
 # updates, sums of gradients that partly cancel, amplify that.  Measured on CPU (bf16 autocast,
 # same helper): MNIST CNN 3.6% / 2.7% (sequential / batched), the BN CNN 21% / 12%.  TF32
-# (2^-11) is unmeasured: a guess at a few times smaller.  Parameters kept in bf16 would make
-# small updates vanish (difference ~100%), which every bound catches.
+# (2^-11) on an NVIDIA H200 (2026-11-27): the BN CNN's batched engine 11.2%, its sequential one
+# under 10%: BatchNorm's amplification of rounding, not the format's 2^-11, sets the difference,
+# so its bound is bf16's order.  Parameters kept in bf16 would make small updates vanish
+# (difference ~100%), which every bound catches.
 BOUNDS = {("mnist_cnn", "tf32"): 0.02, ("mnist_cnn", "bf16"): 0.15,
-          ("cifar10_cnn_bn", "tf32"): 0.1, ("cifar10_cnn_bn", "bf16"): 0.5}
+          ("cifar10_cnn_bn", "tf32"): 0.3, ("cifar10_cnn_bn", "bf16"): 0.5}
 
 
 @pytest.mark.parametrize("family,precision", list(BOUNDS))

@@ -155,7 +155,7 @@ class OptimizerStates:
 
     def finish(self, clients: list[int], final: Params | None, weights: torch.Tensor) -> None:
         if self.mode == "average":
-            self.state = {k: torch.tensordot(weights.to(v.dtype), v, dims=1) for k, v in final.items()}
+            self.state = {k: torch.tensordot(weights.to(v.device, v.dtype), v, dims=1) for k, v in final.items()}
         elif self.mode == "local":
             for j, k in enumerate(clients):
                 self.state[k] = {name: v[j].clone() for name, v in final.items()}

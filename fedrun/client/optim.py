@@ -82,7 +82,9 @@ class Adam:
     decoupled: bool = False
 
     def init(self, params: list[torch.Tensor]) -> dict:
-        return {"step": torch.zeros((), dtype=torch.float64),
+        # On the parameters' device, as every other state tensor (a GPU run's checkpoint and the
+        # batched engine's per-client counters mix with no CPU tensor).
+        return {"step": torch.zeros((), dtype=torch.float64, device=params[0].device if params else None),
                 "exp_avg": [torch.zeros_like(p) for p in params],
                 "exp_avg_sq": [torch.zeros_like(p) for p in params]}
 
@@ -91,9 +93,9 @@ class Adam:
         lr = self.lr if lr is None else lr
         state["step"] += 1
         step = state["step"]
+        t = float(step) if step.ndim == 0 else None  # read once a step: on a GPU each read waits for it
         for p, g, m, v in zip(params, grads, state["exp_avg"], state["exp_avg_sq"]):
-            if step.ndim == 0:  # one client: Python floats, exactly torch.optim.Adam's arithmetic
-                t = float(step)
+            if t is not None:  # one client: Python floats, exactly torch.optim.Adam's arithmetic
                 correction1, correction2 = 1 - self.beta1 ** t, (1 - self.beta2 ** t) ** 0.5
             else:  # [m] stacked clients with their own counters
                 shape = (-1,) + (1,) * (p.ndim - 1)

@@ -296,7 +296,7 @@ class Recorder:
         else:
             self.step_sum += outcome.server_step
             row.update(norm_columns(outcome, self.types))
-            row.update(train_loss=float(outcome.stats_weights @ results.loss), server_step_sum=self.step_sum,
+            row.update(train_loss=float(outcome.stats_weights.cpu() @ results.loss.cpu()), server_step_sum=self.step_sum,
                        skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl)
         self.logs["rounds"].append([row])
         self.last = row

@@ -119,10 +119,14 @@ class Aggregator:
         check(len(results.num_examples) > 0, "round", 0, "needs at least one client update")
         layers = [Layer(*layer) for layer in state["layers"]]
         rule = self.weighting
-        base = rule.base(results.num_examples)
+        # The engines return the per-client counts (n_k, steps) on the CPU and the updates on the
+        # model's device: every weight lives where the updates it multiplies are.
+        device = next(iter(results.deltas.values())).device
+        base = rule.base(results.num_examples.to(device))
         grams = layer_grams(results.deltas, layers) if grams is None else grams
         stats = nwda(results.deltas, base, layers, grams)
-        steps = results.steps.to(torch.float64) if results.effective_steps is None else results.effective_steps
+        steps = results.steps if results.effective_steps is None else results.effective_steps
+        steps = steps.to(device=device, dtype=torch.float64)
         weights, rule_state, diagnostics = rule.update(stats, base, results.clients, state["weighting"], grams, steps)
         mean = self.reduce(results.deltas, weights, layers)
         step, server_state = self.server.update(mean, state["server"], stats)
@@ -145,7 +149,7 @@ def average_buffers(buffers: Params, weights: torch.Tensor) -> Params:
     out = {}
     for name, stacked in buffers.items():
         if stacked.is_floating_point():
-            out[name] = torch.tensordot(weights.to(stacked.dtype), stacked, dims=1)
+            out[name] = torch.tensordot(weights.to(stacked.device, stacked.dtype), stacked, dims=1)
         else:
             out[name] = stacked.max(0).values
     return out

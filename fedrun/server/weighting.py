@@ -64,7 +64,7 @@ def _examples(num_examples: torch.Tensor) -> torch.Tensor:
 
 
 def _uniform(num_examples: torch.Tensor) -> torch.Tensor:
-    return torch.full((len(num_examples),), 1.0 / len(num_examples), dtype=torch.float64)
+    return torch.full((len(num_examples),), 1.0 / len(num_examples), dtype=torch.float64, device=num_examples.device)
 
 
 def _no_state(num_clients: int, num_layers: int) -> dict:
@@ -110,8 +110,9 @@ def gompertz(theta: torch.Tensor, alpha: float, form: str = "decreasing") -> tor
 
 def _smooth(smoothed: torch.Tensor, count: torch.Tensor, clients: list[int], theta: torch.Tensor):
     """Eq. 4: ``s(t) = (t-1)/t s(t-1) + theta(t)/t``, t = rounds client k has taken part in."""
-    idx = torch.as_tensor(clients, dtype=torch.long)
-    smoothed, count = smoothed.clone(), count.clone()
+    # The state starts on the CPU (init) and follows the angles to the updates' device.
+    idx = torch.as_tensor(clients, dtype=torch.long, device=theta.device)
+    smoothed, count = smoothed.to(theta.device, copy=True), count.to(theta.device, copy=True)
     count[idx] += 1
     t = count[idx].to(torch.float64).view(-1, *([1] * (theta.ndim - 1)))
     smoothed[idx] = (t - 1) / t * smoothed[idx] + theta / t
@@ -146,7 +147,7 @@ def angle_rule(alpha: float = 5.0, gompertz_form: str = "decreasing", per_layer:
     def update(stats: NormStats, base: torch.Tensor, clients: list[int], state, grams: LayerGrams, steps=None):
         theta = stats.layer_angles() if per_layer else stats.angles()  # [m, L] or [m]
         smoothed, count = _smooth(state["smoothed"], state["count"], clients, theta)
-        s = smoothed[torch.as_tensor(clients, dtype=torch.long)]
+        s = smoothed[torch.as_tensor(clients, dtype=torch.long, device=smoothed.device)]
         f = gompertz(s, alpha, gompertz_form)
         weights = _softmax_weights(base, f.T if per_layer else f)  # [L, m] or [m]
         diagnostics = {"angle": theta, "smoothed_angle": s}
