@@ -13,7 +13,8 @@ from conftest import fedrun_ok, run_fedrun
 
 from fedrun.data.datasets import RawData
 from fedrun.data.natural import femnist, table
-from fedrun.data.partition import client_ids, natural
+from fedrun.data.partition import client_ids, client_test_rows, natural
+from fedrun.diagnostics.evaluation import client_scores, client_summary
 from fedrun.data.preparation import prepare
 from fedrun.errors import ConfigError, DataError
 
@@ -130,6 +131,80 @@ def test_a_femnist_run_from_leaf_files_keeps_the_writers(tmp_path):
     assert part["examples"].tolist() == [5, 8]  # the two largest writers, f0001_41 and f0100_12
     rounds = pd.read_csv(run / "rounds.csv")
     assert len(rounds) == 2 and rounds["test_acc"].between(0, 1).all()
+
+
+# ----------------------------------------------------------------------------- per-client accuracy
+
+def test_client_scores_by_hand():
+    # logits [x, -x]: class 0 where x > 0.  Client 0: x = 1 (y 0, right), -1 (y 0, wrong); client 1:
+    # x = 2 (y 1, wrong), -3 (y 1, right); client 2 has no test data.  Cross-entropy of [a, -a] for
+    # class 0 is log(1 + e^(-2a)), for class 1 log(1 + e^(2a)).
+    model = torch.nn.Linear(1, 2, bias=False)
+    state = {"weight": torch.tensor([[1.0], [-1.0]])}
+    x, y = torch.tensor([[1.0], [-1.0], [2.0], [-3.0]]), torch.tensor([0, 0, 1, 1])
+    rows = [torch.tensor([0, 1]), torch.tensor([3, 2]), torch.tensor([], dtype=torch.long)]
+    (a0, l0), (a1, l1), (a2, l2) = client_scores(model, state, x, y, rows, batch_size=3)  # a batch spans two clients
+    assert (a0, a1) == (0.5, 0.5) and a2 != a2 and l2 != l2
+    assert l0 == pytest.approx((np.log1p(np.exp(-2)) + np.log1p(np.exp(2))) / 2)  # 1.126928
+    assert l1 == pytest.approx((np.log1p(np.exp(4)) + np.log1p(np.exp(-6))) / 2)  # 2.010313
+
+
+def test_client_summary_mean_std_and_worst_tenth():
+    out = client_summary([1.0, 0.5, 0.0, float("nan")])  # the client without test data left out
+    assert out == pytest.approx({"client_acc_mean": 0.5, "client_acc_std": (1 / 6) ** 0.5, "client_acc_worst10": 0.0})
+    twenty = client_summary([k / 20 for k in range(20)])  # the worst 10% of 20 clients: the two lowest
+    assert twenty["client_acc_worst10"] == pytest.approx(0.025)
+    assert client_summary([float("nan")]) == {}
+
+
+def test_each_natural_client_owns_the_test_rows_of_its_id():
+    train_groups, test_groups = np.array([7, 3, 7, 9, 3]), np.array([9, 7, 7, 5, 3])
+    parts = [np.array([1, 4]), np.array([0, 2]), np.array([3])]  # clients 3, 7, 9
+    rows = client_test_rows(parts, torch.as_tensor(train_groups), torch.as_tensor(test_groups))
+    assert [r.tolist() for r in rows] == [[4], [1, 2], [0]]
+    assert client_test_rows([np.array([0, 1])], train_groups, test_groups) is None  # a part mixing two clients
+    assert client_test_rows(parts, train_groups, None) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["sequential", "batched"])
+def test_each_sampled_writers_own_accuracy_adds_up_to_the_test_sets(tmp_path, engine):
+    # Every writer kept and sampled: the test set is the writers' test images together, so the
+    # test-size-weighted mean of their own scores is the global model's test score.
+    root = write_leaf(tmp_path / "leaf")
+    run = tmp_path / "run"
+    common = ["dataset=femnist", f"dataset.load.root={root}", "partition=natural", "model=mlp", "model.hidden=[8]",
+              "hyperparams.num_clients=3", "hyperparams.rounds=3", "hyperparams.batch_size=4", "aggregator=fedavg",
+              "progress=false", f"engine={engine}"]
+    fedrun_ok([*common, "hyperparams.client_fraction=1.0", f"hydra.run.dir={run}"], tmp_path)
+    clients, rounds = pd.read_csv(run / "clients.csv"), pd.read_csv(run / "rounds.csv")
+    tests = {0: 2, 1: 1, 2: 2}  # the writers' test images, in id order (f0001_41, f0002_07, f0100_12)
+    for t, g in clients.groupby("round"):
+        row = rounds.set_index("round").loc[t]
+        n = g["client"].map(tests)
+        assert sorted(g["client"]) == [0, 1, 2]
+        assert ((g["own_test_acc"] * n).round(9) % 1 == 0).all()  # whole images right
+        assert (g["own_test_loss"] * n).sum() / n.sum() == pytest.approx(row["test_loss"], rel=1e-6)
+        assert (g["own_test_acc"] * n).sum() / n.sum() == pytest.approx(row["test_acc"])
+        assert row["client_acc_mean"] == pytest.approx(g["own_test_acc"].mean())
+        assert row["client_acc_worst10"] == pytest.approx(g["own_test_acc"].min())  # 1 of 3 clients
+    # One client a round, scored every second round (and the last): the others' rows stay empty.
+    fedrun_ok([*common, "hyperparams.client_fraction=0.34", "client_eval_every=2", f"hydra.run.dir={tmp_path / 'r2'}"],
+              tmp_path)
+    clients, rounds = pd.read_csv(tmp_path / "r2" / "clients.csv"), pd.read_csv(tmp_path / "r2" / "rounds.csv")
+    assert rounds["client_acc_mean"].notna().tolist() == [False, True, True]
+    assert clients.groupby("round")["own_test_acc"].count().tolist() == [0, 1, 1]
+    assert rounds["client_acc_std"].dropna().tolist() == [0.0, 0.0]
+
+
+@pytest.mark.slow
+def test_per_client_accuracy_without_per_client_test_data_is_one_line(tmp_path):
+    proc = run_fedrun(["dataset=synthetic", "model=mlp", "scale=tiny", "client_eval_every=1",
+                       f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "fedrun: error: client_eval_every=1: needs each client's own test data: partition=natural")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

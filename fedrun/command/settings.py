@@ -45,6 +45,7 @@ SCHEMA: dict[str, Any] = {
     "threads": Union[int, None],
     "vanilla_every": int,
     "snapshots": list[int],
+    "client_eval_every": Union[int, None],
     "checkpoint_every": int,
     "tuned": ANY,
     "tags": ANY,

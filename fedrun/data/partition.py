@@ -811,3 +811,23 @@ def client_ids(partition, train_groups) -> dict:
     if not takes:
         return {}
     return {"groups": None if train_groups is None else train_groups.cpu().numpy()}
+
+
+def client_test_rows(parts: list[np.ndarray], train_groups, test_groups) -> list[np.ndarray] | None:
+    """Each client's own test examples: the test rows whose client id is the id its training
+    examples share (natural clients, :func:`natural`).  None when the data has no per-client test
+    split, or when a partition mixed the data's clients (then no client owns test data)."""
+    if train_groups is None or test_groups is None:
+        return None
+    train_groups = np.asarray(train_groups.cpu() if hasattr(train_groups, "cpu") else train_groups)
+    test_groups = np.asarray(test_groups.cpu() if hasattr(test_groups, "cpu") else test_groups)
+    ids = []
+    for part in parts:
+        own = np.unique(train_groups[part])
+        if len(own) != 1:
+            return None
+        ids.append(own[0])
+    order = np.argsort(test_groups, kind="stable")
+    sorted_ids = test_groups[order]
+    starts, ends = np.searchsorted(sorted_ids, ids, side="left"), np.searchsorted(sorted_ids, ids, side="right")
+    return [order[a:b].astype(np.int64) for a, b in zip(starts, ends)]

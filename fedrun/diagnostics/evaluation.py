@@ -1,5 +1,8 @@
-"""Testing the global model: accuracy and loss on the test (and validation) split."""
+"""Testing the global model: accuracy and loss on the test (and validation) split, and on each
+client's own test data (natural clients)."""
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +44,43 @@ def total_scores(scores: list[tuple[torch.Tensor, torch.Tensor]], n: int) -> tup
         loss += batch_loss
         correct += batch_correct
     return float(correct) / n, float(loss) / n
+
+
+@torch.no_grad()
+def client_scores(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Tensor, rows: list[torch.Tensor],
+                  batch_size: int) -> list[tuple[float, float]]:
+    """Accuracy and mean cross-entropy of one model on each client's own test examples ``rows[k]``
+    (indices into ``x``, ``y``): all clients' examples in batches of ``batch_size``, each example's
+    scores added to its client's.  A client without test examples scores ``(nan, nan)``."""
+    sizes = [len(r) for r in rows]
+    if not sizes or sum(sizes) == 0:
+        return [(math.nan, math.nan)] * len(sizes)
+    model.load_state_dict(state)
+    model.eval()
+    index = torch.cat(rows)
+    owner = torch.repeat_interleave(torch.arange(len(rows), device=index.device),
+                                    torch.tensor(sizes, device=index.device))
+    correct = torch.zeros(len(rows), dtype=torch.long, device=index.device)
+    loss = torch.zeros(len(rows), dtype=torch.float64, device=index.device)
+    for start in range(0, len(index), batch_size):
+        batch, who = index[start : start + batch_size], owner[start : start + batch_size]
+        logits, target = model(x[batch]), y[batch]
+        loss.index_add_(0, who, F.cross_entropy(logits, target, reduction="none").double())
+        correct.index_add_(0, who, (logits.argmax(1) == target).long())
+    return [(c / n, s / n) if n else (math.nan, math.nan) for c, s, n in zip(correct.tolist(), loss.tolist(), sizes)]
+
+
+def client_summary(accuracies: list[float]) -> dict:
+    """``rounds.csv``'s view of the clients' own accuracies: their mean, standard deviation
+    (population, ddof = 0) and ``client_acc_worst10``, the mean of the worst 10% of them (at least
+    one client), the fairness figure FL papers quote.  Clients without test data are left out."""
+    acc = sorted(a for a in accuracies if a == a)
+    if not acc:
+        return {}
+    mean = sum(acc) / len(acc)
+    worst = acc[: max(1, math.ceil(0.1 * len(acc)))]
+    return {"client_acc_mean": mean, "client_acc_std": math.sqrt(sum((a - mean) ** 2 for a in acc) / len(acc)),
+            "client_acc_worst10": sum(worst) / len(worst)}
 
 
 def eval_batch(device: str | torch.device) -> int:

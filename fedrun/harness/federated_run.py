@@ -25,14 +25,14 @@ from fedrun.diagnostics.communication import method_payload
 from fedrun.diagnostics.divergence import LearnerParams, round_divergence, train_vanilla
 from fedrun.errors import (ConfigError, DivergenceError, Interrupted, NoSpaceError, Terminated, check, disk_full,
                            first_line)
-from fedrun.diagnostics.evaluation import eval_batch, evaluate_round
+from fedrun.diagnostics.evaluation import client_scores, client_summary, eval_batch, evaluate_round
 from fedrun.models.layers import layers as model_layers
 from fedrun.client.local_training import LocalTraining, OptimizerStates
 from fedrun.logs import FILE_ONLY, ROUND_LINE
 from fedrun.diagnostics.nwda import layer_grams
 from fedrun.params import split_state
 from fedrun.client.participation import Participation
-from fedrun.data.partition import class_counts, client_ids, fingerprint
+from fedrun.data.partition import class_counts, client_ids, client_test_rows, fingerprint
 from fedrun.harness.recorder import Recorder, RoundRecord
 from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run, settings_digest
 from fedrun.seeding import clients_per_round, sample_clients
@@ -57,6 +57,9 @@ class Federation:
     vanilla_every: int = 0  # PD-VL's vanilla reference learner every n rounds (0: never)
     snapshots: tuple[int, ...] = ()  # rounds whose evaluated global model is saved to models/
     checkpoint_every: int = 1  # checkpoint.pt after rounds n, 2n, ... and the last
+    # Each sampled client's accuracy on its own test data every n rounds (and the last): None is
+    # eval_every where the data has per-client test splits (natural clients), else off; 0: off.
+    client_eval_every: int | None = None
 
 
     def __post_init__(self):
@@ -69,6 +72,8 @@ class Federation:
         check(0 < self.client_fraction <= 1, "hyperparams.client_fraction", self.client_fraction,
               "must be in (0, 1]")
         check(self.eval_every >= 1, "hyperparams.eval_every", self.eval_every, "must be >= 1")
+        check(self.client_eval_every is None or self.client_eval_every >= 0, "client_eval_every",
+              self.client_eval_every, "must be >= 0 (0: off; null: with eval_every where clients have their own test data)")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
               "must be >= 1 (rounds between checkpoints; the last round is always saved)")
 
@@ -122,6 +127,7 @@ class FederatedRun:
         self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
                                num_classes=data.num_classes, seed=seed, **client_ids(partition, data.train_groups))
         self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
+        self.client_tests, self.client_eval_every = _client_tests(self.parts, data, federation, device)
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
         self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
@@ -275,6 +281,20 @@ class FederatedRun:
     def evaluates(self, t: int) -> bool:
         return t % self.federation.eval_every == 0 or t == self.federation.rounds
 
+    def evaluates_clients(self, t: int) -> bool:
+        every = self.client_eval_every
+        return every > 0 and (t % every == 0 or t == self.federation.rounds)
+
+    def evaluate_clients(self, r: RoundRecord) -> dict:
+        """Step 4, per client: the evaluated model on each sampled client's own test data (its
+        ``own_test_acc``/``own_test_loss`` in clients.csv, kept in ``r.client_eval``) and the
+        clients' mean, standard deviation and worst 10% for rounds.csv."""
+        sampled = sorted({*r.clients, *r.dropped})
+        scores = client_scores(self.model, {**r.models[self.aggregator.evaluate], **self.buffers}, self.data.test_x,
+                               self.data.test_y, [self.client_tests[k] for k in sampled], eval_batch(self.device))
+        r.client_eval = dict(zip(sampled, scores))
+        return client_summary([acc for acc, _ in scores])
+
     def evaluate(self, r: RoundRecord) -> dict:
         """Step 4: the round's test (and validation) columns."""
         return evaluate_round(self.model, r.models, self.buffers, self.aggregator.evaluate, self.data,
@@ -322,6 +342,21 @@ def _duration(seconds) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(float(seconds)), 60)
     return f"{minutes} min {rest} s"
+
+
+def _client_tests(parts, data: FederatedData, federation: Federation, device) -> tuple[list | None, int]:
+    """Each client's own test rows on the device (None without them) and how often they are
+    scored (:attr:`Federation.client_eval_every`, its null resolved)."""
+    rows = client_test_rows(parts, data.train_groups, data.test_groups)
+    every = federation.client_eval_every
+    if every is None:
+        every = federation.eval_every if rows is not None else 0
+    check(every == 0 or rows is not None, "client_eval_every", every,
+          "needs each client's own test data: partition=natural on a dataset with a per-client test split "
+          "(dataset=femnist, dataset=table, or dataset=huggingface with a client column); 0: off")
+    if rows is None or every == 0:
+        return None, every
+    return [torch.as_tensor(r, dtype=torch.long, device=device) for r in rows], every
 
 
 def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device) -> nn.Module:

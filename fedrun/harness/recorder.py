@@ -50,12 +50,14 @@ ROUND_COLUMNS = [
     "round", "clients", "test_acc", "test_loss", "average_test_acc", "average_test_loss",
     "sent_test_acc", "sent_test_loss", "val_acc", "val_loss", "train_loss", "N", "E", "N_over_E", "server_step",
     "server_step_sum", "N_conv", "E_conv", "server_step_conv", "N_fc", "E_fc", "server_step_fc", "pd_ls", "pd_vl",
-    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", *communication.COLUMNS, *TIMING_COLUMNS,
+    "vanilla_loss", "lr", "skipped", "dropped", "stragglers", "client_acc_mean", "client_acc_std",
+    "client_acc_worst10", *communication.COLUMNS, *TIMING_COLUMNS,
 ]
 LAYER_COLUMNS = ["round", "layer", "type", "params", "N", "E", "N_over_E", "server_step", "pd_ls", "pd_vl"]
 OUTPUT_COLUMNS = ["round", "client", "class", "weight_norm", "bias"]
 CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle", "smoothed_angle",
-                  "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean"]
+                  "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean", "own_test_acc",
+                  "own_test_loss"]
 CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
 # What a checkpoint holds (Recorder.checkpoint), checked before a resume trusts it.  Also
 # ``bytes_total``, checked once the CSVs are known to be this version's (an earlier fedrun's
@@ -192,6 +194,7 @@ class RoundRecord:
     vanilla: object = None  # the PD-VL reference learner's results (its rounds only)
     vanilla_loss: float | None = None
     evaluation: dict = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
+    client_eval: dict = field(default_factory=dict)  # client -> (accuracy, loss) on its own test data
     seconds: dict = field(default_factory=dict)  # TIMING_COLUMNS
 
 
@@ -302,14 +305,15 @@ class Recorder:
         self.last = row
         self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
                          "N_E": f"{row.get('N_over_E', float('nan')):.3f}"}
-        clients = [{"round": t, "client": k, "examples": n, "dropped": 1} for k, n in r.dropped.items()]
+        own = {k: {"own_test_acc": acc, "own_test_loss": loss} for k, (acc, loss) in r.client_eval.items()}
+        clients = [{"round": t, "client": k, "examples": n, "dropped": 1, **own.get(k, {})} for k, n in r.dropped.items()]
         layers = [] if outcome is None else layer_rows(t, outcome, self.layers, self.sizes, r.divergence)
         if outcome is not None:
             self.logs["layers"].append(layers)
             self.logs["client_layers"].append(client_layer_rows(t, results, outcome, self.layers))
             if self.output_layer is not None:
                 self.logs["output_layer"].append(output_rows(t, results.clients, r.learners, *self.output_layer))
-            clients += client_rows(t, results, outcome, r.stragglers)
+            clients += [{**row, **own.get(row["client"], {})} for row in client_rows(t, results, outcome, r.stragglers)]
         self.logs["clients"].append(sorted(clients, key=lambda c: c["client"]))
         if self.dashboard is not None:
             self.dashboard.log(t, row, layers)

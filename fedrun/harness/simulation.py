@@ -190,6 +190,11 @@ def _evaluate(runs: list[FederatedRun], live: list[int], records: dict) -> None:
     rows = evaluate_runs([runs[i] for i in evaluating], [records[i] for i in evaluating])
     for i, row in zip(evaluating, rows):
         records[i].evaluation = row
+    for i in live:  # each client's own test data (natural clients), on its own interval
+        if runs[i].evaluates_clients(records[i].round):
+            records[i].evaluation.update(runs[i].evaluate_clients(records[i]))
+            if i not in evaluating:
+                evaluating.append(i)
     evaluated = time.perf_counter() - t_eval  # the accuracies' .item()s synchronize
     for i in evaluating:
         records[i].seconds["eval_s"] = evaluated
