@@ -173,3 +173,14 @@ def test_resuming_a_run_from_before_the_bytes_columns_is_one_line(dropping_run, 
                      "bytes_down, bytes_up, bytes_total: another version wrote it); resume it with that version, or "
                      "start a new run directory (fedrun.results and fedrun-plot still read it)"]
     assert snapshot(old) == before
+
+
+def test_the_summary_says_what_the_run_sent_and_what_reaching_each_target_took(tmp_path):
+    from fedrun.harness.recorder import summarize
+    rounds = tmp_path / "rounds.csv"
+    rounds.write_text("round,test_acc,test_loss,bytes_total,client_acc_mean,client_acc_worst10\n"
+                      "1,0.4,2.0,100,0.3,0.1\n2,0.6,1.5,250,,\n3,0.55,1.6,400,0.5,0.2\n")
+    out = summarize(rounds, [0.5, 0.9])
+    assert out["bytes_total"] == 400 and out["rounds_to_accuracy"] == {"0.5": 2, "0.9": None}
+    assert out["bytes_to_accuracy"] == {"0.5": 250, "0.9": None}
+    assert (out["final_client_acc_mean"], out["final_client_acc_worst10"]) == (0.5, 0.2)

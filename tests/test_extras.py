@@ -5,7 +5,7 @@
 command resumes; ``pip install 'fedrun[huggingface]'`` for the bring-your-own-data example
 (docs/examples/bring_your_own) with ``partition=natural`` and ``partition=flwr``.  Each extra goes into a fresh virtual environment that holds nothing else of the
 extras.  Installing needs the package index, so these tests are marked ``extras`` and left out of
-the default run (pyproject's ``addopts``); ``.ci/run`` runs them beside the suite:
+the default run (pyproject's ``addopts``); ``.ci/run`` runs them after the suite:
 
     python -m pytest -q -m extras tests/test_extras.py
 

@@ -159,6 +159,13 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         "best_round": int(best["round"]),
         "rounds_to_accuracy": reached,
     }
+    if "bytes_total" in every and every["bytes_total"].notna().any():  # what the run sent, and to reach each target
+        sent = every.set_index("round")["bytes_total"]
+        out["bytes_total"] = int(sent.iloc[-1])
+        out["bytes_to_accuracy"] = {k: None if t is None else int(sent[t]) for k, t in reached.items()}
+    for column in ("client_acc_mean", "client_acc_worst10"):  # natural clients' own accuracies, last scored
+        if column in every and every[column].notna().any():
+            out[f"final_{column}"] = float(every[column].dropna().iloc[-1])
     if "wall_s" in every:  # the time the rounds took, over every process that ran them
         out["round_seconds"] = round(float(every["wall_s"].sum()), 3)
     for model in ("average", "sent"):
