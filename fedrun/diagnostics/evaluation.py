@@ -51,7 +51,9 @@ def client_scores(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Ten
                   batch_size: int) -> list[tuple[float, float]]:
     """Accuracy and mean cross-entropy of one model on each client's own test examples ``rows[k]``
     (indices into ``x``, ``y``): all clients' examples in batches of ``batch_size``, each example's
-    scores added to its client's.  A client without test examples scores ``(nan, nan)``."""
+    scores added to its client's.  A client without test examples scores ``(nan, nan)``.  (On a
+    GPU, ``index_add_`` adds with atomics: a client's loss may differ in its last bits between two
+    runs; on a CPU it is the same every run.)"""
     sizes = [len(r) for r in rows]
     if not sizes or sum(sizes) == 0:
         return [(math.nan, math.nan)] * len(sizes)
