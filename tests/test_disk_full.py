@@ -125,6 +125,11 @@ def test_full_disk_is_one_line_and_the_run_resumes_to_the_same_results(point, wh
     if point == "csv:output_layer.csv:2":  # the disk filled mid-row: a half row after round 1's checkpoint
         assert not (run / "output_layer.csv").read_bytes().endswith(b"\n")
     (tmpfs / "ballast").unlink()
+    if when == BEFORE and point != "save:checkpoint.pt:0":
+        # Stopped before round 1's checkpoint: the resume of a run without one starts from round 1
+        # (test_trust.py's test_resume_without_checkpoint_starts_from_round_one); one such point
+        # below resumes here too.
+        return
     resumed = fedrun_ok([*args, "resume=true"], tmp_path)
     no_traceback(resumed.stderr)
     same_run(straight, run)
