@@ -1,0 +1,92 @@
+"""What per-client accuracy costs: a natural-clients run with ``client_eval_every=0`` (off) and with
+``client_eval_every=1`` (each sampled client's own test data scored every round), side by side.
+
+The data is LEAF's FEMNIST layout written by this script (``--writers`` writers, each with
+``--train`` training and ``--test`` test images of 28x28 random pixels: speed does not depend on
+them), so it runs offline.  Each setting runs ``--repeat`` times, interleaved, through fedrun's
+Python entry (``fedrun.command.build.run``); the figures are the medians over the runs of the
+per-round ``eval_s`` (the global test set plus, when on, the per-client pass) and ``wall_s``,
+rounds 2 onward (the first round warms caches).
+
+Usage (from the repository root)::
+
+    python scripts/bench/bench_client_eval.py                       # 100 writers, 10 a round, MNIST CNN
+    python scripts/bench/bench_client_eval.py --engine batched --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_leaf(root: Path, writers: int, train: int, test: int, seed: int = 0) -> Path:
+    """<root>/femnist/data/{train,test}/all_data_0.json: ``writers`` writers, pixels in [0, 1]."""
+    rng = np.random.default_rng(seed)
+    names = [f"f{w:04d}_00" for w in range(writers)]
+    for split, n in (("train", train), ("test", test)):
+        folder = root / "femnist" / "data" / split
+        folder.mkdir(parents=True, exist_ok=True)
+        data = {"users": names, "num_samples": [n] * writers,
+                "user_data": {w: {"x": rng.random((n, 784)).round(3).tolist(), "y": rng.integers(0, 62, n).tolist()}
+                              for w in names}}
+        (folder / "all_data_0.json").write_text(json.dumps(data))
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--writers", type=int, default=100)
+    p.add_argument("--train", type=int, default=100, help="training images a writer (default 100)")
+    p.add_argument("--test", type=int, default=20, help="test images a writer (default 20)")
+    p.add_argument("--fraction", type=float, default=0.1, help="clients a round, as a fraction (default 0.1)")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--model", default="mnist_cnn")
+    p.add_argument("--engine", default="sequential")
+    args = p.parse_args(argv)
+    for name in ("writers", "train", "test", "rounds", "repeat"):
+        if getattr(args, name) < 1 or (name == "rounds" and args.rounds < 2):
+            p.error(f"--{name} must be >= {2 if name == 'rounds' else 1}")
+
+    sys.path.insert(0, str(ROOT))
+    from hydra import compose, initialize_config_dir
+
+    from fedrun.command.build import run
+
+    work = Path(tempfile.mkdtemp(prefix="fedrun-client-eval-"))
+    leaf = write_leaf(work / "leaf", args.writers, args.train, args.test)
+    common = ["dataset=femnist", f"dataset.load.root={leaf}", "partition=natural", f"model={args.model}",
+              f"hyperparams.num_clients={args.writers}", f"hyperparams.client_fraction={args.fraction}",
+              f"hyperparams.rounds={args.rounds}", "aggregator=fedavg", f"engine={args.engine}", "progress=false"]
+    settings = {"off": ["client_eval_every=0"], "on": ["client_eval_every=1"]}
+    rows = {name: [] for name in settings}
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3", job_name="bench"):
+        for r in range(args.repeat):
+            for name in (settings if r % 2 == 0 else reversed(settings)):  # interleaved, rotated
+                folder = work / f"{name}{r}"
+                run(compose("config", overrides=common + settings[name]), folder, {}, [])
+                df = pd.read_csv(folder / "rounds.csv").iloc[1:]
+                rows[name].append((df["eval_s"].median(), df["wall_s"].median()))
+    m = max(1, round(args.fraction * args.writers))
+    print(f"{args.writers} writers ({args.train} train, {args.test} test images each), {m} a round, "
+          f"{args.model}, engine={args.engine}, rounds 2-{args.rounds}, {args.repeat} runs a setting")
+    print(f"test set {args.writers * args.test:,} images; per-client pass {m * args.test:,} images a round")
+    med = {name: (statistics.median(e for e, _ in v), statistics.median(w for _, w in v)) for name, v in rows.items()}
+    for name, (e, w) in med.items():
+        print(f"  client_eval_every={'0' if name == 'off' else '1'}: eval_s {e:.4f} s a round, wall_s {w:.4f} s a round")
+    print(f"  per-client accuracy adds {med['on'][0] - med['off'][0]:+.4f} s of evaluation a round "
+          f"({med['on'][0] / med['off'][0]:.2f}x the evaluation, {med['on'][1] / med['off'][1]:.3f}x the round)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
