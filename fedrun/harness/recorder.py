@@ -146,14 +146,16 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
     with open(rounds_csv, newline="") as f:
         every = list(csv.DictReader(f))
 
+    def filled(row: dict, column: str) -> bool:
+        return row.get(column) not in (None, "")
+
     def value(row: dict, column: str) -> float:
-        text = row.get(column)
-        return math.nan if text is None or text == "" else float(text)
+        return float(row[column]) if filled(row, column) else math.nan
 
     def has(rows: list[dict], column: str) -> bool:
-        return any(row.get(column) not in (None, "") for row in rows)
+        return any(filled(row, column) for row in rows)
 
-    rows = [row for row in every if has([row], "test_acc")]
+    rows = [row for row in every if filled(row, "test_acc")]
     if not rows:
         return {"rounds": 0}
     acc = [value(row, "test_acc") for row in rows]
@@ -172,21 +174,21 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         "rounds_to_accuracy": reached,
     }
     if has(every, "bytes_total"):  # what the run sent, and to reach each target
-        sent = {int(row["round"]): int(row["bytes_total"]) for row in every if has([row], "bytes_total")}
+        sent = {int(row["round"]): int(row["bytes_total"]) for row in every if filled(row, "bytes_total")}
         out["bytes_total"] = sent[max(sent)]
         out["bytes_to_accuracy"] = {k: None if t is None else sent[t] for k, t in reached.items()}
     for column in ("client_acc_mean", "client_acc_worst10"):  # natural clients' own accuracies, last scored
         if has(every, column):
-            out[f"final_{column}"] = [value(row, column) for row in every if has([row], column)][-1]
+            out[f"final_{column}"] = [value(row, column) for row in every if filled(row, column)][-1]
     if every and "wall_s" in every[0]:  # the time the rounds took, over every process that ran them
-        out["round_seconds"] = round(sum(value(row, "wall_s") for row in every if has([row], "wall_s")), 3)
+        out["round_seconds"] = round(sum(value(row, "wall_s") for row in every if filled(row, "wall_s")), 3)
     for model in ("average", "sent"):
         column = f"{model}_test_acc"
         if has(rows, column):
             out[f"final_{column}"] = value(last, column)
     if has(rows, "val_acc"):
         out["final_val_acc"] = value(last, "val_acc")
-        out["best_val_acc"] = max(value(row, "val_acc") for row in rows if has([row], "val_acc"))
+        out["best_val_acc"] = max(value(row, "val_acc") for row in rows if filled(row, "val_acc"))
     return out
 
 
