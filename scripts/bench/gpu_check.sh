@@ -21,8 +21,9 @@
 #   bookkeeping  bench_bookkeeping.py: aggregation, diagnostics, rows, checkpoint per round (~3 min)
 #   population   bench.py population: FedNNNN's 25-run MNIST grid, 3 rounds one by one vs as one
 #                population (~5-8 min)
-#   niidbench PARTITION  NIID-Bench Table III's whole-MNIST row for one partition (dir05, c1, c2, c3,
-#                iid): 4 methods x seeds 0,1,2, 50 rounds, one population (untimed: cut at the budget)
+#   niidbench JOB...  NIID-Bench Table III's whole-MNIST rows: each JOB (a partition c1|c2|c3|dir05|iid:
+#                4 methods x seeds 0,1,2, 50 rounds, one population; PART:after_step: SCAFFOLD's other
+#                reading; JOB+JOB: one after the other) in its own process, all side by side; cut at the budget
 # Every stage runs under `timeout` at GPU_CHECK_BUDGET seconds (default 540) and writes at most 8
 # files to $OUT (else outputs/gpu_check/<stage>).
 #
@@ -195,13 +196,50 @@ population)
     ;;
 niidbench)
     # docs/reproductions.md's NIID-Bench MNIST rows on the whole MNIST (the CPU ran 10,000 images).
-    # Collect the unpacked archive with python scripts/niidbench_table3.py collect <folder>.
-    part=${2:?usage: bash $0 niidbench dir05|c1|c2|c3|iid}
-    start=$(date +%s)
-    limit $py scripts/niidbench_table3.py run --population --datasets mnist --partitions "$part" --seeds 0,1,2 \
-        --set device="$device" --set "dataset.load.search=[$data]" --set dataset.load.download=false \
-        --out "$out/niidbench" 2>&1 | grep -v INFO | tee -a "$out/niidbench_$part.log"
-    echo "NIID-Bench mnist_$part, 12 runs as one population: $(( $(date +%s) - start )) s wall" | tee -a "$out/niidbench_$part.log"
-    pack "$out/niidbench" "$out/niidbench_$part.tar.gz"
+    # Each JOB is its own process, all at once: a population is bound by its Python dispatch (one
+    # lock-step at a time) and leaves the GPU mostly idle, so processes side by side share it.
+    #   PART             c1|c2|c3|dir05|iid: FedAvg, FedProx, SCAFFOLD, FedNova x seeds 0,1,2 as one
+    #                    population, into niidbench/mnist_PART/<method>_seed<seed> (Table III's layout)
+    #   PART:after_step  SCAFFOLD with NIID-Bench's reading of the correction, seeds 0,1,2, into
+    #                    readings/mnist_PART_after_step/scaffold_seed<seed>
+    #   JOB+JOB          one after the other in one process (the second gets what is left of the budget)
+    # Every run stops at the stage's budget with the rounds it finished.  Unpack niidbench.tar.gz and
+    # collect with python scripts/niidbench_table3.py collect <folder>/niidbench.
+    [ $# -ge 2 ] || fail "usage: bash $0 niidbench JOB [JOB ...]; JOB: c1|c2|c3|dir05|iid, PART:after_step, JOB+JOB"
+    for chain in "${@:2}"; do
+        for job in ${chain//+/ }; do
+            case ${job%:after_step} in c1|c2|c3|dir05|iid) ;; *)
+                fail "niidbench: job '$job' must be c1, c2, c3, dir05 or iid, optionally with :after_step";;
+            esac
+        done
+    done
+    size=()
+    [ "${GPU_CHECK_SIZE:-full}" = tiny ] && size=(scale=tiny hyperparams.rounds=2)
+    subdir='hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}'
+    niid_job() {  # one JOB: its sweep, under what is left of the budget
+        local part=${1%:after_step} what=(aggregator=fedavg,fedprox,scaffold,fednova) dir=$out/niidbench/mnist_${1%:after_step}
+        if [ "$1" != "$part" ]; then
+            what=(aggregator=scaffold aggregator.correction=after_step) dir=$out/readings/mnist_${part}_after_step
+        fi
+        limit $py -m fedrun -m "experiment=niidbench/mnist_$part" "${what[@]}" seed=0,1,2 "${mnist[@]:1}" \
+            device="$device" threads=2 progress=false hydra/launcher=population "${size[@]}" \
+            "hydra.sweep.dir=$dir" "$subdir"
+    }
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/niidbench_device.log"
+    $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/niidbench_device.log"
+    pids=()
+    for chain in "${@:2}"; do
+        log=$out/niidbench_${chain//[:+]/_}.log
+        ( s=$(date +%s); for job in ${chain//+/ }; do
+              j=$(date +%s); niid_job "$job"; echo "job $job: exit $?, $(( $(date +%s) - j )) s wall"
+          done; echo "chain $chain: $(( $(date +%s) - s )) s wall" ) > "$log" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for chain in "${@:2}"; do tail -n 3 "$out/niidbench_${chain//[:+]/_}.log"; done
+    mkdir -p "$out/runs"
+    for d in niidbench readings; do [ -d "$out/$d" ] && mv "$out/$d" "$out/runs/"; done
+    pack "$out/runs" "$out/niidbench.tar.gz"
+    echo "niidbench: $(( $(date +%s) - t0 )) s wall in all"
     ;;
 esac
