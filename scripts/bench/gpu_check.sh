@@ -22,8 +22,8 @@
 #   population   bench.py population: FedNNNN's 25-run MNIST grid, 3 rounds one by one vs as one
 #                population (~5-8 min)
 #   niidbench JOB...  NIID-Bench Table III's whole-MNIST rows: each JOB (a partition c1|c2|c3|dir05|iid:
-#                4 methods x seeds 0,1,2, 50 rounds, one population; PART:after_step: SCAFFOLD's other
-#                reading; JOB+JOB: one after the other) in its own process, all side by side; cut at the budget
+#                4 methods x seeds 0,1,2, 50 rounds, one population; PART:after_step|gradient: SCAFFOLD
+#                alone, one reading; JOB+JOB: one after the other) in its own process, side by side; cut at the budget
 # Every stage runs under `timeout` at GPU_CHECK_BUDGET seconds (default 540) and writes at most 8
 # files to $OUT (else outputs/gpu_check/<stage>).
 #
@@ -200,26 +200,28 @@ niidbench)
     # lock-step at a time) and leaves the GPU mostly idle, so processes side by side share it.
     #   PART             c1|c2|c3|dir05|iid: FedAvg, FedProx, SCAFFOLD, FedNova x seeds 0,1,2 as one
     #                    population, into niidbench/mnist_PART/<method>_seed<seed> (Table III's layout)
-    #   PART:after_step  SCAFFOLD with NIID-Bench's reading of the correction, seeds 0,1,2, into
-    #                    readings/mnist_PART_after_step/scaffold_seed<seed>
+    #   PART:READING     SCAFFOLD alone, seeds 0,1,2, with READING = after_step (NIID-Bench's code) or
+    #                    gradient (the preset's) of its correction, into readings/mnist_PART_READING/scaffold_seed<seed>
     #   JOB+JOB          one after the other in one process (the second gets what is left of the budget)
     # Every run stops at the stage's budget with the rounds it finished.  Unpack niidbench.tar.gz and
     # collect with python scripts/niidbench_table3.py collect <folder>/niidbench.
-    [ $# -ge 2 ] || fail "usage: bash $0 niidbench JOB [JOB ...]; JOB: c1|c2|c3|dir05|iid, PART:after_step, JOB+JOB"
+    [ $# -ge 2 ] || fail "usage: bash $0 niidbench JOB [JOB ...]; JOB: c1|c2|c3|dir05|iid, PART:after_step|gradient, JOB+JOB"
     for chain in "${@:2}"; do
         for job in ${chain//+/ }; do
-            case ${job%:after_step} in c1|c2|c3|dir05|iid) ;; *)
-                fail "niidbench: job '$job' must be c1, c2, c3, dir05 or iid, optionally with :after_step";;
+            case $job in c1|c2|c3|dir05|iid|c1:*|c2:*|c3:*|dir05:*|iid:*) ;; *)
+                fail "niidbench: job '$job' must be c1, c2, c3, dir05 or iid, optionally with :after_step or :gradient";;
             esac
+            case $job in *:*) case ${job#*:} in after_step|gradient) ;; *)
+                fail "niidbench: job '$job': the reading after ':' must be after_step or gradient";; esac;; esac
         done
     done
     size=()
     [ "${GPU_CHECK_SIZE:-full}" = tiny ] && size=(scale=tiny hyperparams.rounds=2)
     subdir='hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}'
     niid_job() {  # one JOB: its sweep, under what is left of the budget
-        local part=${1%:after_step} what=(aggregator=fedavg,fedprox,scaffold,fednova) dir=$out/niidbench/mnist_${1%:after_step}
+        local part=${1%%:*} what=(aggregator=fedavg,fedprox,scaffold,fednova) dir=$out/niidbench/mnist_${1%%:*}
         if [ "$1" != "$part" ]; then
-            what=(aggregator=scaffold aggregator.correction=after_step) dir=$out/readings/mnist_${part}_after_step
+            what=(aggregator=scaffold "aggregator.correction=${1#*:}") dir=$out/readings/mnist_${part}_${1#*:}
         fi
         limit $py -m fedrun -m "experiment=niidbench/mnist_$part" "${what[@]}" seed=0,1,2 "${mnist[@]:1}" \
             device="$device" threads=2 progress=false hydra/launcher=population "${size[@]}" \
