@@ -33,6 +33,9 @@ Workloads:
 ``small``            MNIST CNN, 20 clients x 100 samples, E = 1, B = 50: under a minute on 2 CPU cores
 ``fednnnn_mnist``    FedNNNN's MNIST run: K = 100, C = 1, B = 50, E = 5, 600 samples per client, 100 rounds
 ``fednnnn_cifar10``  FedNNNN's CIFAR-10 run: K = 100, C = 1, B = 50, E = 5, 500 per client, 250 rounds
+``niidbench_mnist``  NIID-Bench's MNIST setting: the simple CNN (44,426 parameters), K = 10, C = 1, B = 64,
+                     E = 10, 6,000 per client, SGD lr 0.01 with momentum 0.9 and weight decay 1e-5, 50
+                     rounds (equal clients: the lock-step is every client's 940 steps)
 
 ``population`` (``python scripts/bench/bench.py population --help``): R runs trained as one population
 against the same runs one by one (:mod:`bench_population`).
@@ -62,7 +65,7 @@ from fedrun.data.datasets import synthetic
 from fedrun.diagnostics.evaluation import evaluate
 from fedrun.models.layers import layers
 from fedrun.client.local_training import LocalTraining
-from fedrun.models.nets import Cifar10CNN, MnistCNN
+from fedrun.models.nets import Cifar10CNN, MnistCNN, SimpleCNN
 from fedrun.params import split_state
 from fedrun.client.precision import PRECISIONS
 from fedrun.client.sequential import SequentialEngine
@@ -79,12 +82,16 @@ class Workload:
     batch: int
     full_rounds: int
     test: int = 10_000
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
 
 WORKLOADS = {
     "small": Workload(MnistCNN, 1, 28, 20, 100, 1, 50, 100, test=1000),
     "fednnnn_mnist": Workload(MnistCNN, 1, 28, 100, 600, 5, 50, 100),
     "fednnnn_cifar10": Workload(Cifar10CNN, 3, 32, 100, 500, 5, 50, 250),
+    "niidbench_mnist": Workload(SimpleCNN, 1, 28, 10, 6000, 10, 64, 50, lr=0.01, momentum=0.9, weight_decay=1e-5),
 }
 # Assumed dense FP32 peaks (TFLOP/s): H100 SXM 67 (no tensor cores), H200 the same chip;
 # a 2-core AVX2 CPU at ~2.5 GHz: 2 x 2.5e9 x 32 FLOP/cycle = 0.16.
@@ -121,7 +128,8 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
     model = w.model(in_channels=w.channels, image_size=w.side).to(device)
     initial = split_state(model)
     per_sample = flops_per_sample(model, (w.channels, w.side, w.side), device)
-    local = LocalTraining(epochs=w.epochs, batch_size=w.batch, lr=0.05)
+    local = LocalTraining(epochs=w.epochs, batch_size=w.batch, lr=w.lr, momentum=w.momentum,
+                          weight_decay=w.weight_decay)
     agg, lays = fedavg(), layers(model)
     trained = min(clients or w.clients, w.clients)
     clients = list(range(trained))
@@ -129,7 +137,7 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
     samples = trained * w.per_client * w.epochs
     modes = [("fp32", False)] + ([(precision, compile)] if (precision, compile) != ("fp32", False) else [])
     print(f"\n== {name}: {w.model.__name__}, {w.clients} clients x {w.per_client} samples, E={w.epochs}, "
-          f"B={w.batch}, device={device}")
+          f"B={w.batch}, lr={w.lr}, momentum={w.momentum}, device={device}")
     print(f"   {per_sample / 1e6:.2f} MFLOP per training sample (fwd+bwd); {samples * scale:,.0f} samples a round; "
           f"assumed peak {peak_tflops} TFLOP/s (FP32)")
     if scale > 1:

@@ -13,8 +13,8 @@
 #                    Name steps to rerun only those (e.g. `draw column`), with GPU_CHECK_BUDGET=<s>.
 #
 # Later loans (one stage each, each within 9 minutes; synthetic data or the carried MNIST):
-#   bench        bench.py small, fednnnn_mnist, fednnnn_cifar10 in FP32, both engines side by side,
-#                with a profile of a round (~6 min)
+#   bench [WORKLOAD...]  bench.py small, fednnnn_mnist, fednnnn_cifar10 (or the workloads named, e.g.
+#                niidbench_mnist) in FP32, both engines side by side, with a profile of a round (~6 min)
 #   chunks       the batched engine with 10, 25, 50 clients a step and auto, both FedNNNN workloads (~4 min)
 #   modes        TF32, bf16 and torch.compile vs FP32 (speed, first-round updates), batched engine (~6 min)
 #   accuracy     precision_check.py: FedNNNN's MNIST preset, 30 rounds per mode, accuracy vs FP32 (~5 min)
@@ -163,7 +163,9 @@ pack() {  # run folders into one archive (checkpoints and model files left out):
 
 case $stage in
 bench)
-    limit $py scripts/bench/bench.py small fednnnn_mnist fednnnn_cifar10 --device "$device" --profile 2>&1 \
+    workloads=("${@:2}")
+    [ ${#workloads[@]} -gt 0 ] || workloads=(small fednnnn_mnist fednnnn_cifar10)
+    limit $py scripts/bench/bench.py "${workloads[@]}" --device "$device" --profile 2>&1 \
         | grep -v -e '^USDT' -e 'profiler_st' | tee "$out/bench.log"
     ;;
 chunks)
