@@ -112,7 +112,7 @@ def test_a_rerun_of_one_step_runs_only_that_step(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["no wheels", "incomplete wheels", "no data", "unknown stage", "unknown step",
-                                  "no stage", "no CUDA"])
+                                  "no stage", "no CUDA", "no niidbench job", "unknown partition", "unknown reading"])
 def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
     data = str(mnist_files(tmp_path / "mnist"))
     env, args = {"GPU_CHECK_DATA": data}, ["draw"]
@@ -122,7 +122,10 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
                 "unknown stage": "stage must be one of prepare, draw,",
                 "unknown step": "unknown step 'colum'; choose from cuda, preset, engines, column",
                 "no stage": "usage: bash",
-                "no CUDA": "torch sees no CUDA device here"}[case]
+                "no CUDA": "torch sees no CUDA device here",
+                "no niidbench job": "usage: bash scripts/bench/gpu_check.sh niidbench JOB [JOB ...]",
+                "unknown partition": "job 'c4' must be c1, c2, c3, dir05 or iid",
+                "unknown reading": "job 'c2:after': the reading after ':' must be after_step or gradient"}[case]
     if case == "no wheels":
         env["PYTHONPATH"] = hidden_hydra(tmp_path)
     elif case == "incomplete wheels":
@@ -139,6 +142,9 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
         args = ["draw", "colum"]
     elif case == "no stage":
         args = []
+    elif case.startswith(("no niidbench", "unknown partition", "unknown reading")):
+        args = {"no niidbench job": ["niidbench"], "unknown partition": ["niidbench", "iid", "c2+c4"],
+                "unknown reading": ["niidbench", "c2:after"]}[case]
     elif case == "no CUDA":
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")

@@ -65,6 +65,20 @@ prepare|draw|bench|chunks|modes|accuracy|bookkeeping|population|niidbench) ;;
 *) fail "stage must be one of prepare, draw, bench, chunks, modes, accuracy, bookkeeping, population, niidbench (got '$stage')" ;;
 esac
 
+# niidbench's jobs, checked before anything is written.
+if [ "$stage" = niidbench ]; then
+    [ $# -ge 2 ] || fail "usage: bash $0 niidbench JOB [JOB ...]; JOB: c1|c2|c3|dir05|iid, PART:after_step|gradient, JOB+JOB"
+    for chain in "${@:2}"; do
+        for job in ${chain//+/ }; do
+            case $job in c1|c2|c3|dir05|iid|c1:*|c2:*|c3:*|dir05:*|iid:*) ;; *)
+                fail "niidbench: job '$job' must be c1, c2, c3, dir05 or iid, optionally with :after_step or :gradient";;
+            esac
+            case $job in *:*) case ${job#*:} in after_step|gradient) ;; *)
+                fail "niidbench: job '$job': the reading after ':' must be after_step or gradient";; esac;; esac
+        done
+    done
+fi
+
 check_data() {
     for f in "${IDX[@]}"; do
         [ -f "$data/$f.gz" ] || [ -f "$data/$f" ] || fail "$data lacks $f.gz (MNIST's four IDX files): run 'bash scripts/bench/gpu_check.sh prepare' and carry .gpudata"
@@ -207,16 +221,6 @@ niidbench)
     #   JOB+JOB          one after the other in one process (the second gets what is left of the budget)
     # Every run stops at the stage's budget with the rounds it finished.  Unpack niidbench.tar.gz and
     # collect with python scripts/niidbench_table3.py collect <folder>/niidbench.
-    [ $# -ge 2 ] || fail "usage: bash $0 niidbench JOB [JOB ...]; JOB: c1|c2|c3|dir05|iid, PART:after_step|gradient, JOB+JOB"
-    for chain in "${@:2}"; do
-        for job in ${chain//+/ }; do
-            case $job in c1|c2|c3|dir05|iid|c1:*|c2:*|c3:*|dir05:*|iid:*) ;; *)
-                fail "niidbench: job '$job' must be c1, c2, c3, dir05 or iid, optionally with :after_step or :gradient";;
-            esac
-            case $job in *:*) case ${job#*:} in after_step|gradient) ;; *)
-                fail "niidbench: job '$job': the reading after ':' must be after_step or gradient";; esac;; esac
-        done
-    done
     size=()
     [ "${GPU_CHECK_SIZE:-full}" = tiny ] && size=(scale=tiny hyperparams.rounds=2)
     subdir='hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}'
