@@ -219,8 +219,12 @@ niidbench)
     #   PART:READING     SCAFFOLD alone, seeds 0,1,2, with READING = after_step (NIID-Bench's code) or
     #                    gradient (the preset's) of its correction, into readings/mnist_PART_READING/scaffold_seed<seed>
     #   JOB+JOB          one after the other in one process (the second gets what is left of the budget)
-    # Every run stops at the stage's budget with the rounds it finished.  Unpack niidbench.tar.gz and
-    # collect with python scripts/niidbench_table3.py collect <folder>/niidbench.
+    # Every run stops at the stage's budget with the rounds it finished, and goes on at the next call:
+    # niidbench_resume_<chain>.tar.gz holds its run folders with their checkpoints; unpacked into
+    # .gpuruns/ and carried (carry [".whl", ".gpudata", ".gpuruns"]), the same jobs resume from there
+    # (resume=true: a run with no checkpoint starts at round 1, a finished one is left as it is).
+    # Unpack niidbench.tar.gz (no checkpoints) and collect with
+    # python scripts/niidbench_table3.py collect <folder>/niidbench.
     size=()
     [ "${GPU_CHECK_SIZE:-full}" = tiny ] && size=(scale=tiny hyperparams.rounds=2)
     subdir='hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}'
@@ -230,9 +234,14 @@ niidbench)
             what=(aggregator=scaffold "aggregator.correction=${1#*:}") dir=$out/readings/mnist_${part}_${1#*:}
         fi
         limit $py -m fedrun -m "experiment=niidbench/mnist_$part" "${what[@]}" seed=0,1,2 "${mnist[@]:1}" \
-            device="$device" threads=2 progress=false hydra/launcher=population "${size[@]}" \
+            device="$device" threads=2 progress=false hydra/launcher=population "${size[@]}" resume=true \
             "hydra.sweep.dir=$dir" "$subdir"
     }
+    carried=${GPU_CHECK_RUNS:-.gpuruns}
+    if [ -d "$carried" ]; then
+        cp -r "$carried"/. "$out"/
+        echo "niidbench: continuing the $(find "$out" -name checkpoint.pt | wc -l) checkpointed runs carried in $carried"
+    fi
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/niidbench_device.log"
     $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/niidbench_device.log"
     pids=()
@@ -247,6 +256,22 @@ niidbench)
     for chain in "${@:2}"; do tail -n 3 "$out/niidbench_${chain//[:+]/_}.log"; done
     mkdir -p "$out/runs"
     for d in niidbench readings; do [ -d "$out/$d" ] && mv "$out/$d" "$out/runs/"; done
+    # Each chain's folders whole, to go on at the next call; a file over 15 MiB would not come back.
+    for chain in "${@:2}"; do
+        dirs=()
+        for job in ${chain//+/ }; do
+            d=niidbench/mnist_$job
+            [ "$job" != "${job%%:*}" ] && d=readings/mnist_${job%%:*}_${job#*:}
+            [ -d "$out/runs/$d" ] && dirs+=("$d")
+        done
+        [ ${#dirs[@]} -gt 0 ] || continue
+        archive=$out/niidbench_resume_${chain//[:+]/_}.tar.gz
+        tar -czf "$archive" -C "$out/runs" "${dirs[@]}"
+        if [ "$(stat -c %s "$archive")" -gt $((15 * 1048576)) ]; then
+            echo "niidbench: $chain's runs with their checkpoints take over 15 MiB: not returned; they start afresh next time"
+            rm -f "$archive"
+        fi
+    done
     pack "$out/runs" "$out/niidbench.tar.gz"
     echo "niidbench: $(( $(date +%s) - t0 )) s wall in all"
     ;;
