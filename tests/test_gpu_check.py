@@ -112,7 +112,8 @@ def test_a_rerun_of_one_step_runs_only_that_step(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["no wheels", "incomplete wheels", "no data", "unknown stage", "unknown step",
-                                  "no stage", "no CUDA", "no niidbench job", "unknown partition", "unknown reading"])
+                                  "no stage", "no CUDA", "no niidbench job", "unknown partition", "unknown reading",
+                                  "too many chains"])
 def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
     data = str(mnist_files(tmp_path / "mnist"))
     env, args = {"GPU_CHECK_DATA": data}, ["draw"]
@@ -125,7 +126,8 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
                 "no CUDA": "torch sees no CUDA device here",
                 "no niidbench job": "usage: bash scripts/bench/gpu_check.sh niidbench JOB [JOB ...]",
                 "unknown partition": "job 'c4' must be c1, c2, c3, dir05 or iid",
-                "unknown reading": "job 'c2:after': the reading after ':' must be after_step or gradient"}[case]
+                "unknown reading": "job 'c2:after': the reading after ':' must be after_step or gradient",
+                "too many chains": "at most 3 chains side by side (got 4)"}[case]
     if case == "no wheels":
         env["PYTHONPATH"] = hidden_hydra(tmp_path)
     elif case == "incomplete wheels":
@@ -142,9 +144,9 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
         args = ["draw", "colum"]
     elif case == "no stage":
         args = []
-    elif case.startswith(("no niidbench", "unknown partition", "unknown reading")):
+    elif case.startswith(("no niidbench", "unknown partition", "unknown reading", "too many")):
         args = {"no niidbench job": ["niidbench"], "unknown partition": ["niidbench", "iid", "c2+c4"],
-                "unknown reading": ["niidbench", "c2:after"]}[case]
+                "unknown reading": ["niidbench", "c2:after"], "too many chains": ["niidbench", "c1", "c2", "c3", "iid"]}[case]
     elif case == "no CUDA":
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
