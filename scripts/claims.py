@@ -1766,7 +1766,7 @@ def _(data):
         raise ValueError(f"on the 10,000 images at round 14 the means are {small}")
     return {"k": leaders.count("scaffold"), "s": fmt(mean(at["scaffold"]), 2), "p": fmt(mean(at["fedprox"]), 2),
             "a": fmt(mean(at["fedavg"]), 2), "n": fmt(mean(at["fednova"]), 2), "other": o,
-            "a_other": exact(at["fedavg"][o]), "s_other": exact(at["scaffold"][o]), "small_rank": "lowest"}
+            "a_other": fmt(at["fedavg"][o], 2), "s_other": fmt(at["scaffold"][o], 2), "small_rank": "lowest"}
 
 
 @claim("niidbench_gpu.after_step", NG, "With NIID-Bench's reading (`correction=after_step`) all three seeds "
@@ -1784,8 +1784,8 @@ def _(data):
     small = [diverged_at(x) for x in readings(data, "mnist_c2_after_step", "scaffold")]
     early = [d for d in small if d is not None and d <= r]
     best = [data.best(x) for x in runs]
-    return {"r": r, **{f"a{s}": exact(data.at(runs[s], r)) for s in SEEDS}, "blo": exact(min(best)),
-            "bhi": exact(max(best)), "k": len(early),
+    return {"r": r, **{f"a{s}": fmt(data.at(runs[s], r), 2) for s in SEEDS}, "blo": fmt(min(best), 2),
+            "bhi": fmt(max(best), 2), "k": len(early),
             "rounds": ", ".join(map(str, early))}
 
 
