@@ -1885,6 +1885,69 @@ def ng_speed(data: Data) -> tuple[Decimal, Decimal]:
     return median_wall(ng(data, "c2", "fedavg")[0]), median_wall(ng(data, "iid", "fedavg")[0])
 
 
+# ----------------------------------------------------------------------------- NIID-Bench, FedProx's mu tuned
+
+NT = "niidbench_tuned"
+NT_CELLS = ("c2",)  # the cells whose FedProx mu was tuned (outputs/reproductions/niidbench_tuned/fedprox_mnist_<cell>)
+NT_LAST = 10  # the objective: mean validation accuracy over the last 10 rounds (mean_val_acc_last_10)
+
+
+def nt_folder(data: Data, cell: str) -> Path:
+    return data.folder(f"niidbench_tuned/fedprox_mnist_{cell}")
+
+
+def nt_choice(data: Data, cell: str) -> dict:
+    import json
+
+    c = json.loads((nt_folder(data, cell) / "choice.json").read_text())
+    if c["objective"] != f"mean_val_acc_last_{NT_LAST}" or c["chosen"] is None:
+        raise ValueError(f"{cell}: choice.json has objective {c['objective']}, chosen {c['chosen']}")
+    return c
+
+
+def nt_tests(data: Data, cell: str) -> tuple[str, list[Run]]:
+    """The chosen mu and its test runs (seeds 0, 1, 2, the whole training set, the test set)."""
+    mu = nt_choice(data, cell)["chosen"]["aggregator.mu"]
+    runs = [load_run(nt_folder(data, cell) / "test" / f"mu{mu}_seed{s}") for s in SEEDS]
+    if not all(r.finished for r in runs):
+        raise ValueError(f"{cell}: a test run of mu = {mu} is not finished")
+    return mu, runs
+
+
+@claim("niidbench_tuned.grid", NT, "| #C=2 | {cells} | {chosen} |")
+def _(data):
+    """#C=2: every mu of NIID-Bench's grid scored by its tuning run's mean validation accuracy over
+    the last 10 rounds (%, recomputed from rounds.csv and checked against choice.json), and the
+    chosen mu (the best)."""
+    c = nt_choice(data, "c2")
+    (key, values), = c["grid"].items()
+    cells = []
+    for value, row in zip(values, c["rows"]):
+        df = read_rounds(nt_folder(data, "c2") / "tune" / f"mu{value}_seed0")
+        score = mean(pct(a) for a in list(df["val_acc"].dropna())[-NT_LAST:])
+        if abs(float(score) - 100 * row["mean"]) > 1e-6:
+            raise ValueError(f"mu {value}: choice.json's score {row['mean']} is not the run's {score}")
+        cells.append(f"{value}: {fmt(score, 2)}")
+    best = max(zip(values, c["rows"]), key=lambda vr: vr[1]["mean"])[0]
+    if c["chosen"][key] != best:
+        raise ValueError(f"the choice {c['chosen'][key]} is not the best point {best}")
+    return {"cells": ", ".join(cells), "chosen": best}
+
+
+@claim("niidbench_tuned.test", NT, "FedProx at the tuned mu = {mu} ends at {prox} +- {psd}% (seeds 0, 1, 2; best "
+       "round's mean {pbest}%), against FedAvg's {avg} +- {asd}% in the grid above: {side} in {k} of 3 seeds")
+def _(data):
+    """#C=2: the tuned mu's test runs, final accuracy mean +- sd over seeds and the best round's
+    mean, against the grid's FedAvg runs (same seeds); in how many seeds FedProx ends above FedAvg."""
+    mu, runs = nt_tests(data, "c2")
+    prox = [data.final(r) for r in runs]
+    avg = finals(data, "c2", "fedavg")
+    k = sum(p > a for p, a in zip(prox, avg))
+    return {"mu": mu, "prox": fmt(mean(prox)), "psd": fmt(sd(prox)), "pbest": fmt(mean(data.best(r) for r in runs)),
+            "avg": fmt(mean(avg)), "asd": fmt(sd(avg)), "side": "ahead" if k >= 2 else "behind",
+            "k": k if k >= 2 else 3 - k}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data = Data(args.root)
