@@ -333,6 +333,7 @@ def root_of(path: str | Path, below: str) -> Path | None:
 NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers")}
 FEDLAYERWISE_SECTIONS = {"fedlayerwise/table1": ("fedlayerwise",)}
 FEDLAP_SECTIONS = {"fedlap/tuned": ("fedlap_tuned",), "fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
+                   "fedlap/mnist": ("fedlap_mnist",),
                    "fedlap/readings": ("fedlap_readings",), "fedlap/preset": ("fedlap_readings",)}
 
 
@@ -1290,6 +1291,84 @@ def _(data):
             "lo": fmt(min(abs(d) for d in diffs)), "hi": fmt(max(abs(d) for d in diffs)),
             "where": "every straggler fraction" if ahead in (0, len(diffs)) else f"{ahead} of {len(diffs)} fractions",
             "per": joined(map(str, sorted(sizes))), "x": fmt(change)}
+
+
+# ----------------------------------------------------------------------------- FedLap, the whole MNIST
+
+LW = "fedlap_mnist"
+
+
+def signed_range(values: list[Decimal], above: str, below: str) -> str:
+    """``above by 0.6 to 0.8 points`` when every value is positive, ``below by ...`` when every one
+    is negative, else ``between -0.3 and 0.4 points``."""
+    if min(values) > 0 or max(values) < 0:
+        side = above if min(values) > 0 else below
+        return f"{side} by {fmt(min(abs(v) for v in values))} to {fmt(max(abs(v) for v in values))} points"
+    return f"between {fmt(min(values))} and {fmt(max(values))} points from"
+
+
+@claim("fedlap_mnist.data", LW, "{train} training images cut into {shards} label-sorted shards of {size}, so each "
+       "client holds {per} images, as the paper has it. {n} runs, {minutes} minutes of CPU")
+def _(data):
+    """The whole-MNIST FedLap runs' data (partition.csv: every client the same size; the shards a
+    client), how many runs and their time in their rounds together (summary.json round_seconds)."""
+    runs = data.runs("fedlap/mnist")
+    run = runs[0]
+    train = data.train_images(run)
+    shards = hyper(run, "num_clients") * (run.config.get("partition") or {})["shards_per_client"]
+    sizes = {int(v) for v in read_csv(run.path, "partition.csv")["examples"]}
+    if len(sizes) != 1 or not all(r.finished for r in runs):
+        raise ValueError(f"clients of sizes {sorted(sizes)}, or an unfinished run")
+    minutes = sum(dec(r.summary["round_seconds"]) for r in runs) / 60
+    return {"train": thousands(train), "shards": shards, "size": train // shards, "per": sizes.pop(),
+            "n": len(runs), "minutes": fmt(minutes, 0)}
+
+
+def lw_fractions(cells: dict) -> list[float]:
+    return sorted({s for (_m, s) in cells})
+
+
+@claim("fedlap_mnist.versus", LW, "Over rounds 1-20 FedLap is {avg} FedAvg and {prox} FedProx (mu = 1); after round "
+       "20 it is {avg20} FedAvg and {prox20} FedProx")
+def _(data):
+    """Whole MNIST: FedLap's mean over rounds 1-20 minus each baseline's, and its accuracy after
+    round 20 minus each baseline's (means over seeds), the range over the straggler fractions."""
+    cells = fedlap_cells(data, "mnist")
+    fr = lw_fractions(cells)
+
+    def diffs(m: str, measure) -> list[Decimal]:
+        return [mean(measure(r) for r in cells[("fedlap", s)]) - mean(measure(r) for r in cells[(m, s)]) for s in fr]
+    start = lambda r: data.mean_to(r, T)  # noqa: E731
+    end = lambda r: data.at(r, T)  # noqa: E731
+    return {"avg": signed_range(diffs("fedavg", start), "ahead of", "behind"),
+            "prox": signed_range(diffs("fedprox", start), "ahead of", "behind"),
+            "avg20": signed_range(diffs("fedavg", end), "ahead of", "behind"),
+            "prox20": signed_range(diffs("fedprox", end), "ahead of", "behind")}
+
+
+@claim("fedlap_mnist.ahead", LW, "FedLap's mean accuracy over rounds 1-20 beats both baselines in {k} of {n} (seed, "
+       "fraction) pairs")
+def _(data):
+    """Whole MNIST: the (seed, straggler fraction) pairs in which FedLap's mean over rounds 1-20
+    beats FedProx's and FedAvg's."""
+    cells = fedlap_cells(data, "mnist")
+    k = n = 0
+    for s in lw_fractions(cells):
+        a, b = ahead_of_both(data, cells[("fedlap", s)], [cells[(m, s)] for m in BASELINES])
+        k, n = k + a, n + b
+    return {"k": k, "n": n}
+
+
+@claim("fedlap_mnist.stragglers", LW, "the stragglers move a method's mean over rounds 1-20 by at most {x} points")
+def _(data):
+    """Whole MNIST: the largest change of a method's mean over rounds 1-20 (mean over seeds) with
+    stragglers against without."""
+    cells = fedlap_cells(data, "mnist")
+    fr = lw_fractions(cells)
+    if fr[0] != 0.0 or len(fr) < 2:
+        raise ValueError(f"straggler fractions {fr}")
+    means = {key: mean(seed_means(data, runs)) for key, runs in cells.items()}
+    return {"x": fmt(max(abs(means[(m, s)] - means[(m, 0.0)]) for m in ("fedlap", *BASELINES) for s in fr[1:]))}
 
 
 # ----------------------------------------------------------------------------- command line
