@@ -21,8 +21,9 @@ comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFO
 ``fednova_stragglers``, ``fedlap_fmnist`` (the bullets under "What holds and what does not"),
 ``fedlap_readings``, ``fedlap_mnist_train10k``, ``fedlap_tuned`` (FedLap against baselines tuned by scripts/tune.py) and
 ``fedlayerwise`` (Table I on the whole MNIST), ``fednnnn_gpu`` (Table 2's MNIST
-non-IID unbalanced column, one GPU run) and ``niidbench_gpu`` (NIID-Bench's #C=2 and IID rows on
-the whole MNIST, GPU runs cut short).  ``niidbench_table3.py collect`` and
+non-IID unbalanced column, one GPU run), ``niidbench_gpu`` (NIID-Bench's #C=2 and IID rows on
+the whole MNIST, GPU runs cut short), ``niidbench_tuned`` (FedProx's mu tuned per NIID-Bench cell
+by scripts/tune.py) and ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
@@ -1335,6 +1336,9 @@ def _(data):
     round 20 minus each baseline's (means over seeds), the range over the straggler fractions."""
     cells = fedlap_cells(data, "mnist")
     fr = lw_fractions(cells)
+    mus = {float(aggregator(r, "mu")) for s in fr for r in cells[("fedprox", s)]}
+    if mus != {1.0}:
+        raise ValueError(f"FedProx's mu is {mus}, not the preset's 1")
 
     def diffs(m: str, measure) -> list[Decimal]:
         return [mean(measure(r) for r in cells[("fedlap", s)]) - mean(measure(r) for r in cells[(m, s)]) for s in fr]
