@@ -113,9 +113,10 @@ install_wheels() {
     fi
 }
 
-# The size a device call carries: tracked and untracked-not-ignored files, plus the carried folders.
+# The size a device call carries: tracked and untracked-not-ignored files, plus the carried folders
+# (.gpuruns: niidbench's runs to go on with, when there is one).
 travel_mib() {
-    { git ls-files -z --cached --others --exclude-standard; find .whl .gpudata -type f -print0 2>/dev/null; } \
+    { git ls-files -z --cached --others --exclude-standard; find .whl .gpudata .gpuruns -type f -print0 2>/dev/null; } \
         | du -bc --files0-from=- 2>/dev/null | tail -1 | awk '{printf "%.1f", $1 / 1048576}'
 }
 
