@@ -1245,17 +1245,23 @@ def _(data):
 def _(data):
     """The MNIST runs' data (partition.csv, the partition's shards a client, the split's test
     fraction), how many runs and their time in their rounds together (summary.json round_seconds)."""
-    runs = data.runs("fedlap/mnist_train10k")
+    out = fedlap_data(data, "fedlap/mnist_train10k")
+    return {**out, "test": thousands(held_out_images(data.runs("fedlap/mnist_train10k")[0], out["train_n"]))}
+
+
+def fedlap_data(data: Data, folder: str) -> dict:
+    """A FedLap MNIST folder's shards and data (partition.csv: every client the same size), how
+    many runs, and their time in their rounds together (summary.json round_seconds), in minutes."""
+    runs = data.runs(folder)
     run = runs[0]
     train = data.train_images(run)
-    clients = hyper(run, "num_clients")
-    shards = clients * (run.config.get("partition") or {})["shards_per_client"]
+    shards = hyper(run, "num_clients") * (run.config.get("partition") or {})["shards_per_client"]
     sizes = {int(v) for v in read_csv(run.path, "partition.csv")["examples"]}
-    if len(sizes) != 1:
-        raise ValueError(f"{run.path}: clients of different sizes {sorted(sizes)}")
+    if len(sizes) != 1 or not all(r.finished for r in runs):
+        raise ValueError(f"{folder}: clients of sizes {sorted(sizes)}, or an unfinished run")
     minutes = sum(dec(r.summary["round_seconds"]) for r in runs) / 60
-    return {"train": thousands(train), "shards": shards, "size": train // shards, "per": sizes.pop(),
-            "test": thousands(held_out_images(run, train)), "n": len(runs), "minutes": fmt(minutes, 0)}
+    return {"train": thousands(train), "train_n": train, "shards": shards, "size": train // shards,
+            "per": sizes.pop(), "n": len(runs), "minutes": fmt(minutes, 0)}
 
 
 @claim("fedlap.mnist_fedavg", LM, "FedLap starts ahead of FedAvg ({lo} to {hi} points over rounds 1-20) and ends close "
@@ -1313,16 +1319,7 @@ def signed_range(values: list[Decimal], above: str, below: str) -> str:
 def _(data):
     """The whole-MNIST FedLap runs' data (partition.csv: every client the same size; the shards a
     client), how many runs and their time in their rounds together (summary.json round_seconds)."""
-    runs = data.runs("fedlap/mnist")
-    run = runs[0]
-    train = data.train_images(run)
-    shards = hyper(run, "num_clients") * (run.config.get("partition") or {})["shards_per_client"]
-    sizes = {int(v) for v in read_csv(run.path, "partition.csv")["examples"]}
-    if len(sizes) != 1 or not all(r.finished for r in runs):
-        raise ValueError(f"clients of sizes {sorted(sizes)}, or an unfinished run")
-    minutes = sum(dec(r.summary["round_seconds"]) for r in runs) / 60
-    return {"train": thousands(train), "shards": shards, "size": train // shards, "per": sizes.pop(),
-            "n": len(runs), "minutes": fmt(minutes, 0)}
+    return fedlap_data(data, "fedlap/mnist")
 
 
 def lw_fractions(cells: dict) -> list[float]:
