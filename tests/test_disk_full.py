@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, _cli_env, fedrun_ok, same_run
+from conftest import REPO_ROOT, fedrun_ok, python_run, same_run
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +70,7 @@ def straight(tmp_path_factory) -> Path:
 
 def run_full(mount: Path, point: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """``fedrun ARGS`` with ``mount`` filled before the write ``point`` (disk_full_driver.py)."""
-    return subprocess.run([sys.executable, str(DRIVER), str(mount), point, "--", *args], cwd=cwd, env=_cli_env(),
-                          capture_output=True, text=True, timeout=300)
+    return python_run([str(DRIVER), str(mount), point, "--", *args], cwd, timeout=300)
 
 
 def errors(stderr: str) -> list[str]:

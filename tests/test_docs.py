@@ -21,13 +21,11 @@ import contextlib
 import importlib.util
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, _cli_env
+from conftest import REPO_ROOT, python_run
 
 from fedrun import plot
 from fedrun.command.cli import precheck, precheck_sweep
@@ -168,8 +166,7 @@ def check_script(args: list[str], folder: Path) -> None:
         for a in args[1:]:
             if not a.startswith("-") and "=" not in a and not a[0].isdigit() and a not in ("collect", "run"):
                 (folder / a).mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / args[0]), *args[1:]], cwd=folder, env=_cli_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = python_run([str(REPO_ROOT / args[0]), *args[1:]], folder, timeout=300)
     assert "usage:" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     if (script in TABLE_SCRIPTS or script == "tune.py") and "--dry-run" in args:
         assert proc.returncode == 0, proc.stderr[-2000:]

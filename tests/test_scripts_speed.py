@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import bench  # scripts/bench/ is on the tests' path (pyproject.toml: pythonpath)
@@ -13,15 +12,14 @@ import pandas as pd
 import precision_check
 import pytest
 import torch
-from conftest import TINY, _cli_env
+from conftest import TINY, python_run
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "scripts" / "bench"
 
 
 def script(name: str, *args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH / name), *args], cwd=cwd, env=_cli_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return python_run([str(BENCH / name), *args], cwd, timeout=timeout)
 
 
 def test_bench_projects_a_partial_round_and_profiles_it():
