@@ -1526,15 +1526,16 @@ def _(data):
     return {"lo": fmt(min(gaps)), "hi": fmt(max(gaps))}
 
 
-def one_class(data: Data) -> dict[str, list[int | None]]:
-    """2 + 8 with one class per non-IID client (partition.classes_per_client=1), seeds 0, 1, 2:
-    each method's rounds to 95%, seed by seed."""
+def one_class(data: Data, scenario: str = "2iid_8noniid") -> dict[str, list[int | None]]:
+    """A scenario with one class per non-IID client (partition.classes_per_client=1), seeds 0, 1,
+    2: each method's rounds to 95%, seed by seed."""
     out = {}
     for m in FLW_METHODS:
-        rs = flw_runs(data, "2iid_8noniid", m, "table1_1class")
+        rs = flw_runs(data, scenario, m, "table1_1class")
         if [r.seed for r in rs] != list(SEEDS) or not all(r.finished for r in rs) or any(
                 (r.config.get("partition") or {}).get("classes_per_client") != 1 for r in rs):
-            raise ValueError(f"table1_1class {m}: not the finished runs of seeds 0, 1, 2 with one class a client")
+            raise ValueError(f"table1_1class {scenario} {m}: not the finished runs of seeds 0, 1, 2 with one "
+                             "class a client")
         out[m] = [to_95(data, r) for r in rs]
     return out
 
@@ -1560,10 +1561,17 @@ def _(data):
 def _(data):
     """Seed by seed, 2 + 8: rounds to 95% with one class per non-IID client minus with two (Table
     I's runs), the range over seeds for each method."""
-    one = one_class(data)
+    return one_class_slowdown(data, "2iid_8noniid")
+
+
+def one_class_slowdown(data: Data, scenario: str) -> dict:
+    """Seed by seed in ``scenario``: rounds to 95% with one class per non-IID client minus with two
+    (Table I's runs), the range over seeds for each method (keys lo/hi: FedAvg, llo/lhi:
+    FedLayerWise, alo/ahi: FedAdp)."""
+    one = one_class(data, scenario)
     out = {}
     for key, m in (("", "fedavg"), ("l", "fedlayerwise"), ("a", "fedadp")):
-        two = [to_95(data, r) for r in flw_runs(data, "2iid_8noniid", m)]
+        two = [to_95(data, r) for r in flw_runs(data, scenario, m)]
         d = [a - b for a, b in zip(one[m], two)]
         out.update({f"{key}lo": min(d), f"{key}hi": max(d)})
     return out
@@ -1580,27 +1588,54 @@ def _(data):
     return {"adp": adp, "lw": lw}
 
 
+@claim("flw.one_class_five", FLW, "In 5 IID + 5 non-IID with one class a non-IID client, 95% comes after "
+       "FedLayerWise {lw}, FedAdp {adp} and FedAvg {avg} rounds (paper: 11, 12 and 12)")
+def _(data):
+    """5 + 5 with one class per non-IID client, seeds 0, 1, 2: each method's rounds to 95%, the
+    mean and each seed's."""
+    rounds = one_class(data, "5iid_5noniid")
+    return {k: seeds_cell(rounds[m]) for k, m in (("lw", "fedlayerwise"), ("adp", "fedadp"), ("avg", "fedavg"))}
+
+
+@claim("flw.one_class_five_slower", FLW, "the one-class skew slows FedAvg by {lo} to {hi} rounds and changes "
+       "FedLayerWise's count by {llo} to {lhi} rounds and FedAdp's by {alo} to {ahi}")
+def _(data):
+    """Seed by seed, 5 + 5: rounds to 95% with one class per non-IID client minus with two."""
+    return one_class_slowdown(data, "5iid_5noniid")
+
+
+@claim("flw.one_class_five_order", FLW, "FedLayerWise reaches 95% before FedAvg in {lw} of 3 seeds, FedAdp before "
+       "FedAvg in {adp} of 3, and FedLayerWise before FedAdp in {lw_adp} of 3 ({level} level, {adp_lw} FedAdp first)")
+def _(data):
+    """5 + 5, one class per non-IID client: seed by seed, strict orderings of the rounds to 95%."""
+    r = one_class(data, "5iid_5noniid")
+    lw, adp, avg = r["fedlayerwise"], r["fedadp"], r["fedavg"]
+    return {"lw": sum(a < b for a, b in zip(lw, avg)), "adp": sum(a < b for a, b in zip(adp, avg)),
+            "lw_adp": sum(a < b for a, b in zip(lw, adp)), "level": sum(a == b for a, b in zip(lw, adp)),
+            "adp_lw": sum(a > b for a, b in zip(lw, adp))}
+
+
 # ----------------------------------------------------------------------------- FedLap against tuned baselines
 
 LT = "fedlap_tuned"
 TUNED = {"fedprox": "fedlap/tuned/fedprox", "fedlap": "fedlap/tuned/fedlap"}
 
 
-def choice(data: Data, method: str) -> dict:
-    """``OUT/choice.json`` of the tuning protocol (scripts/tune.py) for ``method``."""
+def choice(data: Data, method: str, folders: dict[str, str] = TUNED) -> dict:
+    """``OUT/choice.json`` of the tuning protocol (scripts/tune.py) for ``method`` (its OUT in ``folders``)."""
     import json
 
-    return json.loads((data.folder(TUNED[method]) / "choice.json").read_text())
+    return json.loads((data.folder(folders[method]) / "choice.json").read_text())
 
 
-def grid_row(data: Data, method: str) -> dict:
+def grid_row(data: Data, method: str, folders: dict[str, str] = TUNED) -> dict:
     """The grid's points and each point's score recomputed from its tuning run (mean validation
     accuracy over rounds 1-20, %, exact), checked against choice.json, and the chosen point."""
-    c = choice(data, method)
+    c = choice(data, method, folders)
     (key, values), = c["grid"].items()
     cells = []
     for value, row in zip(values, c["rows"]):
-        run = load_run(data.folder(TUNED[method]) / "tune" / f"{key.rsplit('.', 1)[-1]}{value}_seed0")
+        run = load_run(data.folder(folders[method]) / "tune" / f"{key.rsplit('.', 1)[-1]}{value}_seed0")
         df = read_rounds(run.path)
         score = mean(pct(a) for a in df["val_acc"].dropna())
         if abs(float(score) - 100 * row["mean"]) > 1e-6:
