@@ -139,23 +139,26 @@ class _Zygote:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.folder = Path(tempfile.mkdtemp(prefix="fedrun-zygote-"))
+        self.folder: Path | None = None  # made at the first command line (not in xdist's controller)
         self.count = 0
 
     def _start(self) -> None:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="fedrun-zygote-"))
+            atexit.register(self.stop)
         sock = self.folder / "sock"
         sock.unlink(missing_ok=True)
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("zygote.py")), str(sock)],
                                      cwd=self.folder, env=_cli_env(), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready", "tests/zygote.py did not start"
-        atexit.register(self.stop)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
         if self.proc is None or self.proc.poll() is not None:
@@ -205,10 +208,12 @@ def python_run(argv: list[str], cwd: Path, timeout: float = 120, env: dict | Non
     base = _cli_env()
     # Hydra's joblib, submitit and Ray launchers start worker processes of their own, which do
     # not come up under a forked child (joblib's loky hangs): those sweeps get a fresh interpreter.
-    launcher = any(a.startswith("hydra/launcher=") and not a.endswith("=basic") for a in argv)
+    # (fedrun's population launcher trains in its own process, and is forked like a single run.)
+    launcher = any(a.startswith(("hydra/launcher=joblib", "hydra/launcher=submitit", "hydra/launcher=ray"))
+                   for a in argv)
     if launcher or (env is not None and env != base):
-        return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([sys.executable, *argv], cwd=cwd, env=base if env is None else env,
+                              capture_output=True, text=True, timeout=timeout)
     return _ZYGOTE.run(argv, cwd, base, timeout)
 
 
