@@ -23,7 +23,8 @@ comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFO
 ``fedlayerwise`` (Table I on the whole MNIST), ``fednnnn_gpu`` (Table 2's MNIST
 non-IID unbalanced column, one GPU run), ``niidbench_gpu`` (NIID-Bench's #C=2 and IID rows on
 the whole MNIST, GPU runs cut short), ``niidbench_tuned`` (FedProx's mu tuned per NIID-Bench cell
-by scripts/tune.py) and ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST).  ``niidbench_table3.py collect`` and
+by scripts/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST) and
+``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/tune.py).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
@@ -334,7 +335,7 @@ def root_of(path: str | Path, below: str) -> Path | None:
 NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers")}
 FEDLAYERWISE_SECTIONS = {"fedlayerwise/table1": ("fedlayerwise",)}
 FEDLAP_SECTIONS = {"fedlap/tuned": ("fedlap_tuned",), "fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
-                   "fedlap/mnist": ("fedlap_mnist",),
+                   "fedlap/mnist": ("fedlap_mnist",), "fedlap/tuned_mnist": ("fedlap_mnist_tuned",),
                    "fedlap/readings": ("fedlap_readings",), "fedlap/preset": ("fedlap_readings",)}
 
 
@@ -1615,6 +1616,80 @@ def _(data):
             "adp_lw": sum(a > b for a, b in zip(lw, adp))}
 
 
+def torch_init(data: Data, scenario: str = "2iid_8noniid") -> dict[str, list[Run]]:
+    """Table I's runs under PyTorch's initialization (``model.init=torch``, the presets otherwise),
+    seeds 0, 1, 2 of each method: {method: runs}, each checked finished, 30 rounds on the whole MNIST."""
+    out = {}
+    for m in FLW_METHODS:
+        rs = flw_runs(data, scenario, m, "table1_torch_init")
+        if [r.seed for r in rs] != list(SEEDS) or not all(
+                r.finished and (r.config.get("model") or {}).get("init") == "torch"
+                and (r.config.get("dataset") or {}).get("name") == "mnist" and len(data.curve(r)) == 30 for r in rs):
+            raise ValueError(f"table1_torch_init {scenario} {m}: not the finished 30-round runs of seeds 0, 1, 2 "
+                             "with model.init=torch on the whole MNIST")
+        out[m] = rs
+    return out
+
+
+CHANCE = Decimal(20)  # an accuracy (%) below which a 10-class model has learned nothing usable
+
+
+@claim("flw.torch_rows", FLW, "{rows}")
+def _(data):
+    """2 + 8 under PyTorch's initialization: each method's rounds to 95% (``-``: not within 30
+    rounds) and accuracy after round 30, seed by seed, and their mean over the seeds."""
+    names = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
+    rows = []
+    for m, rs in torch_init(data).items():
+        rounds = [to_95(data, r) for r in rs]
+        finals = [data.final(r) for r in rs]
+        rows.append(f"| {names[m]} | {', '.join('-' if x is None else str(x) for x in rounds)} | "
+                    f"{', '.join(exact(f) for f in finals)} | {fmt(mean(finals))} |")
+    return {"rows": "\n".join(rows)}
+
+
+@claim("flw.torch_chance", FLW, "{k} of the 9 runs end at chance ({which}: below 20% after round 30) and {reach} of "
+       "9 reach 95% within 30 rounds")
+def _(data):
+    """2 + 8 under PyTorch's initialization: the runs whose accuracy after round 30 is below 20%,
+    and the runs that reach 95%."""
+    runs = torch_init(data)
+    low = [f"{m} seed {r.seed}" for m, rs in runs.items() for r in rs if data.final(r) < CHANCE]
+    reach = sum(to_95(data, r) is not None for rs in runs.values() for r in rs)
+    names = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
+    which = joined(w.replace(w.split()[0], names[w.split()[0]], 1) for w in low) or "none"
+    return {"k": words(len(low)).capitalize(), "which": which, "reach": words(reach)}
+
+
+@claim("flw.torch_order", FLW, "FedLayerWise ends above FedAvg in {lw} of 3 seeds and above FedAdp in {lw_adp} of 3; "
+       "FedAdp ends above FedAvg in {adp} of 3")
+def _(data):
+    """2 + 8 under PyTorch's initialization: seed by seed, which method's accuracy after round 30
+    is higher (the rounds to 95% cannot order runs that do not reach it)."""
+    r = {m: [data.final(x) for x in rs] for m, rs in torch_init(data).items()}
+    lw, adp, avg = r["fedlayerwise"], r["fedadp"], r["fedavg"]
+    return {"lw": sum(a > b for a, b in zip(lw, avg)), "lw_adp": sum(a > b for a, b in zip(lw, adp)),
+            "adp": sum(a > b for a, b in zip(adp, avg))}
+
+
+@claim("flw.torch_all_reach", FLW, "Where all three reach 95% (seed {seeds}), {order}")
+def _(data):
+    """2 + 8 under PyTorch's initialization: the seeds in which every method reaches 95%, and in
+    each such seed the methods in the order they reach it."""
+    names = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
+    r = {m: [to_95(data, x) for x in rs] for m, rs in torch_init(data).items()}
+    seeds = [i for i in range(len(SEEDS)) if all(r[m][i] is not None for m in FLW_METHODS)]
+    if len(seeds) != 1:
+        raise ValueError(f"the claim is worded for one seed in which all reach 95%, not {len(seeds)}")
+    i = seeds[0]
+    ranked = sorted(FLW_METHODS, key=lambda m: r[m][i])
+    if len({r[m][i] for m in FLW_METHODS}) != 3:
+        raise ValueError("two methods reach 95% in the same round")
+    first, second, third = ranked
+    return {"seeds": SEEDS[i], "order": f"{names[first]} does first ({r[first][i]} rounds), then "
+                                       f"{names[second]} ({r[second][i]}) and {names[third]} ({r[third][i]})"}
+
+
 # ----------------------------------------------------------------------------- FedLap against tuned baselines
 
 LT = "fedlap_tuned"
@@ -1753,6 +1828,176 @@ def _(data):
     if not (a["val_acc"].equals(b["val_acc"]) and a["test_acc"].equals(b["test_acc"])):
         raise ValueError("FedLap at q = 1 and FedProx at mu = 1 differ")
     return {}
+
+# ----------------------------------------------------------------------------- FedLap against tuned baselines, the whole MNIST
+
+LTM = "fedlap_mnist_tuned"
+TUNED_MNIST = {"fedprox": "fedlap/tuned_mnist/fedprox", "fedlap": "fedlap/tuned_mnist/fedlap"}
+# Tuned FedProx with stragglers (the protocol's test runs have none): a sweep at the chosen mu.
+TUNED_MNIST_STRAGGLERS = "fedlap/tuned_mnist/fedprox_stragglers"
+
+
+def protocol_tests(data: Data, method: str, folders: dict[str, str]) -> list[Run]:
+    """The test runs scripts/tune.py made for ``method``'s chosen point (seeds 0, 1, 2), checked to
+    train on the whole training set (no validation split)."""
+    (key, value), = choice(data, method, folders)["chosen"].items()
+    runs = [load_run(data.folder(folders[method]) / "test" / f"{key.rsplit('.', 1)[-1]}{value}_seed{s}")
+            for s in SEEDS]
+    for r in runs:
+        if float(hyper(r, "validation_fraction") or 0) != 0 or not r.finished:
+            raise ValueError(f"{r.path}: a validation split, or an unfinished run")
+    return runs
+
+
+def tuned_mnist_cells(data: Data) -> dict[tuple[str, float], list[Run]]:
+    """FedLap at the paper's q = 0.5 and FedAvg (fedlap/mnist), FedProx at its tuned mu (the
+    protocol's test runs without stragglers, TUNED_MNIST_STRAGGLERS with them), by (method,
+    stragglers), in seed order."""
+    mu = float(choice(data, "fedprox", TUNED_MNIST)["chosen"]["aggregator.mu"])
+    whole = fedlap_cells(data, "mnist")
+    cells = {}
+    for s in FRACTIONS:
+        cells[("fedlap", s)], cells[("fedavg", s)] = whole[("fedlap", s)], whole[("fedavg", s)]
+        cells[("fedprox", s)] = (protocol_tests(data, "fedprox", TUNED_MNIST) if s == 0.0
+                                 else data.runs(TUNED_MNIST_STRAGGLERS, "fedprox", s))
+        if {float(aggregator(r, "mu")) for r in cells[("fedprox", s)]} != {mu}:
+            raise ValueError(f"FedProx at {s} is not at the tuned mu = {mu}")
+        if [r.seed for r in cells[("fedprox", s)]] != list(SEEDS):
+            raise ValueError(f"FedProx at {s}: seeds {[r.seed for r in cells[('fedprox', s)]]}")
+    if {float(aggregator(r, "q")) for s in FRACTIONS for r in cells[("fedlap", s)]} != {0.5}:
+        raise ValueError("fedlap/mnist: FedLap is not at the paper's q = 0.5")
+    return cells
+
+
+@claim("fedlap_mnist_tuned.fedprox_grid", LTM, "| FedProx, `aggregator.mu` | {cells} | {chosen} |")
+def _(data):
+    """Whole MNIST: FedProx's tuning, every point of its authors' grid scored on the validation split."""
+    return grid_row(data, "fedprox", TUNED_MNIST)
+
+
+@claim("fedlap_mnist_tuned.fedlap_grid", LTM, "| FedLap, `aggregator.q` (`form=interpolate`) | {cells} | {chosen} |")
+def _(data):
+    """Whole MNIST: FedLap's q over the same number of points, scored the same way."""
+    return grid_row(data, "fedlap", TUNED_MNIST)
+
+
+@claim("fedlap_mnist_tuned.rows", LTM, "| 0% | {r0} |\n| 50% | {r50} |\n| 90% | {r90} |")
+def _(data):
+    """Whole MNIST, the table: each method's accuracy after round 20 (mean [min-max] over seeds 0,
+    1, 2) / its mean over rounds 1-20, and the seeds in which FedLap's mean over rounds 1-20 beats
+    both baselines."""
+    cells = tuned_mnist_cells(data)
+    out = {}
+    for key, s in (("r0", 0.0), ("r50", 0.5), ("r90", 0.9)):
+        ahead, n = ahead_of_both(data, cells[("fedlap", s)], [cells[("fedprox", s)], cells[("fedavg", s)]])
+        out[key] = " | ".join([_cell(data, cells[(m, s)]) for m in ("fedlap", "fedprox", "fedavg")]
+                              + [f"{ahead} of {n}"])
+    return out
+
+
+def pair_counts(data: Data, cells: dict, a: str, b: str) -> tuple[int, int, list[Decimal]]:
+    """(pairs (seed, fraction) in which ``a``'s mean over rounds 1-20 beats ``b``'s, pairs, and at
+    each fraction ``a``'s mean over the seeds minus ``b``'s)."""
+    k = n = 0
+    diffs = []
+    for s in FRACTIONS:
+        x = {r.seed: data.mean_to(r, T) for r in cells[(a, s)]}
+        y = {r.seed: data.mean_to(r, T) for r in cells[(b, s)]}
+        for seed in sorted(set(x) & set(y)):
+            n += 1
+            k += x[seed] > y[seed]
+        diffs.append(mean(x.values()) - mean(y.values()))
+    return k, n, diffs
+
+
+@claim("fedlap_mnist_tuned.versus", LTM, "Over rounds 1-20 the tuned FedProx beats FedLap in {kp} of {n} (seed, "
+       "fraction) pairs ({prox} FedLap as a mean over the seeds at each fraction) and FedAvg beats FedLap in {ka} "
+       "of {n} ({avg} FedLap); FedLap is ahead of both in {both} of {n}")
+def _(data):
+    """Whole MNIST, seed by seed at each straggler fraction: the tuned FedProx's and FedAvg's mean
+    over rounds 1-20 against FedLap's (q = 0.5), the differences of the means over seeds per
+    fraction, and the pairs where FedLap beats both."""
+    cells = tuned_mnist_cells(data)
+    kp, n, dp = pair_counts(data, cells, "fedprox", "fedlap")
+    ka, _n, da = pair_counts(data, cells, "fedavg", "fedlap")
+    both = sum(ahead_of_both(data, cells[("fedlap", s)], [cells[("fedprox", s)], cells[("fedavg", s)]])[0]
+               for s in FRACTIONS)
+    return {"kp": kp, "ka": ka, "n": n, "both": both,
+            "prox": signed_range(dp, "ahead of", "behind"), "avg": signed_range(da, "ahead of", "behind")}
+
+
+@claim("fedlap_mnist_tuned.prox_vs_avg", LTM, "the tuned FedProx's mean over rounds 1-20 is {side} FedAvg's at each "
+       "fraction and beats it in {k} of {n} pairs")
+def _(data):
+    """Whole MNIST: the tuned FedProx against FedAvg, mean over rounds 1-20, seed by seed and as
+    means over the seeds per fraction."""
+    cells = tuned_mnist_cells(data)
+    k, n, d = pair_counts(data, cells, "fedprox", "fedavg")
+    return {"side": signed_range(d, "ahead of", "behind"), "k": k, "n": n}
+
+
+@claim("fedlap_mnist_tuned.protocol_runs", LTM, "The protocol's test runs of FedLap at its tuned q = {q} give {lap}% "
+       "over rounds 1-20 without stragglers (seeds 0, 1, 2), against {half}% at the paper's q = 0.5, {prox}% for the "
+       "tuned FedProx and {avg}% for FedAvg; seed by seed FedLap at q = {q} beats FedProx in {kp} of 3 and FedAvg in "
+       "{ka} of 3")
+def _(data):
+    """Whole MNIST, 0% stragglers: FedLap's test runs at its chosen q against the q = 0.5 runs of
+    fedlap/mnist, the tuned FedProx and FedAvg, means over rounds 1-20 (and over seeds), and seed
+    by seed."""
+    q = choice(data, "fedlap", TUNED_MNIST)["chosen"]["aggregator.q"]
+    lap = protocol_tests(data, "fedlap", TUNED_MNIST)
+    cells = tuned_mnist_cells(data)
+    half, prox, avg = (cells[(m, 0.0)] for m in ("fedlap", "fedprox", "fedavg"))
+    mine = seed_means(data, lap)
+    return {"q": q, "lap": fmt(mean(mine)), "half": fmt(mean(seed_means(data, half))),
+            "prox": fmt(mean(seed_means(data, prox))), "avg": fmt(mean(seed_means(data, avg))),
+            "kp": sum(a > b for a, b in zip(mine, seed_means(data, prox))),
+            "ka": sum(a > b for a, b in zip(mine, seed_means(data, avg)))}
+
+
+@claim("fedlap_mnist_tuned.q1_is_mu1", LTM, "FedLap at q = 1 again scores what FedProx at mu = 1 scores, to the last "
+       "digit")
+def _(data):
+    """Whole MNIST: the tuning runs of FedLap at q = 1 (interpolate form) and FedProx at mu = 1
+    have the same validation and test accuracies in every round."""
+    a = read_rounds(data.folder(TUNED_MNIST["fedlap"]) / "tune" / "q1_seed0")
+    b = read_rounds(data.folder(TUNED_MNIST["fedprox"]) / "tune" / "mu1_seed0")
+    if not (a["val_acc"].equals(b["val_acc"]) and a["test_acc"].equals(b["test_acc"])):
+        raise ValueError("FedLap at q = 1 and FedProx at mu = 1 differ")
+    return {}
+
+
+@claim("fedlap_mnist_tuned.peaks", LTM, "Both grids peak at a light regularization (mu = {mu}; q = {q}, {where}) "
+       "and fall with every larger mu or q")
+def _(data):
+    """Whole MNIST: each grid's chosen point, and its scores strictly falling over the points after it."""
+    out = {}
+    for method, key in (("fedprox", "mu"), ("fedlap", "q")):
+        c = choice(data, method, TUNED_MNIST)
+        (setting, values), = c["grid"].items()
+        scores = [row["mean"] for row in c["rows"]]
+        at = values.index(c["chosen"][setting])
+        if any(a <= b for a, b in zip(scores[at:], scores[at + 1:])):
+            raise ValueError(f"{method}: the scores do not fall after the chosen point: {scores}")
+        out[key] = c["chosen"][setting]
+        if method == "fedlap":
+            out["where"] = f"the smallest {key} tried" if at == 0 else f"point {at + 1} of {len(values)}"
+    return out
+
+
+@claim("fedlap_mnist_tuned.budget", LTM, "{tune} tuning runs and {test} test runs, {minutes} minutes of CPU")
+def _(data):
+    """Whole MNIST: the protocol's runs (both methods' tune/ and test/) and the tuned FedProx's
+    straggler runs, and their time in their rounds together (summary.json round_seconds)."""
+    def found(name: str) -> list[Run]:
+        return [load_run(p) for p in find_runs(data.folder(name), require=("config.yaml",))]
+    tune = [r for m in TUNED_MNIST for r in found(f"{TUNED_MNIST[m]}/tune")]
+    test = [r for m in TUNED_MNIST for r in found(f"{TUNED_MNIST[m]}/test")] + found(TUNED_MNIST_STRAGGLERS)
+    if not all(r.finished for r in tune + test):
+        raise ValueError("an unfinished run")
+    minutes = sum(dec(r.summary["round_seconds"]) for r in tune + test) / 60
+    return {"tune": len(tune), "test": len(test), "minutes": fmt(minutes, 0)}
+
 
 # ----------------------------------------------------------------------------- FedNNNN on a GPU
 
