@@ -250,6 +250,26 @@ def test_run_files_are_never_written_through_a_link(tmp_path):
     assert not (tmp_path / "z.json.tmp").exists() and not (tmp_path / "z.json").exists()
 
 
+def test_a_signal_while_the_temporary_file_is_created_leaves_none(tmp_path, monkeypatch):
+    """A signal that arrives while os.open runs is raised just after the file is created, before
+    write_atomic has the descriptor (SIGTERM during a checkpoint left checkpoint.pt.tmp behind):
+    the file is removed all the same, and the old checkpoint is untouched."""
+    from fedrun.harness import rundir
+
+    real = rundir._open_fd
+
+    def created_then_interrupted(path, flags, mode=0o666):
+        os.close(real(path, flags, mode))
+        raise KeyboardInterrupt
+
+    (tmp_path / "checkpoint.pt").write_bytes(b"round 1")
+    monkeypatch.setattr(rundir, "_open_fd", created_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rundir.write_atomic(tmp_path / "checkpoint.pt", lambda f: f.write(b"round 2"), binary=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"round 1"
+
+
 def test_a_full_disk_loses_a_log_line_without_a_traceback(tmp_path, capsys):
     """logging prints '--- Logging error ---' and a traceback for a failed emit; fedrun.log's
     handler drops the line when the disk is full (the run's next write stops it in one line)."""

@@ -164,8 +164,11 @@ def write_atomic(path: str | Path, write: Callable[[IO], None], binary: bool = F
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    fd = _open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    # The create is inside the try: a signal that lands while os.open runs is raised (as
+    # KeyboardInterrupt or Terminated) just after it returns, with the file already made. The
+    # leftover was unlinked above, so a <path>.tmp found on the way out is this call's own.
     try:
+        fd = _open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         with open(fd, "wb") if binary else open(fd, "w", encoding="utf-8") as f:
             write(f)
             f.flush()
