@@ -1632,18 +1632,18 @@ def torch_init(data: Data, scenario: str = "2iid_8noniid") -> dict[str, list[Run
 
 
 CHANCE = Decimal(20)  # an accuracy (%) below which a 10-class model has learned nothing usable
+FLW_NAMES = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
 
 
 @claim("flw.torch_rows", FLW, "{rows}")
 def _(data):
     """2 + 8 under PyTorch's initialization: each method's rounds to 95% (``-``: not within 30
     rounds) and accuracy after round 30, seed by seed, and their mean over the seeds."""
-    names = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
     rows = []
     for m, rs in torch_init(data).items():
         rounds = [to_95(data, r) for r in rs]
         finals = [data.final(r) for r in rs]
-        rows.append(f"| {names[m]} | {', '.join('-' if x is None else str(x) for x in rounds)} | "
+        rows.append(f"| {FLW_NAMES[m]} | {', '.join('-' if x is None else str(x) for x in rounds)} | "
                     f"{', '.join(exact(f) for f in finals)} | {fmt(mean(finals))} |")
     return {"rows": "\n".join(rows)}
 
@@ -1654,11 +1654,9 @@ def _(data):
     """2 + 8 under PyTorch's initialization: the runs whose accuracy after round 30 is below 20%,
     and the runs that reach 95%."""
     runs = torch_init(data)
-    low = [f"{m} seed {r.seed}" for m, rs in runs.items() for r in rs if data.final(r) < CHANCE]
+    low = [f"{FLW_NAMES[m]} seed {r.seed}" for m, rs in runs.items() for r in rs if data.final(r) < CHANCE]
     reach = sum(to_95(data, r) is not None for rs in runs.values() for r in rs)
-    names = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
-    which = joined(w.replace(w.split()[0], names[w.split()[0]], 1) for w in low) or "none"
-    return {"k": words(len(low)).capitalize(), "which": which, "reach": words(reach)}
+    return {"k": words(len(low)).capitalize(), "which": joined(low) or "none", "reach": words(reach)}
 
 
 @claim("flw.torch_order", FLW, "FedLayerWise ends above FedAvg in {lw} of 3 seeds and above FedAdp in {lw_adp} of 3; "
@@ -1676,7 +1674,7 @@ def _(data):
 def _(data):
     """2 + 8 under PyTorch's initialization: the seeds in which every method reaches 95%, and in
     each such seed the methods in the order they reach it."""
-    names = {"fedlayerwise": "FedLayerWise", "fedadp": "FedAdp", "fedavg": "FedAvg"}
+    names = FLW_NAMES
     r = {m: [to_95(data, x) for x in rs] for m, rs in torch_init(data).items()}
     seeds = [i for i in range(len(SEEDS)) if all(r[m][i] is not None for m in FLW_METHODS)]
     if len(seeds) != 1:
