@@ -1785,7 +1785,12 @@ def _cell(data: Data, runs: list[Run]) -> str:
 def _(data):
     """The table: each method's accuracy after round 20 (mean [min-max] over seeds 0, 1, 2) and its
     mean over rounds 1-20, and the seeds in which FedLap's mean over rounds 1-20 beats both."""
-    cells = tuned_cells(data)
+    return tuned_rows(data, tuned_cells(data))
+
+
+def tuned_rows(data: Data, cells: dict) -> dict:
+    """A tuned-baselines table's rows (keys r0, r50, r90): each method's :func:`_cell` and the
+    seeds in which FedLap's mean over rounds 1-20 beats both baselines."""
     out = {}
     for key, s in (("r0", 0.0), ("r50", 0.5), ("r90", 0.9)):
         ahead, n = ahead_of_both(data, cells[("fedlap", s)], [cells[("fedprox", s)], cells[("fedavg", s)]])
@@ -1821,8 +1826,14 @@ def _(data):
 def _(data):
     """The tuning runs of FedLap at q = 1 (interpolate form) and FedProx at mu = 1: the same
     validation and test accuracies in every round."""
-    a = read_rounds(data.folder(TUNED["fedlap"]) / "tune" / "q1_seed0")
-    b = read_rounds(data.folder(TUNED["fedprox"]) / "tune" / "mu1_seed0")
+    return q1_is_mu1(data, TUNED)
+
+
+def q1_is_mu1(data: Data, folders: dict[str, str]) -> dict:
+    """Raise unless the tuning runs of FedLap at q = 1 and FedProx at mu = 1 (under ``folders``)
+    have the same validation and test accuracies in every round."""
+    a = read_rounds(data.folder(folders["fedlap"]) / "tune" / "q1_seed0")
+    b = read_rounds(data.folder(folders["fedprox"]) / "tune" / "mu1_seed0")
     if not (a["val_acc"].equals(b["val_acc"]) and a["test_acc"].equals(b["test_acc"])):
         raise ValueError("FedLap at q = 1 and FedProx at mu = 1 differ")
     return {}
@@ -1884,13 +1895,7 @@ def _(data):
     """Whole MNIST, the table: each method's accuracy after round 20 (mean [min-max] over seeds 0,
     1, 2) / its mean over rounds 1-20, and the seeds in which FedLap's mean over rounds 1-20 beats
     both baselines."""
-    cells = tuned_mnist_cells(data)
-    out = {}
-    for key, s in (("r0", 0.0), ("r50", 0.5), ("r90", 0.9)):
-        ahead, n = ahead_of_both(data, cells[("fedlap", s)], [cells[("fedprox", s)], cells[("fedavg", s)]])
-        out[key] = " | ".join([_cell(data, cells[(m, s)]) for m in ("fedlap", "fedprox", "fedavg")]
-                              + [f"{ahead} of {n}"])
-    return out
+    return tuned_rows(data, tuned_mnist_cells(data))
 
 
 def pair_counts(data: Data, cells: dict, a: str, b: str) -> tuple[int, int, list[Decimal]]:
@@ -1958,11 +1963,7 @@ def _(data):
 def _(data):
     """Whole MNIST: the tuning runs of FedLap at q = 1 (interpolate form) and FedProx at mu = 1
     have the same validation and test accuracies in every round."""
-    a = read_rounds(data.folder(TUNED_MNIST["fedlap"]) / "tune" / "q1_seed0")
-    b = read_rounds(data.folder(TUNED_MNIST["fedprox"]) / "tune" / "mu1_seed0")
-    if not (a["val_acc"].equals(b["val_acc"]) and a["test_acc"].equals(b["test_acc"])):
-        raise ValueError("FedLap at q = 1 and FedProx at mu = 1 differ")
-    return {}
+    return q1_is_mu1(data, TUNED_MNIST)
 
 
 @claim("fedlap_mnist_tuned.peaks", LTM, "Both grids peak at a light regularization (mu = {mu}; q = {q}, {where}) "
