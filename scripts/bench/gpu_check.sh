@@ -40,7 +40,8 @@
 # stages install the carried wheels into a temporary folder.
 #
 # Environment: GPU_CHECK_DEVICE=cuda|cpu (cpu: the CPU check, tests/test_gpu_check.py),
-# GPU_CHECK_SIZE=full|tiny, GPU_CHECK_DATA (default .gpudata/mnist), GPU_CHECK_WHEELS (default .whl),
+# GPU_CHECK_SIZE=full|tiny, GPU_CHECK_SPLIT=population|run (niidbench: a job's runs as one population, or
+# one process a run), GPU_CHECK_DATA (default .gpudata/mnist), GPU_CHECK_WHEELS (default .whl),
 # GPU_CHECK_BUDGET (seconds, default 540), PYTHON (default python3).
 set -uo pipefail
 stage=${1:-}
@@ -237,9 +238,30 @@ niidbench)
         if [ "$1" != "$part" ]; then
             what=(aggregator=scaffold "aggregator.correction=${1#*:}") dir=$out/readings/mnist_${part}_${1#*:}
         fi
-        limit $py -m fedrun -m "experiment=niidbench/mnist_$part" "${what[@]}" seed=0,1,2 "${mnist[@]:1}" \
-            device="$device" threads=2 progress=false hydra/launcher=population "${size[@]}" resume=true \
-            "hydra.sweep.dir=$dir" "$subdir"
+        if [ "${GPU_CHECK_SPLIT:-population}" = population ]; then
+            limit $py -m fedrun -m "experiment=niidbench/mnist_$part" "${what[@]}" seed=0,1,2 "${mnist[@]:1}" \
+                device="$device" threads=2 progress=false hydra/launcher=population "${size[@]}" resume=true \
+                "hydra.sweep.dir=$dir" "$subdir"
+            return
+        fi
+        # GPU_CHECK_SPLIT=run: every (method, seed) its own process, all at once.  A population's
+        # lock-step runs a Python loop over its runs (FedProx's and SCAFFOLD's penalties), so it is
+        # bound by one core's dispatch; one run a process spreads that over the machine's cores.
+        local methods=${what[0]#aggregator=} m s rcs=() pids=() logs=$out/split_logs/${1//:/_}
+        mkdir -p "$logs"
+        for m in ${methods//,/ }; do
+            for s in 0 1 2; do
+                limit $py -m fedrun -m "experiment=niidbench/mnist_$part" aggregator=$m "${what[@]:1}" seed=$s \
+                    "${mnist[@]:1}" device="$device" threads=1 progress=false "${size[@]}" resume=true \
+                    "hydra.sweep.dir=$dir" "$subdir" > "$logs/${m}_seed$s.log" 2>&1 &
+                pids+=($!)
+            done
+        done
+        for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
+        for f in "$logs"/*.log; do echo "== $1 $(basename "$f" .log)"; cat "$f"; done
+        rm -rf "$logs"
+        echo "split $1: exit codes ${rcs[*]}"
+        for r in "${rcs[@]}"; do [ "$r" = 0 ] || return "$r"; done
     }
     carried=${GPU_CHECK_RUNS:-.gpuruns}
     if [ -d "$carried" ]; then
@@ -257,6 +279,7 @@ niidbench)
         pids+=($!)
     done
     wait "${pids[@]}"
+    rmdir "$out/split_logs" 2>/dev/null
     for chain in "${@:2}"; do tail -n 3 "$out/niidbench_${chain//[:+]/_}.log"; done
     mkdir -p "$out/runs"
     for d in niidbench readings; do [ -d "$out/$d" ] && mv "$out/$d" "$out/runs/"; done
