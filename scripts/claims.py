@@ -2247,6 +2247,45 @@ def _(data):
     return {"rounds": rounds, "minutes": fmt(ng_speed(data)[0] * rounds / 60, 0)}
 
 
+NG_SPLIT = "niidbench_gpu/h200_2026-11-27b"  # the second loan: #C=2 afresh, one process a run
+
+
+@claim("niidbench_gpu.split", NG, "all {n} runs reached rounds {lo} to {hi} in the call's {budget} s and none "
+       "diverged: the preset's reading trained {g} rounds in every seed (round {g}: {g0}%, {g1}%, {g2}%), "
+       "NIID-Bench's {a} (round {a}: {a0}%, {a1}%, {a2}%)")
+def _(data):
+    """The second loan's #C=2 runs (four methods and SCAFFOLD after_step, seeds 0-2, each its own
+    process): the range of rounds they reached, that none diverged (run.json), and SCAFFOLD's
+    accuracy per seed at the last round all three seeds of each reading reached."""
+    runs = {m: [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for s in SEEDS] for m in NG_NAMES}
+    after = [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
+    every = [r for group in runs.values() for r in group] + after
+    last = [max(data.curve(r)) for r in every]
+    if any(diverged_at(r) for r in every):
+        raise ValueError("a run of the second loan diverged")
+    out = {"n": len(last), "lo": min(last), "hi": max(last), "budget": 550}
+    for key, group in (("g", runs["scaffold"]), ("a", after)):
+        k = min(max(data.curve(r)) for r in group)
+        out.update({key: k, **{f"{key}{s}": fmt(data.at(group[s], k), 2) for s in SEEDS}})
+    return out
+
+
+@claim("niidbench_gpu.split_speed", NG, "the 15 processes took {lo} to {hi} s a round each, together {split} "
+       "run-rounds a second, where the first loan's populations advanced #C=2's 15 runs at {pop} run-rounds a second "
+       "and 12 IID runs at {iid} besides")
+def _(data):
+    """Second loan: each run's median round (rounds 2..last; one process a run), their range and
+    the sum of 1 / median (run-rounds a second, all 15).  First loan: 12 / the #C=2 population's
+    median round + 3 / the after-step population's, and 12 / the IID population's (all sharing the GPU)."""
+    every = [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for m in NG_NAMES for s in SEEDS] + \
+            [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
+    walls = [median_wall(r) for r in every]
+    c2, iid = ng_speed(data)
+    after = median_wall(ng_readings(data, "after_step")[0])
+    return {"lo": fmt(min(walls), 1), "hi": fmt(max(walls), 1), "split": fmt(sum(1 / w for w in walls), 2),
+            "pop": fmt(12 / c2 + 3 / after, 2), "iid": fmt(12 / iid, 2)}
+
+
 def median_wall(run: Run) -> Decimal:
     """A population's median round (rounds.csv wall_s) over rounds 2..last (round 1 warms up)."""
     df = read_rounds(run.path)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, _cli_env
+from conftest import REPO_ROOT, _cli_env, data_rows
 from test_models_data import write_idx
 
 SCRIPT = "scripts/bench/gpu_check.sh"
@@ -156,3 +156,36 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_niidbench_one_process_a_run_then_a_population_resumes_its_runs(tmp_path):
+    """``GPU_CHECK_SPLIT=run`` runs each (method, seed) as its own process into the population's
+    layout; its resume archive, carried to the next call, is taken up by populations (the run
+    folders' settings match, so the resume is accepted and the finished runs left as they are)."""
+    data = mnist_files(tmp_path / "mnist")
+    done = gpu_check(tmp_path, "niidbench", "c2:after_step", GPU_CHECK_DATA=str(data), GPU_CHECK_SPLIT="run",
+                     GPU_CHECK_RUNS=str(tmp_path / "none"))  # not the checkout's .gpuruns
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "niidbench.tar.gz", "niidbench_c2_after_step.log", "niidbench_device.log",
+        "niidbench_resume_c2_after_step.tar.gz"]
+    log = (out / "niidbench_c2_after_step.log").read_text()
+    assert "split c2:after_step: exit codes 0 0 0" in log
+    assert [line for line in log.splitlines() if line.startswith("== ")] == [
+        f"== c2:after_step scaffold_seed{s}" for s in range(3)]
+    with tarfile.open(out / "niidbench_resume_c2_after_step.tar.gz") as tar:
+        tar.extractall(tmp_path / "carried", filter="data")
+    runs = tmp_path / "carried" / "readings" / "mnist_c2_after_step"
+    for s in range(3):
+        run = runs / f"scaffold_seed{s}"
+        assert (run / "checkpoint.pt").is_file() and data_rows(run / "rounds.csv") == 2
+        assert "correction: after_step" in (run / "config.yaml").read_text()
+
+    again = gpu_check(tmp_path, "niidbench", "c2:after_step", GPU_CHECK_DATA=str(data),
+                      GPU_CHECK_RUNS=str(tmp_path / "carried"), OUT=str(tmp_path / "out2"))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "continuing the 3 checkpointed runs" in again.stdout
+    log = (tmp_path / "out2" / "niidbench_c2_after_step.log").read_text()
+    assert "job c2:after_step: exit 0" in log, log[-3000:]
+    assert log.count("is complete (2 of 2 rounds); nothing to do") == 3, log[-3000:]

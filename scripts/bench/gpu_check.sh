@@ -216,9 +216,10 @@ population)
     ;;
 niidbench)
     # docs/reproductions.md's NIID-Bench MNIST rows on the whole MNIST (the CPU ran 10,000 images).
-    # Each chain of jobs is its own process, all at once: a population is bound by its Python dispatch
-    # (one lock-step at a time), so processes side by side share the GPU well (on one H200: SCAFFOLD's
-    # 3 runs took 16.3 s a round alone, 18.5 s beside two 12-run populations).
+    # Each chain of jobs is its own process, all at once.  The GPU is the bound (docs/performance.md:
+    # this CNN's lock-step is ~140-250 small kernels): on one H200 SCAFFOLD's 3 runs took 16.3 s a
+    # round alone, 18.5 s beside two 12-run populations; processes side by side add throughput up to
+    # about four, and a population shares most kernels among its runs, so populations are the default.
     #   PART             c1|c2|c3|dir05|iid: FedAvg, FedProx, SCAFFOLD, FedNova x seeds 0,1,2 as one
     #                    population, into niidbench/mnist_PART/<method>_seed<seed> (Table III's layout)
     #   PART:READING     SCAFFOLD alone, seeds 0,1,2, with READING = after_step (NIID-Bench's code) or
@@ -244,9 +245,9 @@ niidbench)
                 "hydra.sweep.dir=$dir" "$subdir"
             return
         fi
-        # GPU_CHECK_SPLIT=run: every (method, seed) its own process, all at once.  A population's
-        # lock-step runs a Python loop over its runs (FedProx's and SCAFFOLD's penalties), so it is
-        # bound by one core's dispatch; one run a process spreads that over the machine's cores.
+        # GPU_CHECK_SPLIT=run: every (method, seed) its own process, all at once.  Measured on one
+        # H200 (#C=2's 15 runs): 0.52 run-rounds a second, no more than three populations gave, since
+        # the GPU and not Python is the bound; kept to measure that again after a change.
         local methods=${what[0]#aggregator=} m s rcs=() pids=() logs=$out/split_logs/${1//:/_}
         mkdir -p "$logs"
         for m in ${methods//,/ }; do
