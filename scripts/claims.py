@@ -1776,6 +1776,14 @@ def tuned_cells(data: Data) -> dict[tuple[str, float], list[Run]]:
     return cells
 
 
+@claim("fedlap_tuned.q_everywhere", LT, "{text}")
+def _(data):
+    """FashionMNIST: FedLap at its tuned q with 0%, 50% and 90% stragglers against the table's
+    methods, means over rounds 1-20 per fraction and seed by seed."""
+    return {"text": Q_EVERYWHERE.format(**tuned_q_everywhere(data, TUNED, "fedlap/tuned/fedlap_stragglers",
+                                                             tuned_cells(data)))}
+
+
 def _cell(data: Data, runs: list[Run]) -> str:
     at = [data.at(r, T) for r in runs]
     return f"{fmt(mean(at))}% [{fmt(min(at))}-{fmt(max(at))}] / {fmt(mean(seed_means(data, runs)))}%"
@@ -1911,6 +1919,41 @@ def pair_counts(data: Data, cells: dict, a: str, b: str) -> tuple[int, int, list
             k += x[seed] > y[seed]
         diffs.append(mean(x.values()) - mean(y.values()))
     return k, n, diffs
+
+
+def tuned_q_everywhere(data: Data, folders: dict[str, str], stragglers: str, cells: dict) -> dict:
+    """FedLap at its tuned q at every straggler fraction (the protocol's test runs at 0%, the sweep
+    ``stragglers`` at 50% and 90%) against the tuned FedProx and FedAvg of ``cells``: the means over
+    rounds 1-20 (and over seeds) per fraction, and the (seed, fraction) pairs FedLap wins."""
+    q = choice(data, "fedlap", folders)["chosen"]["aggregator.q"]
+    lap = {0.0: protocol_tests(data, "fedlap", folders)}
+    for f in FRACTIONS[1:]:
+        lap[f] = data.runs(stragglers, "fedlap", f)
+        if [r.seed for r in lap[f]] != list(SEEDS) or not all(r.finished for r in lap[f]) or \
+                {str(aggregator(r, "q")) for r in lap[f]} != {q}:
+            raise ValueError(f"{stragglers}: not the finished runs of FedLap at q = {q}, seeds 0, 1, 2, at {f}")
+    mine = {**cells, **{("lap_q", f): rs for f, rs in lap.items()}}
+    kp, n, _dp = pair_counts(data, mine, "lap_q", "fedprox")
+    ka, _n, _da = pair_counts(data, mine, "lap_q", "fedavg")
+
+    def per_fraction(method):
+        return ", ".join(f"{fmt(mean(seed_means(data, mine[(method, f)])))}%" for f in FRACTIONS)
+
+    return {"q": q, "lap": per_fraction("lap_q"), "prox": per_fraction("fedprox"), "avg": per_fraction("fedavg"),
+            "half": per_fraction("fedlap"), "kp": kp, "ka": ka, "n": n}
+
+
+Q_EVERYWHERE = ("With stragglers too (q = {q} at every fraction: the protocol's runs at 0%, a sweep at 50% and "
+                "90%), FedLap's means over rounds 1-20 at 0%, 50% and 90% are {lap}, against {half} at q = 0.5, "
+                "{prox} for the tuned FedProx and {avg} for FedAvg; FedLap at q = {q} beats FedProx in {kp} of {n} "
+                "(seed, fraction) pairs and FedAvg in {ka} of {n}")
+
+
+@claim("fedlap_mnist_tuned.q_everywhere", LTM, Q_EVERYWHERE)
+def _(data):
+    """Whole MNIST: FedLap at its tuned q with 0%, 50% and 90% stragglers against the table's
+    methods, means over rounds 1-20 per fraction and seed by seed."""
+    return tuned_q_everywhere(data, TUNED_MNIST, "fedlap/tuned_mnist/fedlap_stragglers", tuned_mnist_cells(data))
 
 
 @claim("fedlap_mnist_tuned.versus", LTM, "Over rounds 1-20 the tuned FedProx beats FedLap in {kp} of {n} (seed, "

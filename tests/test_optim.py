@@ -31,6 +31,30 @@ def test_matches_torch_optim(mine, reference):
         torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 0.0), (0.9, 1e-5), (0.0, 0.01)])
+def test_sgd_on_all_tensors_at_once_is_the_per_tensor_step_bit_for_bit(momentum, wd):
+    """SGD.step with a float learning rate steps every tensor at once (torch._foreach_*: fewer GPU
+    kernels); on a CPU it must be exactly torch.optim.SGD's per-tensor step (foreach=False), so
+    CPU runs keep their CSVs to the last bit."""
+    torch.manual_seed(0)
+    ours = [torch.randn(5, 3), torch.randn(4), torch.randn(2, 1, 3, 3)]
+    theirs = [p.clone().requires_grad_() for p in ours]
+    opt = torch.optim.SGD(theirs, lr=0.05, momentum=momentum, weight_decay=wd, foreach=False)
+    mine = SGD(0.05, momentum=momentum, weight_decay=wd)
+    state = mine.init(ours)
+    for _ in range(5):
+        grads = [torch.randn_like(p) for p in ours]
+        mine.step(ours, grads, state)
+        for p, g in zip(theirs, grads):
+            p.grad = g.clone()
+        opt.step()
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b.detach())
+    if momentum:
+        for a, b in zip(state["momentum"], theirs):
+            assert torch.equal(a, opt.state[b]["momentum_buffer"])
+
+
 def test_plain_sgd_golden():
     # w = 1, grad = 2, lr = 0.1, wd = 0.5: g = 2 + 0.5 * 1 = 2.5, w = 1 - 0.25 = 0.75.
     w = [torch.tensor([1.0])]
