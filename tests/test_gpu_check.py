@@ -189,3 +189,4 @@ def test_niidbench_one_process_a_run_then_a_population_resumes_its_runs(tmp_path
     log = (tmp_path / "out2" / "niidbench_c2_after_step.log").read_text()
     assert "job c2:after_step: exit 0" in log, log[-3000:]
     assert log.count("is complete (2 of 2 rounds); nothing to do") == 3, log[-3000:]
+    assert "3 of 3 jobs done, 0 failed" in log, log[-3000:]  # listed, though their run.json is untouched

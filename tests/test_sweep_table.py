@@ -187,3 +187,23 @@ def test_a_sweep_without_a_job_writes_no_table(tmp_path):
     (tmp_path / "empty").mkdir()
     assert sweeps.write_sweep_tables(tmp_path / "empty") == [] and not list((tmp_path / "empty").iterdir())
     assert sweeps.write_sweep_tables(tmp_path / "absent") == [] and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_resumed_over_complete_runs_lists_them_as_done(tmp_path):
+    """A job that finds its run already complete (``resume=true``) leaves the run untouched, so its
+    run.json does not name the new sweep; the sweep's table still lists it, from the note its job
+    left (SweepCallback.on_job_end), and not as 0 of 0 jobs."""
+    from conftest import TINY, run_fedrun, snapshot
+
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "hyperparams.rounds=1", "aggregator=fedavg,fedprox", f"hydra.sweep.dir={sweep}",
+            "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}"]
+    first = run_fedrun(args, tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {name: snapshot(sweep / name) for name in ("fedavg", "fedprox")}
+    again = run_fedrun([*args, "resume=true"], tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.splitlines()[-2] == f"2 of 2 jobs done, 0 failed; results in {sweep.resolve()}"
+    assert {name: snapshot(sweep / name) for name in ("fedavg", "fedprox")} == before  # runs untouched
+    assert not (sweep / sweeps.FAILURES).exists()  # the notes are gone once listed

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fedrun import tables
@@ -49,6 +50,7 @@ class JobFailed(FedrunError, CompactHydraException):
 
 
 FAILURES = ".failed_jobs"  # in the sweep folder: one JSON per failed job, written by the job itself
+COMPLETED = "completed"  # below a sweep's notes: one JSON per completed job (SweepCallback.on_job_end)
 # The launching process's sweep id (SWEEP_ID, fedrun.harness.provenance), in the environment its jobs inherit
 # (joblib's and submitit's processes too): each sweep keeps its notes apart, so two sweeps into one
 # folder, or a sweep run again, list only their own failed jobs.
@@ -89,15 +91,43 @@ def sweep_failures(sweep_dir: Path) -> list[dict]:
     return sorted(notes, key=lambda n: n["job"])
 
 
+def record_job(sweep_dir: Path, job_num: int, run_dir: Path) -> None:
+    """Note a completed job's run directory for the sweep's table.  A job usually says so itself
+    (its run.json names the sweep), but a job that found its run already complete
+    (``resume=true``) leaves the run untouched, so only this note lists it."""
+    folder = _notes(sweep_dir) / COMPLETED
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job_num}.json").write_text(json.dumps({"job": job_num, "run_dir": str(run_dir)}))
+
+
+def sweep_completed(sweep_dir: Path) -> list[Path]:
+    """The run directories of this process's sweep's completed jobs (:func:`record_job`)."""
+    folder = _notes(sweep_dir) / COMPLETED
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            out.append(Path(json.loads(path.read_text())["run_dir"]))
+    return out
+
+
 class SweepCallback(Callback):
     """In the launching process: gives the sweep an id of its own (:data:`SWEEP_ID`, which its
     jobs inherit), so it lists only its own failed jobs, and remembers the sweep folder
-    (:func:`last_sweep`) for the command's final list."""
+    (:func:`last_sweep`) for the command's final list.  In the job's process: notes each completed
+    job's folder (:func:`record_job`)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         global _SWEEP_DIR
         _SWEEP_DIR = Path(config.hydra.sweep.dir)
         os.environ[SWEEP_ID] = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+
+    def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        from hydra.core.utils import JobStatus
+
+        hydra_cfg = config.hydra
+        if job_return.status == JobStatus.COMPLETED and hydra_cfg.mode == RunMode.MULTIRUN:
+            with contextlib.suppress(OSError):  # a note it cannot write: the job is still done
+                record_job(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, Path(hydra_cfg.runtime.output_dir))
 
 
 def forget_failures(sweep_dir: Path) -> None:
@@ -307,6 +337,10 @@ def sweep_jobs(sweep_dir: Path, every: bool = False) -> dict[str, Path]:
     elif mine:
         for run in results.find_runs(sweep_dir, require=("config.yaml", results.RUN_FILE)):
             if run not in jobs.values() and any(s.get("sweep") == mine for s in _sessions(run)):
+                jobs[_relative(run, sweep_dir)] = run
+        for run in sweep_completed(sweep_dir):  # a run found complete on resume names no session of this sweep
+            run = run.resolve()
+            if run.is_dir() and run not in jobs.values():
                 jobs[_relative(run, sweep_dir)] = run
     return jobs
 
