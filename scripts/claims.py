@@ -1672,22 +1672,19 @@ TORCH_ORDER = "FedLayerWise ends above FedAvg in {lw} of 3 seeds and above FedAd
               "above FedAvg in {adp} of 3"
 
 
-@claim("flw.torch_rows", FLW, "{rows}")
-def _(data):
-    """2 + 8 under PyTorch's initialization: the table's rows (:func:`torch_rows`)."""
-    return torch_rows(data, "2iid_8noniid")
+def _torch_claims() -> None:
+    """Register the rows, chance and order claims of both Table I scenarios under PyTorch's
+    initialization (``flw.torch_<name>`` for 2 + 8, ``flw.torch_<name>_five`` for 5 + 5)."""
+    for suffix, scenario, label in (("", "2iid_8noniid", "2 + 8"), ("_five", "5iid_5noniid", "5 + 5")):
+        for name, template, compute in (("rows", "{rows}", torch_rows), ("chance", TORCH_CHANCE, torch_chance),
+                                        ("order", TORCH_ORDER, torch_order)):
+            def one(data, compute=compute, scenario=scenario):
+                return compute(data, scenario)
+            one.__doc__ = f"{label}. {compute.__doc__}"
+            claim(f"flw.torch_{name}{suffix}", FLW, template)(one)
 
 
-@claim("flw.torch_chance", FLW, TORCH_CHANCE)
-def _(data):
-    """2 + 8 under PyTorch's initialization: runs at chance, runs that reach 95% (:func:`torch_chance`)."""
-    return torch_chance(data, "2iid_8noniid")
-
-
-@claim("flw.torch_order", FLW, TORCH_ORDER)
-def _(data):
-    """2 + 8 under PyTorch's initialization: the orderings after round 30 (:func:`torch_order`)."""
-    return torch_order(data, "2iid_8noniid")
+_torch_claims()
 
 
 @claim("flw.torch_reach_five", FLW, "counting a run that never reaches 95% as last, FedLayerWise reaches it "
@@ -1718,24 +1715,6 @@ def _(data):
             k += mine is None or mine > theirs
             never += mine is None
     return {"k": "All 9" if k == 9 else f"{words(k).capitalize()} of the 9", "never": words(never)}
-
-
-@claim("flw.torch_rows_five", FLW, "{rows}")
-def _(data):
-    """5 + 5 under PyTorch's initialization: the table's rows (:func:`torch_rows`)."""
-    return torch_rows(data, "5iid_5noniid")
-
-
-@claim("flw.torch_chance_five", FLW, TORCH_CHANCE)
-def _(data):
-    """5 + 5 under PyTorch's initialization: runs at chance, runs that reach 95% (:func:`torch_chance`)."""
-    return torch_chance(data, "5iid_5noniid")
-
-
-@claim("flw.torch_order_five", FLW, TORCH_ORDER)
-def _(data):
-    """5 + 5 under PyTorch's initialization: the orderings after round 30 (:func:`torch_order`)."""
-    return torch_order(data, "5iid_5noniid")
 
 
 @claim("flw.torch_all_reach", FLW, "Where all three reach 95% (seed {seeds}), {order}")

@@ -5,6 +5,23 @@ import torch
 from fedrun.client.optim import SGD, Adam
 
 
+def step_both(mine, make_reference, shapes, steps: int):
+    """The same random gradients through ``mine`` and a torch.optim optimizer made by
+    ``make_reference(params)``: (our weights, our state, their weights, their optimizer)."""
+    torch.manual_seed(0)
+    ours = [torch.randn(*shape) for shape in shapes]
+    theirs = [p.clone().requires_grad_() for p in ours]
+    opt = make_reference(theirs)
+    state = mine.init(ours)
+    for _ in range(steps):
+        grads = [torch.randn_like(p) for p in ours]
+        mine.step(ours, grads, state)
+        for p, g in zip(theirs, grads):
+            p.grad = g.clone()
+        opt.step()
+    return ours, state, theirs, opt
+
+
 @pytest.mark.parametrize("mine,reference", [
     (SGD(0.1), dict(cls=torch.optim.SGD, lr=0.1)),
     (SGD(0.1, momentum=0.9), dict(cls=torch.optim.SGD, lr=0.1, momentum=0.9)),
@@ -15,18 +32,9 @@ from fedrun.client.optim import SGD, Adam
      dict(cls=torch.optim.Adam, lr=0.005, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.001)),
 ])
 def test_matches_torch_optim(mine, reference):
-    torch.manual_seed(0)
-    ours = [torch.randn(5, 3), torch.randn(4)]
-    theirs = [p.clone().requires_grad_() for p in ours]
     kwargs = dict(reference)
-    opt = kwargs.pop("cls")(theirs, **kwargs)
-    state = mine.init(ours)
-    for _ in range(6):
-        grads = [torch.randn_like(p) for p in ours]
-        mine.step(ours, grads, state)
-        for p, g in zip(theirs, grads):
-            p.grad = g.clone()
-        opt.step()
+    cls = kwargs.pop("cls")
+    ours, _state, theirs, _opt = step_both(mine, lambda params: cls(params, **kwargs), [(5, 3), (4,)], 6)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-6)
 
@@ -36,18 +44,10 @@ def test_sgd_on_all_tensors_at_once_is_the_per_tensor_step_bit_for_bit(momentum,
     """SGD.step with a float learning rate steps every tensor at once (torch._foreach_*: fewer GPU
     kernels); on a CPU it must be exactly torch.optim.SGD's per-tensor step (foreach=False), so
     CPU runs keep their CSVs to the last bit."""
-    torch.manual_seed(0)
-    ours = [torch.randn(5, 3), torch.randn(4), torch.randn(2, 1, 3, 3)]
-    theirs = [p.clone().requires_grad_() for p in ours]
-    opt = torch.optim.SGD(theirs, lr=0.05, momentum=momentum, weight_decay=wd, foreach=False)
-    mine = SGD(0.05, momentum=momentum, weight_decay=wd)
-    state = mine.init(ours)
-    for _ in range(5):
-        grads = [torch.randn_like(p) for p in ours]
-        mine.step(ours, grads, state)
-        for p, g in zip(theirs, grads):
-            p.grad = g.clone()
-        opt.step()
+    ours, state, theirs, opt = step_both(
+        SGD(0.05, momentum=momentum, weight_decay=wd),
+        lambda params: torch.optim.SGD(params, lr=0.05, momentum=momentum, weight_decay=wd, foreach=False),
+        [(5, 3), (4,), (2, 1, 3, 3)], 5)
     for a, b in zip(ours, theirs):
         assert torch.equal(a, b.detach())
     if momentum:
