@@ -9,6 +9,9 @@ parameter-divergence study sweeps networks x seeds (``pd_tables.py``).  ``hydra.
 ``hydra.sweep.subdir`` give every run the folder it has always had, so ``collect`` and earlier
 outputs read the same.  Runs already finished are skipped: the runs still to do are split into
 products (:func:`product_blocks`), one sweep each; what is still missing afterwards is reported.
+A run that started but did not finish (Ctrl-C, a kill, a time limit) is skipped too, unless
+``--resume``: then it goes on from its last checkpoint (``resume=true``); a run that diverged is
+never resumed (it would diverge again at the same round).
 
 fedrun runs in the caller's working directory, as a ``fedrun`` typed there would (datasets are
 looked for under its ``data/`` unless ``FEDRUN_DATA`` or ``data_root`` say otherwise).
@@ -191,49 +194,68 @@ def sweep_command(preset: str, methods: list[str], seeds: list[str], overrides: 
 
 def cell_state(folder: Path) -> tuple[set, set]:
     """(done, started-but-unfinished) (method, seed) pairs among the run directories in ``folder``."""
-    done, started = set(), set()
+    done, started, _ = cell_states(folder)
+    return done, started
+
+
+def cell_states(folder: Path) -> tuple[set, set, set]:
+    """(done, started-but-unfinished, diverged) (method, seed) pairs among the run directories in
+    ``folder``; the diverged ones are among the started ones (they did not finish either)."""
+    done, started, diverged = set(), set(), set()
     if not folder.is_dir():
-        return done, started
+        return done, started, diverged
     for path in results.find_runs(folder, require=("config.yaml",)):  # every run that started
         try:
             run = Run.load(path)
         except Exception:  # noqa: BLE001 - a half-written file counts as not started
             continue
-        (done if run.finished else started).add((run.method, str(run.seed)))
-    return done, started - done
+        key = (run.method, str(run.seed))
+        (done if run.finished else started).add(key)
+        if not run.finished and (results.stopped(path) or {}).get("reason") == "diverged":
+            diverged.add(key)
+    return done, started - done, diverged - done
 
 
 def launch(columns: list[str], command: Callable[[str, list[str], list[str]], list[str]],
-           methods: list[str], seeds: list[str], out: Path, dry_run: bool) -> list[tuple[str, list]]:
+           methods: list[str], seeds: list[str], out: Path, dry_run: bool,
+           resume: bool = False) -> list[tuple[str, list]]:
     """Run ``command(column, methods, seeds)`` for the runs of every column still to do: one
     sweep per column, or one per product of methods x seeds when the runs to do are not one.
     Says how many runs there are and, as each finishes, how many are left and when the grid
-    should end (:class:`Progress`).
+    should end (:class:`Progress`).  ``resume``: the runs that started but did not finish, and did
+    not diverge, are to do as well, every sweep with ``resume=true`` (a new run starts at round 1,
+    an unfinished one goes on from its checkpoint).
 
     Returns the (column, missing (method, seed) pairs) that did not finish.
     """
     if not dry_run:  # a dry run prints the commands and writes nothing
         (out / "logs").mkdir(parents=True, exist_ok=True)
     wanted = {(m, s) for m in methods for s in seeds}
-    states = {column: cell_state(out / column) for column in columns}
-    progress = Progress(sum(len(wanted - done - started) for done, started in states.values()), out)
-    progress.announce(sum(len(product_blocks(sorted(wanted - done - started))) for done, started in states.values()))
+    states = {column: cell_states(out / column) for column in columns}
+    # What stays skipped in a column: the finished runs, and the started ones unless resumed (a diverged one always).
+    kept = {column: done | (diverged if resume else started) for column, (done, started, diverged) in states.items()}
+    progress = Progress(sum(len(wanted - k) for k in kept.values()), out)
+    progress.announce(sum(len(product_blocks(sorted(wanted - k))) for k in kept.values()))
     failures = []
     for i, column in enumerate(columns, 1):
-        done, started = states[column]
-        todo = [(m, s) for m in methods for s in seeds if (m, s) not in done | started]
+        done, started, diverged = states[column]
+        todo = [(m, s) for m in methods for s in seeds if (m, s) not in kept[column]]
         if not todo:
-            print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, "
-                  f"{len(wanted & started)} unfinished or failed: delete a run directory to redo it)", flush=True)
+            left = len(wanted & diverged) if resume else len(wanted & started)
+            what = "diverged (not resumed)" if resume else "unfinished or failed (--resume continues them)"
+            print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, {left} {what}; "
+                  "delete a run directory to redo it)", flush=True)
         else:
-            skip = len(wanted & (done | started))
+            skip = len(wanted & kept[column])
+            resumed = len(wanted & (started - diverged)) if resume else 0
             blocks = product_blocks(todo)
             log_path = out / "logs" / f"{column}.log"
             for j, (todo_methods, todo_seeds) in enumerate(blocks, 1):
-                cmd = command(column, todo_methods, todo_seeds)
+                cmd = command(column, todo_methods, todo_seeds) + (["resume=true"] if resume else [])
                 part = f", sweep {j} of {len(blocks)}" if len(blocks) > 1 else ""
-                print(f"[{i}/{len(columns)}] {column}{part}{f' ({skip} run(s) already there)' if skip else ''}: "
-                      f"{shlex.join(cmd)}", flush=True)
+                there = (f" ({skip} run(s) already there" + (f", {resumed} to resume" if resumed else "") + ")"
+                         if skip or resumed else "")
+                print(f"[{i}/{len(columns)}] {column}{part}{there}: {shlex.join(cmd)}", flush=True)
                 if not dry_run:
                     before = cell_state(out / column)[0]
                     seen = set(before)
@@ -265,7 +287,7 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
     print_banner(banner, args.set)
     t_all = time.perf_counter()
     failures = launch(columns, lambda column, methods, seeds: command(out, column, methods, seeds),
-                      args.methods, seed_list(args.seeds), out, args.dry_run)
+                      args.methods, seed_list(args.seeds), out, args.dry_run, getattr(args, "resume", False))
     if args.dry_run:
         return 0
     print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)

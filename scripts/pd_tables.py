@@ -81,6 +81,7 @@ from papers import half_up, count_notes, group, one_line_errors, setting_deviati
 
 from fedrun.errors import UsageError
 from fedrun.paths import conf_options
+from fedrun import results
 from fedrun.results import Run, folders, load_runs
 
 PAPER_CSV = "parameter_divergence_tables4-10_accuracy.csv"  # in scripts/paper_targets, as in ../shared
@@ -474,9 +475,12 @@ def _describe_key(key: tuple) -> str:
 # ----------------------------------------------------------------------------- run
 
 def run_state(path: Path) -> str:
-    """``done`` (summary.json), ``started`` (config.yaml or a checkpoint, no summary) or ``todo``."""
+    """``done`` (summary.json), ``diverged`` (run.json says so: never resumed, it would diverge
+    again), ``started`` (config.yaml or a checkpoint, no summary) or ``todo``."""
     if (path / "summary.json").is_file():
         return "done"
+    if (results.stopped(path) or {}).get("reason") == "diverged":
+        return "diverged"
     if (path / "config.yaml").is_file() or (path / "checkpoint.pt").is_file():
         return "started"
     return "todo"
@@ -521,7 +525,8 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
     plan_ = sweeps(todo)
     counts = Counter(states.values())
     print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs)} fedrun run(s): "
-          f"{counts['done']} done, {counts['started']} started but unfinished, {counts['todo']} to run; "
+          f"{counts['done']} done, {counts['started']} started but unfinished, "
+          + (f"{counts['diverged']} diverged, " if counts["diverged"] else "") + f"{counts['todo']} to run; "
           f"{len(plan_)} fedrun -m sweep(s)", flush=True)
     progress = grid.Progress(len(todo), out)
     progress.announce(len(plan_))
@@ -533,6 +538,9 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
         elif state == "started" and not resume:
             print(f"{where}: started but unfinished: skipped (--resume continues it; delete the folder to redo it)",
                   flush=True)
+            unfinished.append((key, seed, state))
+        elif state == "diverged":
+            print(f"{where}: diverged ({results.stop_note(run_dir(out, key, seed))}): not run again", flush=True)
             unfinished.append((key, seed, state))
     for i, (key, networks, sweep_seeds, resuming) in enumerate(plan_, 1):
         cmd = sweep_command(key, networks, sweep_seeds, out, substitutes, scale, extra, resuming, population)
@@ -608,7 +616,8 @@ def run_grid(args) -> int:
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n", flush=True)
     collect([str(out)], tables.run_csv(args, out, CSV_NAME), which, args.paper_csv)
     for key, seed, state in unfinished:
-        print(f"MISSING ({'failed or unfinished' if state == 'started' else 'not run'}): {_describe_key(key)} "
+        why = {"started": "failed or unfinished", "diverged": "diverged"}.get(state, "not run")
+        print(f"MISSING ({why}): {_describe_key(key)} "
               f"seed {seed} in {run_dir(out, key, seed)} (see {out / 'logs'} and the run's fedrun.log)")
     return 1 if unfinished else 0
 
@@ -636,8 +645,6 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--smoke", action="store_true", help=f"add {tables.SMOKE}")
     r.add_argument("--scale", default=None, choices=conf_options("scale"),
                    help="add scale=SCALE (e.g. tiny: 3 rounds on 200 images, the whole grid in minutes)")
-    r.add_argument("--resume", action="store_true",
-                   help="continue runs that started but did not finish (resume=true) instead of skipping them")
     return p
 
 

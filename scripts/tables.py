@@ -218,6 +218,9 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
                         "model train together, each with the results it has alone (docs/sweeps.md)")
     r.add_argument("--substitute", action="append", type=lambda text: grid.dataset_substitute(text, datasets),
                    default=[], metavar=substitute_metavar, help=substitute_help)
+    r.add_argument("--resume", action="store_true",
+                   help="continue runs that started but did not finish (resume=true) instead of skipping them; "
+                        "a run that diverged is not resumed")
     format_option(c, r)
     columns = ",".join(paper_csv(None, paper)[0])
     for q in (c, r):

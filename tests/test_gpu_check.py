@@ -160,8 +160,9 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
 
 def test_niidbench_one_process_a_run_then_a_population_resumes_its_runs(tmp_path):
     """``GPU_CHECK_SPLIT=run`` runs each (method, seed) as its own process into the population's
-    layout; its resume archive, carried to the next call, is taken up by populations (the run
-    folders' settings match, so the resume is accepted and the finished runs left as they are)."""
+    layout; its resume archive, carried to the next call in a folder of archives (as committed
+    under outputs/reproductions/niidbench_gpu/resume), is unpacked and taken up by populations (the
+    run folders' settings match, so the resume is accepted and the finished runs left as they are)."""
     data = mnist_files(tmp_path / "mnist")
     done = gpu_check(tmp_path, "niidbench", "c2:after_step", GPU_CHECK_DATA=str(data), GPU_CHECK_SPLIT="run",
                      GPU_CHECK_RUNS=str(tmp_path / "none"))  # not the checkout's .gpuruns
@@ -182,8 +183,10 @@ def test_niidbench_one_process_a_run_then_a_population_resumes_its_runs(tmp_path
         assert (run / "checkpoint.pt").is_file() and data_rows(run / "rounds.csv") == 2
         assert "correction: after_step" in (run / "config.yaml").read_text()
 
+    (tmp_path / "archives").mkdir()
+    (out / "niidbench_resume_c2_after_step.tar.gz").rename(tmp_path / "archives" / "niidbench_resume_c2_after_step.tar.gz")
     again = gpu_check(tmp_path, "niidbench", "c2:after_step", GPU_CHECK_DATA=str(data),
-                      GPU_CHECK_RUNS=str(tmp_path / "carried"), OUT=str(tmp_path / "out2"))
+                      GPU_CHECK_RUNS=str(tmp_path / "archives"), OUT=str(tmp_path / "out2"))
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "continuing the 3 checkpointed runs" in again.stdout
     log = (tmp_path / "out2" / "niidbench_c2_after_step.log").read_text()

@@ -319,6 +319,34 @@ def test_run_mode_sweeps_exactly_the_missing_runs_and_trains_populations(tmp_pat
     assert product_blocks([("a", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]) == [(["a", "c"], [0, 1]), (["b"], [1])]
 
 
+def test_resume_continues_the_unfinished_runs_and_never_a_diverged_one(tmp_path, capsys):
+    """Without --resume a run that started and did not finish is skipped; with it, it is run again
+    with resume=true (a sweep of its own when the rest are not one product), while a run that
+    diverged (run.json says so) stays as it is: resumed, it would diverge at the same round."""
+    out = tmp_path / "o"
+    make_run(out / "mnist_iid_b" / "fedavg_seed0", "fedavg", "mnist", "iid-b", final=0.5, seed=0)
+    for name, method, reason in (("fedprox_seed0", "fedprox", None), ("fedavg_seed1", "fedavg", "diverged")):
+        run = make_run(out / "mnist_iid_b" / name, method, "mnist", "iid-b", final=0.5, seed=int(name[-1]))
+        (run / "summary.json").unlink()  # stopped before its last round
+        session = {"started": "2026-11-27T10:00:00+00:00", "last_round": 2}
+        if reason:
+            session.update(stopped="2026-11-27T10:01:00+00:00", reason=reason, error="NaN in the model")
+        (run / "run.json").write_text(json.dumps([session]))
+    args = ["run", "--out", str(out), "--cells", "mnist_iid_b", "--methods", "fedavg", "fedprox", "--seeds", "0,1",
+            "--dry-run"]
+    assert fednnnn_table2.main(args) == 0
+    text = capsys.readouterr().out
+    calls = [line for line in text.splitlines() if line.startswith("[")]
+    assert len(calls) == 1 and " aggregator=fedprox seed=1 " in calls[0] and "resume=true" not in calls[0]
+    assert "(3 run(s) already there)" in calls[0]
+    assert fednnnn_table2.main(args + ["--resume"]) == 0
+    text = capsys.readouterr().out
+    calls = [line for line in text.splitlines() if line.startswith("[")]
+    assert text.startswith("2 run(s) to do")
+    assert len(calls) == 1 and " aggregator=fedprox seed=0,1 " in calls[0] and calls[0].endswith(" resume=true")
+    assert "(2 run(s) already there, 1 to resume)" in calls[0]
+
+
 def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_each(tmp_path, capsys):
     """Before a grid starts: the runs to do and, from runs already finished in its folder (their
     summary's start and end), about how long; after each run that finishes: what is left and an ETA

@@ -319,6 +319,13 @@ def test_run_dry_run_options_and_skips_finished(tmp_path, capsys):
     calls = _plan(tmp_path, capsys, *args, "--resume")
     assert len(calls) == 4 and [run for run, c in calls.items() if " resume=true " in c] == [
         "cifar10/iid/neta_baseline_adam-a_seed0"]
+    # A run that diverged is never resumed (it would diverge again): reported, and left out of the plan.
+    (started / "run.json").write_text('[{"last_round": 3, "reason": "diverged", "error": "NaN"}]')
+    assert pd_tables.main(["run", "--out", str(out), "--dry-run", *args, "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert "1 done, 0 started but unfinished, 1 diverged, 3 to run; 3 fedrun -m sweep(s)" in text
+    assert "cifar10/iid/neta_baseline_adam-a_seed0: diverged (diverged at round 4): not run again" in text
+    assert not any("resume=true" in c for _r, c in _sweeps(text))
     # Narrower selections.
     assert len(_plan(tmp_path, capsys, "--tables", "8", "--variants", "bn", "--optimizers", "adam-a")) == 4
     assert len(_plan(tmp_path, capsys, "--tables", "6", "--networks", "NetC-Widest", "--datasets", "svhn")) == 2

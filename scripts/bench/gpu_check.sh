@@ -55,6 +55,8 @@ budget=${GPU_CHECK_BUDGET:-540}
 WHEELS=(hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3)
 WHEEL_FILES=(hydra_core-1.3.8-py3-none-any.whl omegaconf-2.3.1-py3-none-any.whl
              antlr4_python3_runtime-4.9.3-py3-none-any.whl)
+# Where the resume archives of niidbench's unfinished runs are committed (see the niidbench stage).
+RESUME=outputs/reproductions/niidbench_gpu/resume
 IDX=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 LIMIT_MIB=64
 
@@ -167,7 +169,10 @@ if [ "$stage" = draw ]; then  # its steps are checked, and $out made, by gpu_dra
     exec $py scripts/bench/gpu_draw.py --device "$device" --data "$data" --out "$out" --budget "$budget" "${@:2}"
 fi
 mkdir -p "$out"
-# Every run reads the carried MNIST and never downloads.
+# Every run reads the carried MNIST and never downloads.  A data folder inside the checkout is named
+# relative to it (fedrun runs from the repository root), so the runs' config.yaml holds no machine
+# path and a run resumes from a checkout anywhere (resume refuses a config whose settings differ).
+case $data in "$PWD"/*) data=${data#"$PWD"/} ;; esac
 mnist=(dataset=mnist "dataset.load.search=[$data]" dataset.load.download=false)
 t0=$(date +%s)
 limit() {  # run "$@" within what is left of the stage's budget (all its commands together)
@@ -226,9 +231,13 @@ niidbench)
     #                    gradient (the preset's) of its correction, into readings/mnist_PART_READING/scaffold_seed<seed>
     #   JOB+JOB          one after the other in one process (the second gets what is left of the budget)
     # Every run stops at the stage's budget with the rounds it finished, and goes on at the next call:
-    # niidbench_resume_<chain>.tar.gz holds its run folders with their checkpoints; unpacked into
-    # .gpuruns/ and carried (carry [".whl", ".gpudata", ".gpuruns"]), the same jobs resume from there
-    # (resume=true: a run with no checkpoint starts at round 1, a finished one is left as it is).
+    # niidbench_resume_<chain>.tar.gz holds its run folders with their checkpoints.  Committed as
+    # outputs/reproductions/niidbench_gpu/resume/niidbench_resume_<chain>.tar.gz (replacing the
+    # chain's older one), they travel with the checkout and the next call's jobs resume from them
+    # (resume=true: a run with no checkpoint starts at round 1, a finished one is left as it is);
+    # unpacked into .gpuruns/ and carried (carry [".whl", ".gpudata", ".gpuruns"]) they do the same
+    # within one checkout, and .gpuruns, when there is one, is taken instead.  Git-ignored folders
+    # do not outlive a checkout: commit the archives to keep a loan's rounds.
     # Unpack niidbench.tar.gz (no checkpoints) and collect with
     # python scripts/niidbench_table3.py collect <folder>/niidbench.
     size=()
@@ -264,9 +273,18 @@ niidbench)
         echo "split $1: exit codes ${rcs[*]}"
         for r in "${rcs[@]}"; do [ "$r" = 0 ] || return "$r"; done
     }
+    # The runs to go on with: GPU_CHECK_RUNS, else .gpuruns when there is one, else the resume
+    # archives committed under $RESUME (so that a later loan, in a later checkout, continues them).
+    # A folder of run folders is copied; a folder of niidbench_resume_*.tar.gz archives is unpacked.
     carried=${GPU_CHECK_RUNS:-.gpuruns}
+    [ -n "${GPU_CHECK_RUNS:-}" ] || [ -d "$carried" ] || carried=$RESUME
     if [ -d "$carried" ]; then
-        cp -r "$carried"/. "$out"/
+        archives=("$carried"/niidbench_resume_*.tar.gz)
+        if [ -f "${archives[0]}" ]; then
+            for a in "${archives[@]}"; do tar -xzf "$a" -C "$out" || fail "niidbench: $a could not be unpacked"; done
+        else
+            cp -r "$carried"/. "$out"/
+        fi
         echo "niidbench: continuing the $(find "$out" -name checkpoint.pt | wc -l) checkpointed runs carried in $carried"
     fi
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/niidbench_device.log"
