@@ -708,6 +708,17 @@ def _(data):
     return {"d": fmt(max(values) - min(values))}
 
 
+@claim("readings.fmnist_minutes", NR, "the whole FashionMNIST's two #C=2 FedAvg runs took {a} and {b} minutes")
+def _(data):
+    """The whole FashionMNIST's two FedAvg runs (#C=2): each run's wall time (the sum of rounds.csv's
+    wall_s over its 50 rounds) in whole minutes, shortest first; what a whole-data NIID-Bench run
+    costs on the CPU."""
+    full = [r for r in data.runs("niidbench_readings/fmnist_c2_size", "fedavg")
+            if not (r.config.get("dataset") or {}).get("max_train")]
+    minutes = sorted(sum(float(w) for w in read_rounds(r.path)["wall_s"]) / 60 for r in full)
+    return {"a": fmt(dec(minutes[0]), 0), "b": fmt(dec(minutes[1]), 0)}
+
+
 def seed_cells(data: Data, runs: list[Run]) -> dict:
     """A table row's cells, seed by seed: ``diverged at t`` or the final accuracy (exact) in %."""
     return {f"s{i}": f"diverged at {diverged_at(r)}" if diverged_at(r) else f"{exact(data.final(r))}%"
@@ -2374,6 +2385,17 @@ def _(data):
     after = median_wall(ng_readings(data, "after_step")[0])
     return {"lo": fmt(min(walls), 1), "hi": fmt(max(walls), 1), "split": fmt(sum(1 / w for w in walls), 2),
             "pop": fmt(12 / c2 + 3 / after, 2), "iid": fmt(12 / iid, 2)}
+
+
+@claim("niidbench_gpu.calls", NG, "#C=2 alone takes about {calls} calls of 9 minutes (50 rounds at {lo} to {hi} s a round)")
+def _(data):
+    """What #C=2's 50 rounds cost in GPU calls: the fastest median round of the second loan's
+    processes and the first loan's population's median round (s, whole), and 50 rounds at their
+    mean over a call's 540 s of budget, rounded half up."""
+    every = [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for m in NG_NAMES for s in SEEDS] + \
+            [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
+    lo, hi = min(median_wall(r) for r in every), ng_speed(data)[0]
+    return {"calls": fmt(50 * (lo + hi) / 2 / 540, 0), "lo": fmt(lo, 0), "hi": fmt(hi, 0)}
 
 
 def median_wall(run: Run) -> Decimal:
