@@ -332,7 +332,8 @@ def root_of(path: str | Path, below: str) -> Path | None:
 
 
 # The sections each table script prints, by the folder (below outputs/reproductions) its DIRs lie in.
-NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers")}
+NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers", "niidbench_tuned"),
+                      "niidbench_tuned": ("niidbench_tuned",)}
 FEDLAYERWISE_SECTIONS = {"fedlayerwise/table1": ("fedlayerwise",)}
 FEDLAP_SECTIONS = {"fedlap/tuned": ("fedlap_tuned",), "fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
                    "fedlap/mnist": ("fedlap_mnist",), "fedlap/tuned_mnist": ("fedlap_mnist_tuned",),
@@ -2416,8 +2417,10 @@ def ng_speed(data: Data) -> tuple[Decimal, Decimal]:
 # ----------------------------------------------------------------------------- NIID-Bench, FedProx's mu tuned
 
 NT = "niidbench_tuned"
-NT_CELLS = ("c2",)  # the cells whose FedProx mu was tuned (outputs/reproductions/niidbench_tuned/fedprox_mnist_<cell>)
+NT_CELLS = PARTITIONS  # every cell's FedProx mu was tuned (outputs/reproductions/niidbench_tuned/fedprox_mnist_<cell>)
 NT_LAST = 10  # the objective: mean validation accuracy over the last 10 rounds (mean_val_acc_last_10)
+NT_PRESET = "0.01"  # the presets' mu: the FedProx column of the grid above
+NT_LABELS = {"dir05": "p_k ~ Dir(0.5)", "c1": "#C=1", "c2": "#C=2", "c3": "#C=3", "iid": "IID"}
 
 
 def nt_folder(data: Data, cell: str) -> Path:
@@ -2433,24 +2436,89 @@ def nt_choice(data: Data, cell: str) -> dict:
     return c
 
 
-@claim("niidbench_tuned.grid", NT, "| #C=2 | {cells} | {chosen} |")
+def nt_chosen(data: Data, cell: str) -> str:
+    return nt_choice(data, cell)["chosen"]["aggregator.mu"]
+
+
+def nt_tuned(data: Data, cell: str) -> list[Run]:
+    """FedProx at the cell's chosen mu, seeds 0-2 on the test set: the protocol's test runs (where
+    the choice is the presets' 0.01, the grid's FedProx runs have the same setting but were made by
+    an earlier fedrun: see niidbench_tuned.test)."""
+    mu = nt_chosen(data, cell)
+    runs = [load_run(nt_folder(data, cell) / "test" / f"mu{mu}_seed{s}") for s in SEEDS]
+    for r in runs:
+        if float(aggregator(r, "mu")) != float(mu):
+            raise ValueError(f"{r.path}: mu {aggregator(r, 'mu')}, not the chosen {mu}")
+    return runs
+
+
+@claim("niidbench_tuned.grid", NT, "{rows}")
 def _(data):
-    """#C=2: every mu of NIID-Bench's grid scored by its tuning run's mean validation accuracy over
-    the last 10 rounds (%, recomputed from rounds.csv and checked against choice.json), and the
-    chosen mu (the best)."""
-    c = nt_choice(data, "c2")
-    (key, values), = c["grid"].items()
-    cells = []
-    for value, row in zip(values, c["rows"]):
-        df = read_rounds(nt_folder(data, "c2") / "tune" / f"mu{value}_seed0")
-        score = mean(pct(a) for a in list(df["val_acc"].dropna())[-NT_LAST:])
-        if abs(float(score) - 100 * row["mean"]) > 1e-6:
-            raise ValueError(f"mu {value}: choice.json's score {row['mean']} is not the run's {score}")
-        cells.append(f"{value}: {fmt(score, 2)}")
-    best = max(zip(values, c["rows"]), key=lambda vr: vr[1]["mean"])[0]
-    if c["chosen"][key] != best:
-        raise ValueError(f"the choice {c['chosen'][key]} is not the best point {best}")
-    return {"cells": ", ".join(cells), "chosen": best}
+    """Per cell: every mu of NIID-Bench's grid scored by its tuning run's mean validation accuracy
+    over the last 10 rounds (%, recomputed from rounds.csv and checked against choice.json), and
+    the chosen mu (the best)."""
+    rows = []
+    for cell in NT_CELLS:
+        c = nt_choice(data, cell)
+        (key, values), = c["grid"].items()
+        cells = []
+        for value, row in zip(values, c["rows"]):
+            df = read_rounds(nt_folder(data, cell) / "tune" / f"mu{value}_seed0")
+            score = mean(pct(a) for a in list(df["val_acc"].dropna())[-NT_LAST:])
+            if abs(float(score) - 100 * row["mean"]) > 1e-6:
+                raise ValueError(f"{cell}, mu {value}: choice.json's score {row['mean']} is not the run's {score}")
+            cells.append(f"{value}: {fmt(score, 2)}")
+        best = max(zip(values, c["rows"]), key=lambda vr: vr[1]["mean"])[0]
+        if c["chosen"][key] != best:
+            raise ValueError(f"{cell}: the choice {c['chosen'][key]} is not the best point {best}")
+        tuned = [data.final(r) for r in nt_tuned(data, cell)]
+        shown = ", ".join("diverged" if v is None else exact(v) for v in tuned)
+        done = [v for v in tuned if v is not None]
+        rows.append(f"| {NT_LABELS[cell]} | {', '.join(cells)} | {best} | {shown} | "
+                    f"{fmt(mean(done))} | {fmt(cell_mean(data, cell, 'fedprox'))} | {fmt(cell_mean(data, cell, 'fedavg'))} |")
+    return {"rows": "\n".join(rows)}
+
+
+@claim("niidbench_tuned.picks", NT, "The validation split picks mu = {picks}")
+def _(data):
+    """Which mu each cell's validation split picks, grouped by mu (smallest first), the presets'
+    0.01 named as such."""
+    chosen = {cell: nt_chosen(data, cell) for cell in NT_CELLS}
+    groups = []
+    for mu in sorted(set(chosen.values()), key=float):
+        cells = joined(NT_LABELS[c] for c in NT_CELLS if chosen[c] == mu)
+        preset = " (the presets')" if mu == NT_PRESET else ""
+        groups.append(f"{mu}{preset} under {cells}")
+    return {"picks": joined(groups)}
+
+
+@claim("niidbench_tuned.close", NT, "Under IID the best three of the four mu score within {iid} points of each other, "
+       "under Dir(0.5) the best two within {dir05}")
+def _(data):
+    """The spread of the best validation scores (%, mean over the last 10 rounds) where the split
+    hardly separates the mu: IID's best three, Dir(0.5)'s best two."""
+    def spread(cell, top):
+        scores = sorted((100 * r["mean"] for r in nt_choice(data, cell)["rows"]), reverse=True)[:top]
+        return fmt(dec(scores[0]) - dec(scores[-1]), 2)
+    return {"iid": spread("iid", 3), "dir05": spread("dir05", 2)}
+
+
+@claim("niidbench_tuned.versus", NT, "Where the tuned mu is not the presets', FedProx at it ends above FedProx at 0.01 "
+       "in {above_preset} of {n} (cell, seed) pairs and above FedAvg in {above_avg} of {n}")
+def _(data):
+    """Over the cells whose chosen mu is not 0.01 and their seeds: the tuned FedProx's final
+    accuracy against the grid's FedProx (mu 0.01) and FedAvg of the same seed (a diverged run
+    counts as below)."""
+    above_preset = above_avg = n = 0
+    for cell in NT_CELLS:
+        if nt_chosen(data, cell) == NT_PRESET:
+            continue
+        for t, p, a in zip(nt_tuned(data, cell), nb(data, cell, "fedprox"), nb(data, cell, "fedavg")):
+            t, p, a = (data.final(r) for r in (t, p, a))
+            n += 1
+            above_preset += t is not None and (p is None or t > p)
+            above_avg += t is not None and (a is None or t > a)
+    return {"above_preset": above_preset, "above_avg": above_avg, "n": n}
 
 
 @claim("niidbench_tuned.test", NT, "The protocol's test run of mu = {mu}, seed 0, agrees with the grid's FedProx run "

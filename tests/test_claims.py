@@ -120,7 +120,9 @@ def test_a_missing_run_is_one_line_not_a_crash(tmp_path):
 def test_which_sections_a_table_script_prints(tmp_path):
     runs = tmp_path / "outputs" / "reproductions"
     assert claims.sections_of([runs / "niidbench"], claims.NIIDBENCH_SECTIONS) == (
-        tmp_path, ["niidbench", "niidbench_readings", "fednova_stragglers"])
+        tmp_path, ["niidbench", "niidbench_readings", "fednova_stragglers", "niidbench_tuned"])
+    assert claims.sections_of([runs / "niidbench_tuned" / "fedprox_mnist_c3"], claims.NIIDBENCH_SECTIONS) == (
+        tmp_path, ["niidbench_tuned"])
     assert claims.sections_of([runs / "fedlap/readings/L1_q1", runs / "fedlap/preset/stragglers0/fedavg_s0.0_seed0",
                                runs / "fedlap/fmnist"], claims.FEDLAP_SECTIONS) == (
         tmp_path, ["fedlap_readings", "fedlap_fmnist"])
