@@ -193,3 +193,14 @@ def test_niidbench_one_process_a_run_then_a_population_resumes_its_runs(tmp_path
     assert "job c2:after_step: exit 0" in log, log[-3000:]
     assert log.count("is complete (2 of 2 rounds); nothing to do") == 3, log[-3000:]
     assert "3 of 3 jobs done, 0 failed" in log, log[-3000:]  # listed, though their run.json is untouched
+
+
+def test_the_regularizers_stage_times_both_gradients_and_finds_the_same_bits(tmp_path):
+    """``regularizers``: bench_regularizers.py through the stage, at tiny size on the CPU: a row per
+    regularizer with both timings, and the same updates from the closed form and from autograd."""
+    done = gpu_check(tmp_path, "regularizers", GPU_CHECK_DATA=str(mnist_files(tmp_path / "mnist")))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = (tmp_path / "out" / "regularizers.log").read_text()
+    rows = [line for line in log.splitlines() if line.startswith(("FedProx", "SCAFFOLD", "FedLap"))]
+    assert len(rows) == 3 and all(line.endswith("the same bits") for line in rows), log
+    assert "10 clients x 64 images" in log

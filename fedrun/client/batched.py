@@ -312,7 +312,9 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
     backward, and one optimizer step per cohort (:class:`_Cohort`); a client whose batches have
     run out (fewer samples, a straggler's fewer epochs) is simply in no group.  A regularizer's
     coefficients are recomputed for the clients that start an epoch at step s; its penalty is
-    each share's own (separable over clients, so the one backward serves all).  Buffers
+    each share's own (separable over clients, so the one backward serves all), and where the
+    regularizer writes its gradient out (``Regularizer.closed_form``) that gradient is added to the
+    backward's on the share's rows instead.  Buffers
     (BatchNorm statistics) and optimizer state stay per client throughout.
     """
     lead = shares[0].engine
@@ -383,15 +385,29 @@ def _train_chunk(shares: list[Share]) -> list[ClientResults]:
             loss = F.cross_entropy(logits.float().flatten(0, 1), lead.y[batch].flatten(),
                                    reduction="none").view(len(rows), b).mean(1)  # [g]
             total = loss.sum()
+            added = []  # (rows i0:i1, a penalty's gradient written out): added to the loss's below
             for n in regularized:  # each share's penalty on its rows: rows i0:i1 of the (sorted) group
                 i0, i1 = bisect.bisect_left(rows, spans[n][0]), bisect.bisect_left(rows, spans[n][1])
                 if i0 == i1:
                     continue
                 mine = idx[i0:i1] - spans[n][0]
-                pen = regs[n].penalty(reg_states[n], {k: v[i0:i1] for k, v in p_g.items()}, shares[n].params, mine)
-                total = total + pen.sum()
+                with torch.no_grad():
+                    closed = regs[n].closed_form(reg_states[n], {k: v[i0:i1].detach() for k, v in p_g.items()},
+                                                 shares[n].params, mine)
+                if closed is None:
+                    pen = regs[n].penalty(reg_states[n], {k: v[i0:i1] for k, v in p_g.items()}, shares[n].params,
+                                          mine)
+                    total = total + pen.sum()
+                else:
+                    pen = closed[0]
+                    added.append((i0, i1, closed[1]))
                 reg_sum[idx[i0:i1]] += pen.detach().double()
             grads = torch.autograd.grad(total, [p_g[k] for k in names])
+            for i0, i1, gradient in added:  # as autograd would sum them: one addition a row
+                pairs = [(g if i0 == 0 and i1 == len(rows) else g[i0:i1], gradient[k])
+                         for k, g in zip(names, grads) if k in gradient]
+                if pairs:
+                    torch._foreach_add_([g for g, _ in pairs], [a for _, a in pairs])
             loss_sum[idx] += loss.detach().double() * b
             with torch.no_grad():
                 weights = [p_g[k].detach() for k in names]

@@ -150,12 +150,20 @@ class SequentialEngine:
                 with autocast(self.precision, x.device):
                     logits = self._forward(x)
                 loss = F.cross_entropy(logits.float(), self.y[batch])
-                total = loss
+                total, added = loss, None
                 if reg is not None:
-                    penalty = reg.penalty(reg_state, live, params, one)[0]
-                    total = loss + penalty
+                    with torch.no_grad():  # the penalty's gradient written out, where it has one
+                        closed = reg.closed_form(reg_state, {k: w.detach() for k, w in live.items()}, params, one)
+                    if closed is None:
+                        penalty = reg.penalty(reg_state, live, params, one)[0]
+                        total = loss + penalty
+                    else:
+                        penalty, added = closed[0][0], closed[1]
                     reg_sum += penalty.detach()
                 grads = torch.autograd.grad(total, weights)
+                if added:  # as autograd would sum them: one addition
+                    mine = [(g, added[k][0]) for k, g in zip(names, grads) if k in added]
+                    torch._foreach_add_([g for g, _ in mine], [a for _, a in mine])
                 optimizer.step(weights, grads, opt_state, lr)
                 if after_step:
                     with torch.no_grad():

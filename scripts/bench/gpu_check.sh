@@ -15,6 +15,8 @@
 # Later loans (one stage each, each within 9 minutes; synthetic data or the carried MNIST):
 #   bench [WORKLOAD...]  bench.py small, fednnnn_mnist, fednnnn_cifar10 (or the workloads named, e.g.
 #                niidbench_mnist) in FP32, both engines side by side, with a profile of a round (~6 min)
+#   regularizers bench_regularizers.py: FedProx's, SCAFFOLD's and FedLap's penalty gradients written out vs
+#                through autograd, beside FedAvg, on NIID-Bench's CNN, whole-MNIST-sized clients (~1-2 min)
 #   chunks       the batched engine with 10, 25, 50 clients a step and auto, both FedNNNN workloads (~4 min)
 #   modes        TF32, bf16 and torch.compile vs FP32 (speed, first-round updates), batched engine (~6 min)
 #   accuracy     precision_check.py: FedNNNN's MNIST preset, 30 rounds per mode, accuracy vs FP32 (~5 min)
@@ -45,7 +47,7 @@
 # GPU_CHECK_BUDGET (seconds, default 540), PYTHON (default python3).
 set -uo pipefail
 stage=${1:-}
-usage="usage: bash $0 prepare|draw|bench|chunks|modes|accuracy|bookkeeping|population|niidbench"
+usage="usage: bash $0 prepare|draw|bench|regularizers|chunks|modes|accuracy|bookkeeping|population|niidbench"
 cd "$(dirname "$0")/../.." || exit 2
 py=${PYTHON:-python3}
 device=${GPU_CHECK_DEVICE:-cuda}
@@ -63,9 +65,9 @@ LIMIT_MIB=64
 fail() { echo "gpu_check: $*" >&2; exit 2; }
 
 case $stage in
-prepare|draw|bench|chunks|modes|accuracy|bookkeeping|population|niidbench) ;;
+prepare|draw|bench|regularizers|chunks|modes|accuracy|bookkeeping|population|niidbench) ;;
 "") fail "$usage" ;;
-*) fail "stage must be one of prepare, draw, bench, chunks, modes, accuracy, bookkeeping, population, niidbench (got '$stage')" ;;
+*) fail "stage must be one of prepare, draw, bench, regularizers, chunks, modes, accuracy, bookkeeping, population, niidbench (got '$stage')" ;;
 esac
 
 # niidbench's jobs, checked before anything is written.
@@ -190,6 +192,12 @@ bench)
     [ ${#workloads[@]} -gt 0 ] || workloads=(small fednnnn_mnist fednnnn_cifar10)
     limit $py scripts/bench/bench.py "${workloads[@]}" --device "$device" --profile 2>&1 \
         | grep -v -e '^USDT' -e 'profiler_st' | tee "$out/bench.log"
+    ;;
+regularizers)
+    # 6,000 images a client: the whole MNIST's parties (94 steps an epoch); tiny: 64 (one step).
+    sizing=(--images 6000 --repeat 3)
+    [ "${GPU_CHECK_SIZE:-full}" = tiny ] && sizing=(--images 64 --repeat 1)
+    limit $py scripts/bench/bench_regularizers.py --device "$device" "${sizing[@]}" 2>&1 | tee "$out/regularizers.log"
     ;;
 chunks)
     limit $py scripts/bench/bench.py fednnnn_mnist fednnnn_cifar10 --device "$device" --engines batched \
