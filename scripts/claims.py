@@ -2372,6 +2372,12 @@ def _(data):
     return out
 
 
+def ng_split_runs(data: Data) -> list[Run]:
+    """The second loan's 15 processes: #C=2's 4 methods x seeds 0-2 and SCAFFOLD's after-step runs."""
+    return [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for m in NG_NAMES for s in SEEDS] + \
+           [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
+
+
 @claim("niidbench_gpu.split_speed", NG, "the 15 processes took {lo} to {hi} s a round each, together {split} "
        "run-rounds a second, where the first loan's populations advanced #C=2's 15 runs at {pop} run-rounds a second "
        "and 12 IID runs at {iid} besides")
@@ -2379,9 +2385,7 @@ def _(data):
     """Second loan: each run's median round (rounds 2..last; one process a run), their range and
     the sum of 1 / median (run-rounds a second, all 15).  First loan: 12 / the #C=2 population's
     median round + 3 / the after-step population's, and 12 / the IID population's (all sharing the GPU)."""
-    every = [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for m in NG_NAMES for s in SEEDS] + \
-            [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
-    walls = [median_wall(r) for r in every]
+    walls = [median_wall(r) for r in ng_split_runs(data)]
     c2, iid = ng_speed(data)
     after = median_wall(ng_readings(data, "after_step")[0])
     return {"lo": fmt(min(walls), 1), "hi": fmt(max(walls), 1), "split": fmt(sum(1 / w for w in walls), 2),
@@ -2393,9 +2397,7 @@ def _(data):
     """What #C=2's 50 rounds cost in GPU calls: the fastest median round of the second loan's
     processes and the first loan's population's median round (s, whole), and 50 rounds at their
     mean over a call's 540 s of budget, rounded half up."""
-    every = [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for m in NG_NAMES for s in SEEDS] + \
-            [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
-    lo, hi = min(median_wall(r) for r in every), ng_speed(data)[0]
+    lo, hi = min(median_wall(r) for r in ng_split_runs(data)), ng_speed(data)[0]
     return {"calls": fmt(50 * (lo + hi) / 2 / 540, 0), "lo": fmt(lo, 0), "hi": fmt(hi, 0)}
 
 

@@ -9,6 +9,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from bench_regularizers import autograd_only as _autograd_only  # scripts/bench, on the tests' path
 from conftest import TINY, compose, on_partition
 from torch import nn
 
@@ -51,13 +52,6 @@ def test_a_runs_regularizer_knows_its_models_layers(tmp_path):
 
 
 # ----------------------------------------------------------------------------- closed-form gradients
-
-def _autograd_only(reg):
-    """``reg`` with its closed form switched off: the engines then differentiate its penalty."""
-    plain = copy.copy(reg)
-    plain.closed_form = lambda *args: None
-    return plain
-
 
 CLOSED = [Proximal(0.1), LayerAdaptive(0.5, form="interpolate"), LayerAdaptive(1.0, vectors="fan_in"),
           ControlVariate("gradient"), ControlVariate("after_step")]
