@@ -13,20 +13,32 @@ A run that started but did not finish (Ctrl-C, a kill, a time limit) is skipped 
 ``--resume``: then it goes on from its last checkpoint (``resume=true``); a run that diverged is
 never resumed (it would diverge again at the same round).
 
+A grid longer than one sitting (the whole MNIST's NIID-Bench table is days of CPU): ``--jobs N``
+runs N processes at once, one run each (``--set threads=1`` on an N-core CPU); ``--stop-after
+MINUTES`` stops them (each after its last complete round) before a session's or a batch job's
+limit.  Checkpoints are not committed (outputs/reproductions' .gitignore), so ``run`` packs the
+unfinished runs' checkpoints into ``OUT/resume.tar.gz``; committed with the folder, ``run
+--resume`` in any checkout takes them back and goes on (:func:`pack_resume`, :func:`unpack_resume`;
+``python scripts/grid.py pack|unpack DIR`` for runs launched by hand).
+
 fedrun runs in the caller's working directory, as a ``fedrun`` typed there would (datasets are
 looked for under its ``data/`` unless ``FEDRUN_DATA`` or ``data_root`` say otherwise).
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib.util
+import io
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import time
-from pathlib import Path
-from typing import Callable, Hashable, Iterable
+from pathlib import Path, PurePosixPath
+from typing import Callable, Hashable, Iterable, NamedTuple
 
 from fedrun import results
 from fedrun.paths import conf_options
@@ -34,6 +46,7 @@ from fedrun.results import Run
 
 SUBDIR = "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"
 POPULATION = "hydra/launcher=population"
+POLL_SECONDS = 5.0  # how often a running grid looks for finished runs
 
 
 def fedrun_command() -> list[str]:
@@ -110,20 +123,71 @@ def product_blocks(pairs: Iterable[tuple[Hashable, Hashable]]) -> list[tuple[lis
 
 
 def run_logged(cmd: list[str], log_path: Path, poll: Callable[[], None] = lambda: None,
-               every: float = 5.0) -> tuple[int, float]:
+               every: float = POLL_SECONDS) -> tuple[int, float]:
     """Run ``cmd``, appending its output to ``log_path``; ``poll()`` every ``every`` seconds while it
     runs and once after (to report the runs it finished): ``(exit code, seconds)``."""
-    t0 = time.perf_counter()
-    with open(log_path, "a") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        while True:
-            try:
-                rc = proc.wait(timeout=every)
+    ended: list = []
+    run_at_once([Sweep("", cmd, log_path, poll, lambda rc, seconds: ended.extend((rc, seconds)))], every=every)
+    return ended[0], ended[1]
+
+
+class Sweep(NamedTuple):
+    """One ``fedrun -m`` to launch: the line printed as it starts, the command, the log its output
+    is appended to, ``poll()`` called while it runs and once after (to report the runs it finished)
+    and ``finish(exit code, seconds)`` once it has ended."""
+    line: str  # '' prints nothing
+    cmd: list[str]
+    log: Path
+    poll: Callable[[], None]
+    finish: Callable[[int, float], None]
+
+
+def run_at_once(sweeps: Iterable[Sweep], jobs: int = 1, stop_after: float | None = None,
+                every: float | None = None, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Run ``sweeps`` in order, ``jobs`` at a time (one after another with 1, as :func:`run_logged`).
+
+    ``stop_after``: minutes from now after which every sweep still running gets SIGTERM and no
+    other starts: fedrun ends each run after its last complete round, with the checkpoint it wrote
+    then, so ``resume=true`` goes on from there (a time limit for a session, a batch job, a loan).
+    Returns whether the time limit stopped the grid."""
+    every = POLL_SECONDS if every is None else every
+    pending = iter(sweeps)
+    deadline = None if stop_after is None else clock() + 60 * stop_after
+    running: list[tuple[subprocess.Popen, Sweep, float, object]] = []
+    stopped = False
+    while True:
+        if deadline is not None and not stopped and clock() >= deadline:
+            left = list(pending)  # counted; never started
+            stopped = bool(running or left)
+            if stopped:
+                print(f"time limit: {_duration(60 * stop_after)} passed; {len(running)} sweep(s) stopped after "
+                      f"their last complete round, {len(left)} not started (`--resume` goes on with them)", flush=True)
+            for proc, *_ in running:
+                proc.send_signal(signal.SIGTERM)
+        while not stopped and len(running) < jobs:
+            sweep = next(pending, None)
+            if sweep is None:
                 break
-            except subprocess.TimeoutExpired:
-                poll()
-    poll()
-    return rc, time.perf_counter() - t0
+            if sweep.line:
+                print(sweep.line, flush=True)
+            log = open(sweep.log, "a")
+            running.append((subprocess.Popen(sweep.cmd, stdout=log, stderr=subprocess.STDOUT), sweep, clock(), log))
+        if not running:
+            return stopped
+        wait = every if deadline is None or stopped else max(0.0, min(every, deadline - clock()))
+        try:  # the first sweep's end wakes us at once; the others are looked at every `every` seconds
+            running[0][0].wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+        for entry in list(running):
+            proc, sweep, t0, log = entry
+            sweep.poll()
+            if proc.poll() is None:
+                continue
+            running.remove(entry)
+            log.close()
+            sweep.poll()
+            sweep.finish(proc.returncode, clock() - t0)
 
 
 def _duration(seconds: float) -> str:
@@ -216,67 +280,192 @@ def cell_states(folder: Path) -> tuple[set, set, set]:
     return done, started - done, diverged - done
 
 
+# ----------------------------------------------------------------------------- unfinished runs, elsewhere
+
+RESUME_ARCHIVE = "resume.tar.gz"
+# What a resume needs of a run folder beyond the files committed with it: outputs/reproductions'
+# .gitignore keeps these out of git (a checkpoint is megabytes, rewritten every round), and a run
+# goes on only from its checkpoint and the CSVs it recorded (output_layer.csv among them).
+RESUME_FILES = ("checkpoint.pt", "output_layer.csv", "fedrun.log")
+
+
+def resumable_runs(out: Path) -> list[Path]:
+    """The run folders under ``out`` that started and did not finish, nor diverge: what
+    ``--resume`` goes on with."""
+    runs = []
+    for path in results.find_runs(out, require=("config.yaml",)) if out.is_dir() else []:
+        if (path / "summary.json").is_file() or (results.stopped(path) or {}).get("reason") == "diverged":
+            continue
+        runs.append(Path(path))
+    return sorted(runs)
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    """The files of a resume archive by their path below its folder; a member that is not a plain
+    file of a run (a link, an absolute path, '..', another name) is refused, not unpacked."""
+    with tarfile.open(archive, "r:gz") as tar:
+        files = {}
+        for m in tar.getmembers():
+            path = PurePosixPath(m.name)
+            if not m.isfile() or path.is_absolute() or ".." in path.parts or path.name not in RESUME_FILES:
+                raise SystemExit(f"{archive}: member {m.name!r} is not one of a run's {', '.join(RESUME_FILES)}; "
+                                 "nothing was unpacked (write the archive with `python scripts/grid.py pack`)")
+            files[path.as_posix()] = tar.extractfile(m).read()
+        return files
+
+
+def pack_resume(out: Path) -> int:
+    """Write ``out/resume.tar.gz``: the :data:`RESUME_FILES` of every run under ``out`` that can be
+    resumed, so that ``out`` committed (checkpoints are not) goes on in another checkout with
+    ``--resume`` (:func:`unpack_resume`).  A resumable run without a checkpoint here keeps what the
+    archive held for it; runs that have finished or diverged since leave it.  No run left to resume:
+    the archive is removed.  Written to a temporary file first, so a failure leaves the old one.
+    Returns the number of runs packed."""
+    archive = out / RESUME_ARCHIVE
+    old = _members(archive) if archive.is_file() else {}
+    files: dict[str, bytes | Path] = {}
+    for run in resumable_runs(out):
+        rel = run.relative_to(out).as_posix()
+        if (run / "checkpoint.pt").is_file():
+            files.update({f"{rel}/{name}": run / name for name in RESUME_FILES if (run / name).is_file()})
+        else:
+            files.update({k: v for k, v in old.items() if PurePosixPath(k).parent.as_posix() == rel})
+    runs = {PurePosixPath(k).parent for k in files}
+    if not runs:
+        archive.unlink(missing_ok=True)
+        return 0
+    tmp = archive.with_name(archive.name + ".partial")
+    # mtime 0 and sorted members: the same files give the same bytes (no change for git to see)
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            data = files[name] if isinstance(files[name], bytes) else files[name].read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    tmp.replace(archive)
+    return len(runs)
+
+
+def unpack_resume(out: Path) -> int:
+    """Put back, from ``out/resume.tar.gz`` (:func:`pack_resume`), the files of every resumable run
+    under ``out`` that has no checkpoint here (a fresh clone); a run with its own checkpoint keeps
+    its files (they are newer).  Returns the number of runs restored."""
+    archive = out / RESUME_ARCHIVE
+    if not archive.is_file():
+        return 0
+    files = _members(archive)
+    restored = 0
+    for run in resumable_runs(out):
+        if (run / "checkpoint.pt").is_file():
+            continue
+        rel = run.relative_to(out).as_posix()
+        mine = {PurePosixPath(k).name: v for k, v in files.items() if PurePosixPath(k).parent.as_posix() == rel}
+        if "checkpoint.pt" not in mine:
+            continue
+        for name, data in mine.items():
+            if name != "fedrun.log" or not (run / name).exists():  # a log here is newer than the archive's
+                (run / name).write_bytes(data)
+        restored += 1
+    return restored
+
+
+def say_unpacked(out: Path, restored: int) -> None:
+    if restored:
+        print(f"resume: {restored} run(s) take their checkpoint from {out / RESUME_ARCHIVE}", flush=True)
+
+
+def say_packed(out: Path, packed: int) -> None:
+    if packed:
+        print(f"resume: {packed} unfinished run(s) packed into {out / RESUME_ARCHIVE} (their checkpoints, which "
+              "git does not keep): commit it with the folder, and `run --resume` goes on with them anywhere",
+              flush=True)
+
+
 def launch(columns: list[str], command: Callable[[str, list[str], list[str]], list[str]],
            methods: list[str], seeds: list[str], out: Path, dry_run: bool,
-           resume: bool = False) -> list[tuple[str, list]]:
+           resume: bool = False, jobs: int = 1, stop_after: float | None = None,
+           population: bool = False) -> list[tuple[str, list]]:
     """Run ``command(column, methods, seeds)`` for the runs of every column still to do: one
     sweep per column, or one per product of methods x seeds when the runs to do are not one.
     Says how many runs there are and, as each finishes, how many are left and when the grid
     should end (:class:`Progress`).  ``resume``: the runs that started but did not finish, and did
     not diverge, are to do as well, every sweep with ``resume=true`` (a new run starts at round 1,
-    an unfinished one goes on from its checkpoint).
+    an unfinished one goes on from its checkpoint, taken from ``OUT/resume.tar.gz`` where the run
+    folder has none: :func:`unpack_resume`).
+
+    ``jobs`` > 1: every run is a sweep of its own (a product stays one sweep with ``population``,
+    which trains its runs together), ``jobs`` of them at once (:func:`run_at_once`), each logged
+    to ``OUT/logs/<column>_<method>_seed<seed>.log``.  ``stop_after``: minutes, after which the
+    sweeps running are stopped and no more start.  Runs left unfinished are packed for a later
+    ``--resume`` elsewhere (:func:`pack_resume`).
 
     Returns the (column, missing (method, seed) pairs) that did not finish.
     """
     if not dry_run:  # a dry run prints the commands and writes nothing
         (out / "logs").mkdir(parents=True, exist_ok=True)
+        if resume:
+            say_unpacked(out, unpack_resume(out))
     wanted = {(m, s) for m in methods for s in seeds}
     states = {column: cell_states(out / column) for column in columns}
     # What stays skipped in a column: the finished runs, and the started ones unless resumed (a diverged one always).
     kept = {column: done | (diverged if resume else started) for column, (done, started, diverged) in states.items()}
+    split = jobs > 1 and not population  # one run a sweep, so that `jobs` of them run side by side
+
+    def units(todo: list) -> list[tuple[list, list]]:
+        # split: seed 0 of every method first, then seed 1, ...: a grid stopped early has whole seeds
+        return ([([m], [s]) for m, s in sorted(todo, key=lambda ms: seeds.index(ms[1]))] if split
+                else product_blocks(todo))
+
     progress = Progress(sum(len(wanted - k) for k in kept.values()), out)
-    progress.announce(sum(len(product_blocks(sorted(wanted - k))) for k in kept.values()))
-    failures = []
-    for i, column in enumerate(columns, 1):
-        done, started, diverged = states[column]
-        todo = [(m, s) for m in methods for s in seeds if (m, s) not in kept[column]]
-        if not todo:
-            left = len(wanted & diverged) if resume else len(wanted & started)
-            what = "diverged (not resumed)" if resume else "unfinished or failed (--resume continues them)"
-            print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, {left} {what}; "
-                  "delete a run directory to redo it)", flush=True)
-        else:
+    progress.announce(sum(len(units(sorted(wanted - k))) for k in kept.values()))
+    seen = {column: set(states[column][0]) for column in columns}
+
+    def report(column: str) -> None:
+        for m, s in sorted(cell_state(out / column)[0] - seen[column]):
+            seen[column].add((m, s))
+            progress.done(f"{column}/{m}_seed{s}", run_seconds(out / column / f"{m}_seed{s}"))
+
+    def sweeps():
+        """The sweeps to launch, in column order; a column with nothing to do says why when reached."""
+        for i, column in enumerate(columns, 1):
+            done, started, diverged = states[column]
+            todo = [(m, s) for m in methods for s in seeds if (m, s) not in kept[column]]
+            if not todo:
+                left = len(wanted & diverged) if resume else len(wanted & started)
+                what = "diverged (not resumed)" if resume else "unfinished or failed (--resume continues them)"
+                print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, {left} {what}; "
+                      "delete a run directory to redo it)", flush=True)
+                continue
             skip = len(wanted & kept[column])
             resumed = len(wanted & (started - diverged)) if resume else 0
-            blocks = product_blocks(todo)
-            log_path = out / "logs" / f"{column}.log"
+            blocks = units(todo)
             for j, (todo_methods, todo_seeds) in enumerate(blocks, 1):
                 cmd = command(column, todo_methods, todo_seeds) + (["resume=true"] if resume else [])
                 part = f", sweep {j} of {len(blocks)}" if len(blocks) > 1 else ""
                 there = (f" ({skip} run(s) already there" + (f", {resumed} to resume" if resumed else "") + ")"
                          if skip or resumed else "")
-                print(f"[{i}/{len(columns)}] {column}{part}{there}: {shlex.join(cmd)}", flush=True)
-                if not dry_run:
-                    before = cell_state(out / column)[0]
-                    seen = set(before)
+                log = f"{column}_{todo_methods[0]}_seed{todo_seeds[0]}.log" if split else f"{column}.log"
+                before = cell_state(out / column)[0] if not dry_run else set()
 
-                    def report(column=column, seen=seen):
-                        for m, s in sorted(cell_state(out / column)[0] - seen):
-                            seen.add((m, s))
-                            name = f"{column}/{m}_seed{s}"
-                            progress.done(name, run_seconds(out / column / f"{m}_seed{s}"))
-
-                    rc, seconds = run_logged(cmd, log_path, report)
-                    after, _ = cell_state(out / column)
+                def finish(rc: int, seconds: float, column=column, before=before, log_path=out / "logs" / log):
+                    after = cell_state(out / column)[0]
                     print(f"    exit {rc}, {len(after - before)} run(s) finished in {seconds:.0f} s "
                           f"(log: {log_path})", flush=True)
                     if rc != 0:
                         print_errors(log_path, 4)
-        if not dry_run:
-            missing = sorted(wanted - cell_state(out / column)[0])
-            if missing:
-                failures.append((column, missing))
-    return failures
+
+                yield Sweep(f"[{i}/{len(columns)}] {column}{part}{there}: {shlex.join(cmd)}", cmd,
+                            out / "logs" / log, lambda column=column: report(column), finish)
+
+    if dry_run:
+        for sweep in sweeps():
+            print(sweep.line, flush=True)
+        return []
+    run_at_once(sweeps(), jobs, stop_after)
+    failures = [(column, sorted(wanted - cell_state(out / column)[0])) for column in columns]
+    say_packed(out, pack_resume(out))
+    return [(column, missing) for column, missing in failures if missing]
 
 
 def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str], list[str]], list[str]],
@@ -287,7 +476,8 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
     print_banner(banner, args.set)
     t_all = time.perf_counter()
     failures = launch(columns, lambda column, methods, seeds: command(out, column, methods, seeds),
-                      args.methods, seed_list(args.seeds), out, args.dry_run, getattr(args, "resume", False))
+                      args.methods, seed_list(args.seeds), out, args.dry_run, getattr(args, "resume", False),
+                      getattr(args, "jobs", 1), getattr(args, "stop_after", None), getattr(args, "population", False))
     if args.dry_run:
         return 0
     print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)
@@ -298,3 +488,31 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
         print(f"FAILED or missing in {column}: {', '.join(f'{m} seed {s}' for m, s in missing)} "
               f"(see {out / 'logs' / (column + '.log')} and the run's fedrun.log)")
     return 1 if failures else 0
+
+
+# ----------------------------------------------------------------------------- command line
+
+def main(argv: list[str] | None = None) -> int:
+    """``python scripts/grid.py pack|unpack DIR...``: a grid's unfinished runs into, or back from,
+    ``DIR/resume.tar.gz``, for runs launched by hand (the table scripts' ``run`` packs and, with
+    ``--resume``, unpacks by itself)."""
+    from fedrun.errors import ArgumentParser
+
+    p = ArgumentParser(prog="grid.py", description=main.__doc__)
+    p.add_argument("action", choices=("pack", "unpack"),
+                   help="pack: the checkpoints (and output_layer.csv, fedrun.log) of the runs under DIR that "
+                        "can be resumed into DIR/resume.tar.gz; unpack: back into those of them that have none")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="a grid's folder, searched recursively for run folders")
+    args = p.parse_args(argv)
+    for d in results.folders(args.dirs):
+        if args.action == "pack":
+            n = pack_resume(d)
+            print(f"{d}: {n} unfinished run(s) packed into {d / RESUME_ARCHIVE}" if n else
+                  f"{d}: no run to resume (no {RESUME_ARCHIVE} kept)")
+        else:
+            print(f"{d}: {unpack_resume(d)} run(s) given their checkpoint back from {d / RESUME_ARCHIVE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import grid
-from papers import DIVERGED, UNFINISHED, count_notes, require_runs
+from papers import DIVERGED, UNFINISHED, count_notes, integer, positive, require_runs
 
 from fedrun import tables as fedrun_tables
 from fedrun.errors import ArgumentParser
@@ -219,8 +219,16 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
     r.add_argument("--substitute", action="append", type=lambda text: grid.dataset_substitute(text, datasets),
                    default=[], metavar=substitute_metavar, help=substitute_help)
     r.add_argument("--resume", action="store_true",
-                   help="continue runs that started but did not finish (resume=true) instead of skipping them; "
+                   help="continue runs that started but did not finish (resume=true) instead of skipping them, "
+                        f"their checkpoints taken from OUT/{grid.RESUME_ARCHIVE} where the folder has none; "
                         "a run that diverged is not resumed")
+    r.add_argument("--jobs", type=integer(1, "a number of processes"), default=1, metavar="N",
+                   help="run N fedrun processes at once, one run each (with --population, one sweep each); on a "
+                        "CPU of N cores add --set threads=1 (default 1: one sweep after another)")
+    r.add_argument("--stop-after", type=positive, default=None, metavar="MINUTES",
+                   help="stop the runs going after MINUTES (each after its last complete round) and start no "
+                        f"more; the unfinished runs' checkpoints are packed into OUT/{grid.RESUME_ARCHIVE}, so "
+                        "the folder, committed or copied, goes on with --resume")
     format_option(c, r)
     columns = ",".join(paper_csv(None, paper)[0])
     for q in (c, r):
