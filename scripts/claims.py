@@ -23,8 +23,9 @@ comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFO
 ``fedlayerwise`` (Table I on the whole MNIST), ``fednnnn_gpu`` (Table 2's MNIST
 non-IID unbalanced column, one GPU run), ``niidbench_gpu`` (NIID-Bench's #C=2 and IID rows on
 the whole MNIST, GPU runs cut short), ``niidbench_tuned`` (FedProx's mu tuned per NIID-Bench cell
-by scripts/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST) and
-``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/tune.py).  ``niidbench_table3.py collect`` and
+by scripts/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST),
+``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/tune.py) and
+``niidbench_whole`` (SCAFFOLD under #C=2 on the whole MNIST, both readings of its correction, CPU runs).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
@@ -333,7 +334,8 @@ def root_of(path: str | Path, below: str) -> Path | None:
 
 # The sections each table script prints, by the folder (below outputs/reproductions) its DIRs lie in.
 NIIDBENCH_SECTIONS = {"niidbench": ("niidbench", "niidbench_readings", "fednova_stragglers", "niidbench_tuned"),
-                      "niidbench_tuned": ("niidbench_tuned",)}
+                      "niidbench_tuned": ("niidbench_tuned",), "niidbench_whole": ("niidbench_whole",),
+                      "niidbench_whole_readings": ("niidbench_whole",)}
 FEDLAYERWISE_SECTIONS = {"fedlayerwise/table1": ("fedlayerwise",)}
 FEDLAP_SECTIONS = {"fedlap/tuned": ("fedlap_tuned",), "fedlap/fmnist": ("fedlap_fmnist",), "fedlap/mnist_train10k": ("fedlap_mnist_train10k",),
                    "fedlap/mnist": ("fedlap_mnist",), "fedlap/tuned_mnist": ("fedlap_mnist_tuned",),
@@ -2551,6 +2553,51 @@ def _(data):
         columns = [c for c in b.columns if c in a.columns and not c.endswith("_s")]
         same += a[columns].equals(b[columns])
     return {"mu": mu, "n": same}
+
+
+# ----------------------------------------------------------------------------- NIID-Bench, whole MNIST, CPU
+
+NW = "niidbench_whole"
+# SCAFFOLD under #C=2 on the whole MNIST, each reading of its correction: (its whole-MNIST folder,
+# the 10,000-image folder of the same reading), below outputs/reproductions.
+NW_READINGS = {"gradient": ("niidbench_whole/mnist_c2", "niidbench/mnist_c2"),
+               "after_step": ("niidbench_whole_readings/mnist_c2_after_step", "niidbench_readings/mnist_c2_after_step")}
+NW_LABELS = {"gradient": "the preset's (`gradient`)", "after_step": "NIID-Bench's (`after_step`)"}
+NW_ROUNDS = 50
+
+
+def nw_runs(data: Data, reading: str, whole: bool = True) -> dict[int, Run]:
+    """SCAFFOLD's #C=2 runs of a reading by seed, on the whole MNIST (``whole``) or the first 10,000
+    images; the seeds not started yet are absent."""
+    folder = NW_READINGS[reading][0 if whole else 1]
+    return {run.seed: run for run in data.runs(folder, "scaffold")}
+
+
+def nw_state(data: Data, run: Run | None) -> str:
+    """A run as the table gives it: its final (best) accuracy, the round it diverged at, or, when
+    it has not finished, the last round it reached and its accuracy there."""
+    if run is None:
+        return "not started"
+    d = diverged_at(run)
+    if d is not None:
+        return f"diverged at {d}"
+    curve = data.curve(run)
+    last = max(curve)
+    if run.finished:
+        return f"{exact(curve[last])} ({exact(max(curve.values()))})"
+    return f"round {last}: {exact(curve[last])} (unfinished)"
+
+
+@claim("niidbench_whole.rows", NW, "{rows}")
+def _(data):
+    """SCAFFOLD #C=2 per reading and seed: final (best) accuracy on the whole MNIST, or where it
+    diverged, or the round an unfinished run has reached; beside the same run on 10,000 images."""
+    rows = []
+    for reading, label in NW_LABELS.items():
+        whole, small = nw_runs(data, reading), nw_runs(data, reading, whole=False)
+        for seed in SEEDS:
+            rows.append(f"| {label} | {seed} | {nw_state(data, whole.get(seed))} | {nw_state(data, small.get(seed))} |")
+    return {"rows": "\n".join(rows)}
 
 
 def main(argv: list[str] | None = None) -> int:

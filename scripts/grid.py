@@ -285,8 +285,9 @@ def cell_states(folder: Path) -> tuple[set, set, set]:
 RESUME_ARCHIVE = "resume.tar.gz"
 # What a resume needs of a run folder beyond the files committed with it: outputs/reproductions'
 # .gitignore keeps these out of git (a checkpoint is megabytes, rewritten every round), and a run
-# goes on only from its checkpoint and the CSVs it recorded (output_layer.csv among them).
-RESUME_FILES = ("checkpoint.pt", "output_layer.csv", "fedrun.log")
+# goes on only from its checkpoint and the CSVs it recorded (output_layer.csv among them).  Not
+# fedrun.log: a resume does without it, and it names the machine's folders.
+RESUME_FILES = ("checkpoint.pt", "output_layer.csv")
 
 
 def resumable_runs(out: Path) -> list[Path]:
@@ -364,8 +365,7 @@ def unpack_resume(out: Path) -> int:
         if "checkpoint.pt" not in mine:
             continue
         for name, data in mine.items():
-            if name != "fedrun.log" or not (run / name).exists():  # a log here is newer than the archive's
-                (run / name).write_bytes(data)
+            (run / name).write_bytes(data)
         restored += 1
     return restored
 
@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = ArgumentParser(prog="grid.py", description=main.__doc__)
     p.add_argument("action", choices=("pack", "unpack"),
-                   help="pack: the checkpoints (and output_layer.csv, fedrun.log) of the runs under DIR that "
+                   help="pack: the checkpoints (and output_layer.csv) of the runs under DIR that "
                         "can be resumed into DIR/resume.tar.gz; unpack: back into those of them that have none")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="a grid's folder, searched recursively for run folders")
     args = p.parse_args(argv)
