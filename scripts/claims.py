@@ -2600,6 +2600,64 @@ def _(data):
     return {"rows": "\n".join(rows)}
 
 
+def nw_finished(data: Data) -> list[tuple[str, int, Run]]:
+    """(reading, seed, run) of every whole-MNIST SCAFFOLD #C=2 run that ran its 50 rounds or diverged."""
+    out = []
+    for reading in NW_READINGS:
+        for seed, run in sorted(nw_runs(data, reading).items()):
+            if run.finished or diverged_at(run) is not None:
+                out.append((reading, seed, run))
+    return out
+
+
+@claim("niidbench_whole.none", NW, "{none} of the {n} runs that have ended on the whole MNIST diverged, where on the "
+       "10,000 images {k} of the same {n} (reading, seed) pairs did (at rounds {rounds})")
+def _(data):
+    """The whole-MNIST SCAFFOLD #C=2 runs that ended (both readings): how many diverged (as a word,
+    "None" when none did), and how many of the same (reading, seed) diverged on the 10,000 images,
+    at which rounds."""
+    ended = nw_finished(data)
+    if not ended:
+        raise ValueError("no whole-MNIST SCAFFOLD run has ended")
+    diverged = sum(diverged_at(run) is not None for _, _, run in ended)
+    small = [diverged_at(nw_runs(data, reading, whole=False)[seed]) for reading, seed, _ in ended]
+    early = [d for d in small if d is not None]
+    return {"none": WORDS[diverged].capitalize() if diverged else "None", "n": len(ended), "k": len(early),
+            "rounds": joined(map(str, early))}
+
+
+@claim("niidbench_whole.ends", NW, "they end at {lo}% to {hi}% (best rounds {blo}% to {bhi}%), against Flower's "
+       "one run at {flower}%")
+def _(data):
+    """The finished whole-MNIST SCAFFOLD #C=2 runs' final and best accuracies (ranges over both
+    readings and the seeds), and Flower's SCAFFOLD #C=2 number (one run, whole MNIST)."""
+    runs = [run for _, _, run in nw_finished(data) if run.finished]
+    finals_, bests = [data.final(r) for r in runs], [data.best(r) for r in runs]
+    return {"lo": exact(min(finals_)), "hi": exact(max(finals_)), "blo": exact(min(bests)), "bhi": exact(max(bests)),
+            "flower": fmt(data.reference()[("scaffold", "mnist", "c2")])}
+
+
+@claim("niidbench_whole.swings", NW, "after round 20 every finished run still falls to between {lo}% and {hi}% "
+       "at least once ({lows}) and is back above 90% within {back} rounds")
+def _(data):
+    """The lowest test accuracy after round 20 of each finished whole-MNIST SCAFFOLD #C=2 run, by
+    reading and seed, and their range: the swings of a label-skewed federation, not divergence;
+    and the most rounds any of them took from that low to 90% or more again."""
+    lows, items, back = [], [], 0
+    for reading, seed, run in nw_finished(data):
+        if not run.finished:
+            continue
+        curve = data.curve(run)
+        at, low = min(((r, v) for r, v in curve.items() if r > 20), key=lambda rv: rv[1])
+        again = [r for r, v in curve.items() if r > at and v >= 90]
+        if not again:
+            raise ValueError(f"{run.path}: not back above 90% after round {at}")
+        back = max(back, again[0] - at)
+        lows.append(low)
+        items.append(f"{'preset' if reading == 'gradient' else reading} seed {seed}: {exact(low)}%")
+    return {"lo": exact(min(lows)), "hi": exact(max(lows)), "lows": "; ".join(items), "back": back}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data = Data(args.root)
