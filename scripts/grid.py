@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Hashable, Iterable, NamedTuple
 
 from fedrun import results
+from fedrun.command.sweeps import write_sweep_tables
 from fedrun.paths import conf_options
 from fedrun.results import Run
 
@@ -463,6 +464,9 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
             print(sweep.line, flush=True)
         return []
     run_at_once(sweeps(), jobs, stop_after)
+    if split:  # each one-run sweep wrote its folder's sweep_table.md with itself alone: the folder's runs instead
+        for column in columns:
+            write_sweep_tables(out / column, every=True)
     failures = [(column, sorted(wanted - cell_state(out / column)[0])) for column in columns]
     say_packed(out, pack_resume(out))
     return [(column, missing) for column, missing in failures if missing]

@@ -235,21 +235,23 @@ def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]
 TABLE_FILES = {"markdown": "sweep_table.md", "latex": "sweep_table.tex"}
 
 
-def write_sweep_tables(sweep_dir: Path) -> list[Path]:
+def write_sweep_tables(sweep_dir: Path, every: bool = False) -> list[Path]:
     """The sweep's closing table, every job of it, as ``sweep_table.md`` and ``sweep_table.tex``
     in the sweep folder (:data:`TABLE_FILES`), each replaced whole (never half-written, never
     through a link).  Returns the files written; one that cannot be written (a full disk, a
     read-only folder) is a warning, never the sweep's failure: its jobs' results are all there.
-    Nothing is written for a sweep without a job (stopped before its first)."""
+    Nothing is written for a sweep without a job (stopped before its first).  ``every``: the
+    table of every run directory in the folder, whichever sweep ran it (:func:`sweep_table`), as a
+    grid of one-run sweeps into one folder needs (``--jobs`` of the table scripts)."""
     from fedrun.harness.rundir import write_atomic
 
-    if not Path(sweep_dir).is_dir() or not (sweep_jobs(sweep_dir) or sweep_failures(sweep_dir)):
+    if not Path(sweep_dir).is_dir() or not (sweep_jobs(sweep_dir, every) or (not every and sweep_failures(sweep_dir))):
         return []  # a sweep stopped before its first job: no table to write, nor a folder to write it to
     written = []
     for fmt, name in TABLE_FILES.items():
         path = Path(sweep_dir) / name
         try:
-            lines = sweep_table(sweep_dir, limit=None, fmt=fmt)
+            lines = sweep_table(sweep_dir, limit=None, fmt=fmt, every=every)
             write_atomic(path, lambda f: f.write("\n".join(lines) + "\n"))
         except (OSError, FedrunError) as e:
             print(f"fedrun: warning: {path}: not written ({first_line(e)})", file=sys.stderr)
