@@ -490,7 +490,7 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
     collect(out)
     for column, missing in failures:
         print(f"FAILED or missing in {column}: {', '.join(f'{m} seed {s}' for m, s in missing)} "
-              f"(see {out / 'logs' / (column + '.log')} and the run's fedrun.log)")
+              f"(see the logs in {out / 'logs'} and the run's fedrun.log)")
     return 1 if failures else 0
 
 
