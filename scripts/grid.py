@@ -213,8 +213,8 @@ class Progress:
     the runs already finished in its folder, when there are some), then a line per finished run
     with what is left and an ETA at the mean time of the runs finished so far."""
 
-    def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter):
-        self.total, self.finished, self.clock = total, 0, clock
+    def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter, jobs: int = 1):
+        self.total, self.finished, self.clock, self.jobs = total, 0, clock, jobs
         self.start = clock()
         earlier = [t for t in (run_seconds(r) for r in results.find_runs(out, require=results.FINISHED_FILES))
                    if t is not None] if out.is_dir() else []
@@ -222,8 +222,11 @@ class Progress:
         self.earlier = len(earlier)
 
     def announce(self, sweeps: int | None = None) -> None:
+        # With `jobs` runs at once the wall time divides by about `jobs` where the earlier runs were timed
+        # side by side as well (their time a run is what they took, sharing the machine or not).
+        how = "one after another" if self.jobs == 1 else f"{self.jobs} at a time"
         guess = (f"about {_duration(self.typical)} a run, from the {self.earlier} run(s) already in the folder: "
-                 f"about {_duration(self.typical * self.total)} in all, one after another"
+                 f"about {_duration(self.typical * self.total / self.jobs)} in all, {how}"
                  if self.typical is not None else "time: an ETA follows each finished run")
         where = f" in {sweeps} sweep(s)" if sweeps is not None else ""
         print(f"{self.total} run(s) to do{where}; {guess}", flush=True)
@@ -383,6 +386,12 @@ def say_packed(out: Path, packed: int) -> None:
               flush=True)
 
 
+def seed_major(items: list, seeds: list[str], seed_of: Callable[[object], str]) -> list:
+    """``items`` with seed 0's first, then seed 1's, ... (stable within a seed): the order runs are
+    launched in one a sweep, so that a grid stopped early holds whole seeds of every method."""
+    return sorted(items, key=lambda item: seeds.index(seed_of(item)))
+
+
 def launch(columns: list[str], command: Callable[[str, list[str], list[str]], list[str]],
            methods: list[str], seeds: list[str], out: Path, dry_run: bool,
            resume: bool = False, jobs: int = 1, stop_after: float | None = None,
@@ -414,11 +423,9 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
     split = jobs > 1 and not population  # one run a sweep, so that `jobs` of them run side by side
 
     def units(todo: list) -> list[tuple[list, list]]:
-        # split: seed 0 of every method first, then seed 1, ...: a grid stopped early has whole seeds
-        return ([([m], [s]) for m, s in sorted(todo, key=lambda ms: seeds.index(ms[1]))] if split
-                else product_blocks(todo))
+        return [([m], [s]) for m, s in seed_major(todo, seeds, lambda ms: ms[1])] if split else product_blocks(todo)
 
-    progress = Progress(sum(len(wanted - k) for k in kept.values()), out)
+    progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs)
     progress.announce(sum(len(units(sorted(wanted - k))) for k in kept.values()))
     seen = {column: set(states[column][0]) for column in columns}
 
@@ -438,14 +445,17 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
                 print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, {left} {what}; "
                       "delete a run directory to redo it)", flush=True)
                 continue
-            skip = len(wanted & kept[column])
-            resumed = len(wanted & (started - diverged)) if resume else 0
+            # What the column holds already: finished runs, runs left as they are, runs to go on from a checkpoint.
+            held = [(len(wanted & done), "finished"),
+                    (len(wanted & diverged), "diverged, not resumed") if resume else
+                    (len(wanted & started), "unfinished, skipped"),
+                    (len(wanted & (started - diverged)) if resume else 0, "to resume")]
             blocks = units(todo)
             for j, (todo_methods, todo_seeds) in enumerate(blocks, 1):
                 cmd = command(column, todo_methods, todo_seeds) + (["resume=true"] if resume else [])
                 part = f", sweep {j} of {len(blocks)}" if len(blocks) > 1 else ""
-                there = (f" ({skip} run(s) already there" + (f", {resumed} to resume" if resumed else "") + ")"
-                         if skip or resumed else "")
+                there = ", ".join(f"{k} {what}" for k, what in held if k)
+                there = f" ({there})" if there else ""
                 log = f"{column}_{todo_methods[0]}_seed{todo_seeds[0]}.log" if split else f"{column}.log"
                 before = cell_state(out / column)[0] if not dry_run else set()
 

@@ -529,14 +529,14 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
             if states[k, s] == "todo" or (states[k, s] == "started" and resume)]
     plan_ = sweeps(todo)
     if jobs > 1 and not population:  # a run a sweep, seed 0 of every run first, so that `jobs` run side by side
-        plan_ = sorted([((key[0], n, *key[2:]), [n], [s], resuming) for key, networks, ss, resuming in plan_
-                        for n in networks for s in ss], key=lambda sweep: seeds.index(sweep[2][0]))
+        plan_ = grid.seed_major([((key[0], n, *key[2:]), [n], [s], resuming) for key, networks, ss, resuming in plan_
+                                 for n in networks for s in ss], seeds, lambda sweep: sweep[2][0])
     counts = Counter(states.values())
     print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs_)} fedrun run(s): "
           f"{counts['done']} done, {counts['started']} started but unfinished, "
           + (f"{counts['diverged']} diverged, " if counts["diverged"] else "") + f"{counts['todo']} to run; "
           f"{len(plan_)} fedrun -m sweep(s)", flush=True)
-    progress = grid.Progress(len(todo), out)
+    progress = grid.Progress(len(todo), out, jobs=jobs)
     progress.announce(len(plan_))
     unfinished = []
     for key, seed in jobs_:

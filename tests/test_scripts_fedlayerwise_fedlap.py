@@ -227,7 +227,7 @@ def test_run_mode_dry_run(tmp_path, capsys):
     assert len(calls) == 2
     five = next(c for c in calls if "experiment=fedlayerwise/mnist_5iid_5noniid" in c)
     two = next(c for c in calls if "experiment=fedlayerwise/mnist_2iid_8noniid" in c)
-    assert "aggregator=fedadp,fedlayerwise " in five and "1 run(s) already there" in five
+    assert "aggregator=fedadp,fedlayerwise " in five and "(1 finished)" in five
     for piece in ("aggregator=fedavg,fedadp,fedlayerwise", "dataset=mnist_train10k", "scale=smoke",
                   "partition.samples_per_client=60", "device=cpu", "seed=0",
                   f"hydra.sweep.dir={out / '2iid_8noniid'}"):

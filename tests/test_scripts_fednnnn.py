@@ -312,7 +312,7 @@ def test_run_mode_sweeps_exactly_the_missing_runs_and_trains_populations(tmp_pat
     calls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert len(calls) == 3
     first, second, other = calls
-    assert first.startswith("[1/2] mnist_iid_b, sweep 1 of 2 (2 run(s) already there): ")
+    assert first.startswith("[1/2] mnist_iid_b, sweep 1 of 2 (2 finished): ")
     assert " aggregator=fedavg seed=1 " in first and " aggregator=fedprox seed=0 " in second
     assert other.startswith("[2/2] mnist_noniid_b: ") and " aggregator=fedavg,fedprox seed=0,1 " in other
     assert all(" hydra/launcher=population " in c for c in calls)
@@ -338,13 +338,13 @@ def test_resume_continues_the_unfinished_runs_and_never_a_diverged_one(tmp_path,
     text = capsys.readouterr().out
     calls = [line for line in text.splitlines() if line.startswith("[")]
     assert len(calls) == 1 and " aggregator=fedprox seed=1 " in calls[0] and "resume=true" not in calls[0]
-    assert "(3 run(s) already there)" in calls[0]
+    assert "(1 finished, 2 unfinished, skipped)" in calls[0]
     assert fednnnn_table2.main(args + ["--resume"]) == 0
     text = capsys.readouterr().out
     calls = [line for line in text.splitlines() if line.startswith("[")]
     assert text.startswith("2 run(s) to do")
     assert len(calls) == 1 and " aggregator=fedprox seed=0,1 " in calls[0] and calls[0].endswith(" resume=true")
-    assert "(2 run(s) already there, 1 to resume)" in calls[0]
+    assert "(1 finished, 1 diverged, not resumed, 1 to resume)" in calls[0]
 
 
 def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_each(tmp_path, capsys):
@@ -369,6 +369,8 @@ def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_
                         "about 2 min in all, one after another")
     assert lines[1].startswith("    [1/4] mnist_iid_b/fedprox_seed0 done in 30 s; 3 left, about 90 s (ETA ")
     assert lines[2].startswith("    [2/4] mnist_iid_b/fedprox_seed1 done; 2 left, about 60 s (ETA ")
+    grid.Progress(4, out, jobs=2).announce()  # two runs at a time: about half the wall time
+    assert capsys.readouterr().out.strip().endswith("about 60 s in all, 2 at a time")
     assert grid.Progress(1, tmp_path / "empty").typical is None  # no earlier run: the ETA comes after the first
 
 

@@ -79,7 +79,7 @@ def test_jobs_run_side_by_side_a_time_limit_stops_them_and_resume_goes_on_from_t
                            resume=True, jobs=2)
     text = capsys.readouterr().out
     assert failures == []
-    assert "resume: 2 run(s) take their checkpoint from" in text and ", 2 to resume)" in text
+    assert "resume: 2 run(s) take their checkpoint from" in text and " (2 to resume)" in text
     assert (out / "mnist_c2" / "fedprox_seed0" / "resumed_from.txt").read_text() == "round 1 of fedprox seed 0"
     assert (out / "mnist_c2" / "fedavg_seed1" / "resumed_from.txt").exists() is False  # a new run: nothing to resume
     assert not (out / grid.RESUME_ARCHIVE).exists()  # every run finished: nothing left to resume
