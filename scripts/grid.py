@@ -211,10 +211,16 @@ def run_seconds(run: Path) -> float | None:
 class Progress:
     """What a long grid says while it runs: the runs to do and a rough time before it starts (from
     the runs already finished in its folder, when there are some), then a line per finished run
-    with what is left and an ETA at the mean time of the runs finished so far."""
+    with what is left and an ETA at the mean time of the runs finished so far.
+
+    ``jobs``: runs of one run a sweep going side by side (1 for one sweep after another, and for
+    populations, whose runs finish together).  The time a run then divides by ``jobs``: the grid's
+    own clock would not, as the first runs finish after a whole run's time with the next ones
+    already half done."""
 
     def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter, jobs: int = 1):
         self.total, self.finished, self.clock, self.jobs = total, 0, clock, jobs
+        self.took: list[float] = []  # the wall time of each run finished in this grid, where it says
         self.start = clock()
         earlier = [t for t in (run_seconds(r) for r in results.find_runs(out, require=results.FINISHED_FILES))
                    if t is not None] if out.is_dir() else []
@@ -222,8 +228,7 @@ class Progress:
         self.earlier = len(earlier)
 
     def announce(self, sweeps: int | None = None) -> None:
-        # With `jobs` runs at once the wall time divides by about `jobs` where the earlier runs were timed
-        # side by side as well (their time a run is what they took, sharing the machine or not).
+        # The earlier runs' time a run is what they took, sharing the machine or not: `jobs` at once, about 1/jobs.
         how = "one after another" if self.jobs == 1 else f"{self.jobs} at a time"
         guess = (f"about {_duration(self.typical)} a run, from the {self.earlier} run(s) already in the folder: "
                  f"about {_duration(self.typical * self.total / self.jobs)} in all, {how}"
@@ -234,8 +239,12 @@ class Progress:
     def done(self, name: str, seconds: float | None) -> None:
         self.finished += 1
         left = self.total - self.finished
-        # The mean wall time per finished run, as this grid ran them (a population finishes several at once).
-        pace = (self.clock() - self.start) / self.finished
+        if seconds is not None:
+            self.took.append(seconds)
+        # The mean wall time per finished run, as this grid ran them (a population finishes several at
+        # once); runs side by side: their mean time over jobs.
+        pace = (sum(self.took) / len(self.took) / self.jobs if self.jobs > 1 and self.took
+                else (self.clock() - self.start) / self.finished)
         eta = time.strftime("%H:%M", time.localtime(time.time() + pace * left))
         took = f" in {_duration(seconds)}" if seconds is not None else ""
         print(f"    [{self.finished}/{self.total}] {name} done{took}; "
@@ -425,7 +434,7 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
     def units(todo: list) -> list[tuple[list, list]]:
         return [([m], [s]) for m, s in seed_major(todo, seeds, lambda ms: ms[1])] if split else product_blocks(todo)
 
-    progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs)
+    progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs if split else 1)
     progress.announce(sum(len(units(sorted(wanted - k))) for k in kept.values()))
     seen = {column: set(states[column][0]) for column in columns}
 
@@ -458,10 +467,11 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
                 there = f" ({there})" if there else ""
                 log = f"{column}_{todo_methods[0]}_seed{todo_seeds[0]}.log" if split else f"{column}.log"
                 before = cell_state(out / column)[0] if not dry_run else set()
+                own = {(m, s) for m in todo_methods for s in todo_seeds}  # not those of the sweeps beside it
 
-                def finish(rc: int, seconds: float, column=column, before=before, log_path=out / "logs" / log):
+                def finish(rc: int, seconds: float, column=column, before=before, own=own, log_path=out / "logs" / log):
                     after = cell_state(out / column)[0]
-                    print(f"    exit {rc}, {len(after - before)} run(s) finished in {seconds:.0f} s "
+                    print(f"    exit {rc}, {len((after - before) & own)} run(s) finished in {seconds:.0f} s "
                           f"(log: {log_path})", flush=True)
                     if rc != 0:
                         print_errors(log_path, 4)

@@ -536,7 +536,7 @@ def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str
           f"{counts['done']} done, {counts['started']} started but unfinished, "
           + (f"{counts['diverged']} diverged, " if counts["diverged"] else "") + f"{counts['todo']} to run; "
           f"{len(plan_)} fedrun -m sweep(s)", flush=True)
-    progress = grid.Progress(len(todo), out, jobs=jobs)
+    progress = grid.Progress(len(todo), out, jobs=jobs if not population else 1)
     progress.announce(len(plan_))
     unfinished = []
     for key, seed in jobs_:

@@ -369,8 +369,12 @@ def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_
                         "about 2 min in all, one after another")
     assert lines[1].startswith("    [1/4] mnist_iid_b/fedprox_seed0 done in 30 s; 3 left, about 90 s (ETA ")
     assert lines[2].startswith("    [2/4] mnist_iid_b/fedprox_seed1 done; 2 left, about 60 s (ETA ")
-    grid.Progress(4, out, jobs=2).announce()  # two runs at a time: about half the wall time
-    assert capsys.readouterr().out.strip().endswith("about 60 s in all, 2 at a time")
+    side = grid.Progress(4, out, clock=lambda: 0.0, jobs=2)
+    side.announce()  # two runs at a time: about half the wall time
+    side.done("mnist_iid_b/fedprox_seed0", 60.0)  # its neighbour is half done: 60 s / 2 a run to come
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("about 60 s in all, 2 at a time")
+    assert lines[1].startswith("    [1/4] mnist_iid_b/fedprox_seed0 done in 60 s; 3 left, about 90 s (ETA ")
     assert grid.Progress(1, tmp_path / "empty").typical is None  # no earlier run: the ETA comes after the first
 
 

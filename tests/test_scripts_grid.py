@@ -84,6 +84,7 @@ def test_jobs_run_side_by_side_a_time_limit_stops_them_and_resume_goes_on_from_t
     assert (out / "mnist_c2" / "fedavg_seed1" / "resumed_from.txt").exists() is False  # a new run: nothing to resume
     assert not (out / grid.RESUME_ARCHIVE).exists()  # every run finished: nothing left to resume
     assert "[4/4] mnist_c2/" in text and "all done" in text
+    assert text.count("    exit 0, 1 run(s) finished") == 4  # each sweep its own run, not its neighbour's
     # the folder's sweep table lists its four runs, not the last one-run sweep alone
     assert "4 of 4 jobs done" in (out / "mnist_c2" / "sweep_table.md").read_text()
 
