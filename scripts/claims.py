@@ -25,7 +25,8 @@ non-IID unbalanced column, one GPU run), ``niidbench_gpu`` (NIID-Bench's #C=2 an
 the whole MNIST, GPU runs cut short), ``niidbench_tuned`` (FedProx's mu tuned per NIID-Bench cell
 by scripts/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST),
 ``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/tune.py) and
-``niidbench_whole`` (SCAFFOLD under #C=2 on the whole MNIST, both readings of its correction, CPU runs).  ``niidbench_table3.py collect`` and
+``niidbench_whole`` (Table III's MNIST rows on the whole MNIST as far as the CPU runs go, and
+SCAFFOLD under #C=2 there with both readings of its correction).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
@@ -33,12 +34,14 @@ Examples (from the repository root)::
     python scripts/claims.py                       # every section
     python scripts/claims.py --section fedlap_readings niidbench
     python scripts/claims.py --check               # also: is each text in docs/reproductions.md?
+    python scripts/claims.py --write               # first rewrite the doc's marked claims (tables in progress)
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -364,6 +367,30 @@ def normalized(text: str) -> str:
 
 def in_doc(text: str, doc: str) -> bool:
     return normalized(text) in normalized(doc)
+
+
+# A claim the data owns outright (a table that fills as runs finish) stands in the doc between two
+# HTML comments, invisible on the rendered page; `--write` puts its rendered text between them.
+MARKED = re.compile(r"<!-- claim (?P<id>[\w.]+) -->(?P<body>.*?)<!-- end claim -->", re.S)
+
+
+def write_marked(doc: str, data: Data) -> tuple[str, list[str]]:
+    """``doc`` with every marked claim's text rendered afresh from ``data`` (the white space around
+    the old text kept, so a table stays a block of its own), and the ids whose text changed.  An
+    unknown id, or a claim that cannot be computed, raises: the doc is then left as it was."""
+    changed = []
+
+    def fresh(match: re.Match) -> str:
+        id_, body = match["id"], match["body"]
+        if id_ not in CLAIMS:
+            raise ValueError(f"docs/reproductions.md marks an unknown claim {id_!r}")
+        text = CLAIMS[id_].render(data)
+        lead, trail = body[: len(body) - len(body.lstrip())], body[len(body.rstrip()):]
+        if body.strip() != text:
+            changed.append(id_)
+        return f"<!-- claim {id_} -->{lead}{text}{trail}<!-- end claim -->"
+
+    return MARKED.sub(fresh, doc), changed
 
 
 # ============================================================================= NIID-Bench (MNIST)
@@ -1416,6 +1443,9 @@ def parser() -> argparse.ArgumentParser:
                                                      "(default: this checkout)")
     p.add_argument("--check", action="store_true", help="also say, for each claim, whether its text is in "
                                                         "docs/reproductions.md (exit 1 if one is not)")
+    p.add_argument("--write", action="store_true",
+                   help="first rewrite the claims docs/reproductions.md marks (<!-- claim ID --> ... <!-- end "
+                        "claim -->: tables that fill as runs finish) from the runs, then --check")
     return p
 
 
@@ -2610,6 +2640,124 @@ def nw_finished(data: Data) -> list[tuple[str, int, Run]]:
     return out
 
 
+NW_PARTITIONS = {"dir05": "p_k ~ Dir(0.5)", "c1": "#C=1", "c2": "#C=2", "c3": "#C=3", "iid": "IID"}
+NW_METHODS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova"}
+
+
+def nw_table_runs(data: Data, partition: str, method: str) -> list[Run]:
+    """A whole-MNIST Table III cell's runs that have started (none where its row has not)."""
+    name = f"{NW}/mnist_{partition}"
+    return data.runs(name, method) if data.folder(name).is_dir() else []
+
+
+def nw_cell(data: Data, partition: str, method: str) -> str:
+    """One cell of the whole-MNIST Table III as far as its runs go: the finished runs' final
+    accuracy, mean +- sd over seeds, then the best round's mean (as the 10,000-image table), with
+    ``[seeds ...]`` while the cell lacks a seed; the diverged runs (``k div``, their
+    rounds) and the runs stopped part way (``seed s at round r``) after it; ``-`` where no run has
+    started."""
+    runs = nw_table_runs(data, partition, method)
+    done = [r for r in runs if r.finished]
+    div = [(r.seed, diverged_at(r)) for r in runs if diverged_at(r) is not None]
+    parts = []
+    if done:
+        finals_ = [data.final(r) for r in done]
+        text = fmt(mean(finals_)) + (f" +- {fmt(sd(finals_))}" if len(done) > 1 else "")
+        text += f" / {fmt(mean(data.best(r) for r in done))}"
+        if len(done) + len(div) < len(SEEDS):  # the cell is not complete: which seeds the mean is over
+            text += f" [seed{'s' if len(done) > 1 else ''} {', '.join(str(r.seed) for r in done)}]"
+        parts.append(text)
+    if div:
+        parts.append(f"{len(div)} div (round{'s' if len(div) > 1 else ''} {', '.join(str(d) for _, d in div)})")
+    for r in runs:
+        if not r.finished and diverged_at(r) is None:
+            curve = data.curve(r) if (r.path / "rounds.csv").is_file() else {}
+            parts.append(f"seed {r.seed} at round {max(curve) if curve else 0}")
+    return ", ".join(parts) if parts else "-"
+
+
+@claim("niidbench_whole.table", NW, "{rows}")
+def _(data):
+    """Table III's MNIST rows on the whole MNIST as far as the CPU runs go (outputs/reproductions/
+    niidbench_whole): per partition and method the finished runs' final accuracy (mean +- sd /
+    the best round's mean, the seeds when not all three), the diverged runs and the ones stopped
+    part way, beside Flower's one run."""
+    ref = data.reference()
+    rows = ["| partition | " + " | ".join(f"{name} | Flower" for name in NW_METHODS.values()) + " |",
+            "|---|" + "---|" * 2 * len(NW_METHODS)]
+    for part, label in NW_PARTITIONS.items():
+        cells = [f"{nw_cell(data, part, m)} | {fmt(ref[(m, 'mnist', part)])}" for m in NW_METHODS]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return {"rows": "\n".join(rows)}
+
+
+def signed(x, digits: int = 1) -> str:
+    """A difference with its sign, rounded as :func:`fmt` (+0.1, -2.8, 0.0)."""
+    text = fmt(x, digits)
+    return text if text.startswith("-") or Decimal(text).is_zero() else "+" + text
+
+
+@claim("niidbench_whole.flower", NW, "{items}")
+def _(data):
+    """Per cell with a finished whole-MNIST run: its mean final accuracy minus Flower's one run
+    (points, on the unrounded mean), and the same for the cell's 10,000-image runs (outputs/
+    reproductions/niidbench; "all diverged" where none finished): how much of the 10,000-image
+    grid's gap to Flower the whole MNIST closes."""
+    ref, items = data.reference(), []
+    for part, label in NW_PARTITIONS.items():
+        for m, name in NW_METHODS.items():
+            done = [r for r in nw_table_runs(data, part, m) if r.finished]
+            if not done:
+                continue
+            flower = ref[(m, "mnist", part)]
+            small = [v for v in finals(data, part, m) if v is not None]
+            was = f"{signed(mean(small) - flower)}" if small else "all diverged"
+            items.append(f"{name} under {label} {signed(mean(data.final(r) for r in done) - flower)} "
+                         f"(first 10,000 images: {was})")
+    return {"items": "; ".join(items)}
+
+
+@claim("niidbench_whole.dir05", NW, "under Dir(0.5) the {n} cells with a finished run are within {d} points of "
+       "Flower's run")
+def _(data):
+    """The whole-MNIST Dir(0.5) cells with a finished run: the largest distance of their mean final
+    accuracy from Flower's one run (points), where the 10,000-image grid was 2.1 to 2.3 below."""
+    ref, gaps = data.reference(), []
+    for m in NW_METHODS:
+        done = [r for r in nw_table_runs(data, "dir05", m) if r.finished]
+        if done:
+            gaps.append(abs(mean(data.final(r) for r in done) - ref[(m, "mnist", "dir05")]))
+    if not gaps:
+        raise ValueError("no Dir(0.5) run has finished on the whole MNIST")
+    return {"n": words(len(gaps)), "d": fmt(max(gaps))}
+
+
+@claim("niidbench_whole.count", NW, "{done} of the table's {total} runs have finished, {div} diverged and {part} "
+       "stopped part way")
+def _(data):
+    """How far the whole-MNIST Table III has come: runs finished, diverged, and stopped part way
+    (their checkpoints in the folder's resume.tar.gz), of the 5 partitions x 4 methods x 3 seeds."""
+    runs = [r for part in NW_PARTITIONS for m in NW_METHODS for r in nw_table_runs(data, part, m)]
+    div = sum(diverged_at(r) is not None for r in runs)
+    done = sum(r.finished for r in runs)
+    part = len(runs) - done - div
+    return {"done": done, "total": len(NW_PARTITIONS) * len(NW_METHODS) * len(SEEDS),
+            "div": words(div) if div else "none", "part": words(part) if part else "none"}
+
+
+@claim("niidbench_whole.minutes", NW, "{lo} to {hi} minutes a run ({n} runs finished on the whole MNIST, two at a "
+       "time), so a two-hour sitting finishes about {per} runs")
+def _(data):
+    """The time a finished whole-MNIST CPU run took in its rounds (summary.json's round_seconds,
+    resumes' gaps left out), over the table's runs and SCAFFOLD's after_step reading runs; a
+    sitting's runs: two at a time, 120 minutes over their mean."""
+    runs = [r for part in NW_PARTITIONS for m in NW_METHODS for r in nw_table_runs(data, part, m)]
+    runs += nw_runs(data, "after_step").values()
+    minutes = [dec(r.summary["round_seconds"]) / 60 for r in runs if r.finished]
+    return {"lo": fmt(min(minutes), 0), "hi": fmt(max(minutes), 0), "n": len(minutes),
+            "per": fmt(2 * 120 / mean(minutes), 0)}
+
+
 @claim("niidbench_whole.none", NW, "{none} of the {n} runs that have ended on the whole MNIST diverged, where on the "
        "10,000 images {k} of the same {n} (reading, seed) pairs did (at rounds {rounds})")
 def _(data):
@@ -2663,6 +2811,13 @@ def _(data):
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data = Data(args.root)
+    if args.write:
+        path = Path(args.root) / DOC
+        text, changed = write_marked(path.read_text(), data)
+        if changed:
+            path.write_text(text)
+        print(f"{DOC}: " + (f"rewrote {', '.join(changed)}" if changed else "every marked claim as the runs say"))
+        args.check = True
     doc = (Path(args.root) / DOC).read_text() if args.check else ""
     ok = True
     for section in args.section or sections():

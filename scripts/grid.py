@@ -335,6 +335,7 @@ def pack_resume(out: Path) -> int:
     archive held for it; runs that have finished or diverged since leave it.  No run left to resume:
     the archive is removed.  Written to a temporary file first, so a failure leaves the old one.
     Returns the number of runs packed."""
+    out = Path(out).resolve()  # the run folders are found resolved: a relative ``out`` is their prefix only so
     archive = out / RESUME_ARCHIVE
     old = _members(archive) if archive.is_file() else {}
     files: dict[str, bytes | Path] = {}
@@ -365,6 +366,7 @@ def unpack_resume(out: Path) -> int:
     """Put back, from ``out/resume.tar.gz`` (:func:`pack_resume`), the files of every resumable run
     under ``out`` that has no checkpoint here (a fresh clone); a run with its own checkpoint keeps
     its files (they are newer).  Returns the number of runs restored."""
+    out = Path(out).resolve()  # as pack_resume
     archive = out / RESUME_ARCHIVE
     if not archive.is_file():
         return 0

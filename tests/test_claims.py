@@ -100,6 +100,49 @@ def test_a_claim_whose_data_changed_fails(tmp_path, doc):
     assert claims.normalized(after) not in doc
 
 
+def test_whole_mnist_table_cells_say_what_has_run(tmp_path):
+    """A cell of the whole-MNIST Table III in progress, on copies of 10,000-image #C=3 runs: SCAFFOLD's
+    seed 0 diverged at round 20, seeds 1 and 2 ended at 96.4% and 90.55% (best 96.75%, 95.4%), so
+    mean 93.475 -> 93.5, sd 5.85 / sqrt(2) = 4.14 -> 4.1, best mean 96.075 -> 96.1; a FedAvg run cut
+    after round 7 is "stopped part way"; a cell or row with no run is "-"."""
+    names = ["scaffold_seed0", "scaffold_seed1", "scaffold_seed2", "fedavg_seed0"]
+    for name in names:
+        shutil.copytree(REPO_ROOT / claims.RUNS / "niidbench/mnist_c3" / name,
+                        tmp_path / claims.RUNS / claims.NW / "mnist_c3" / name)
+    cut = tmp_path / claims.RUNS / claims.NW / "mnist_c3" / "fedavg_seed0"
+    (cut / "summary.json").unlink()
+    lines = (cut / "rounds.csv").read_text().splitlines(keepends=True)
+    (cut / "rounds.csv").write_text("".join(lines[:8]))  # the header and rounds 1-7
+    data = claims.Data(tmp_path)
+    assert claims.nw_cell(data, "c3", "scaffold") == "93.5 +- 4.1 / 96.1, 1 div (round 20)"
+    assert claims.nw_cell(data, "c3", "fedavg") == "seed 0 at round 7"
+    assert claims.nw_cell(data, "c3", "fednova") == "-" and claims.nw_cell(data, "c1", "fedavg") == "-"
+    assert claims.CLAIMS["niidbench_whole.count"].render(data) == (
+        "2 of the table's 60 runs have finished, one diverged and one stopped part way")
+    shutil.rmtree(tmp_path / claims.RUNS / claims.NW / "mnist_c3" / "scaffold_seed2")
+    # seed 2 not there: the cell is incomplete, so it names the seed its mean is over (96.75 -> 96.8)
+    assert claims.nw_cell(claims.Data(tmp_path), "c3", "scaffold") == "96.4 / 96.8 [seed 1], 1 div (round 20)"
+
+
+def test_write_rewrites_only_the_marked_claims(tmp_path):
+    """`claims.py --write`: the text between a claim's markers becomes what the runs say (the blank
+    lines around a table kept), the rest of the doc stays byte for byte; an unknown id is refused."""
+    data = claims.Data(REPO_ROOT)
+    count = claims.CLAIMS["niidbench_whole.count"].render(data)
+    table = claims.CLAIMS["niidbench_whole.table"].render(data)
+    doc = ("Prose 1 of 60 runs.\nSo far <!-- claim niidbench_whole.count -->1 of the table's 60 runs<!-- end claim -->;"
+           " more.\n\n<!-- claim niidbench_whole.table -->\n\n| old |\n|---|\n\n<!-- end claim -->\nEnd.\n")
+    text, changed = claims.write_marked(doc, data)
+    assert changed == ["niidbench_whole.count", "niidbench_whole.table"]
+    assert text == (f"Prose 1 of 60 runs.\nSo far <!-- claim niidbench_whole.count -->{count}<!-- end claim -->;"
+                    f" more.\n\n<!-- claim niidbench_whole.table -->\n\n{table}\n\n<!-- end claim -->\nEnd.\n")
+    assert claims.write_marked(text, data) == (text, [])  # as the runs say: nothing to rewrite
+    with pytest.raises(ValueError, match="unknown claim 'nosuch.claim'"):
+        claims.write_marked("<!-- claim nosuch.claim -->x<!-- end claim -->", data)
+    # the committed doc is as its runs say
+    assert claims.write_marked(DOC.read_text(), data)[1] == []
+
+
 def test_print_section(capsys):
     out = io.StringIO()
     assert claims.print_section("fedlap_mnist_train10k", REPO_ROOT, out)

@@ -99,7 +99,7 @@ def _run(folder: Path, method: str, seed: int, files: dict[str, str], finished: 
     return folder
 
 
-def test_pack_keeps_what_a_resume_needs_and_unpack_never_overwrites_a_newer_checkpoint(tmp_path, capsys):
+def test_pack_keeps_what_a_resume_needs_and_unpack_never_overwrites_a_newer_checkpoint(tmp_path, capsys, monkeypatch):
     """pack: the unfinished runs' checkpoint and output_layer.csv (not fedrun.log, which names the
     machine's folders), nothing of a finished or diverged run; a run with no checkpoint here keeps the archive's.  The same files give the
     same bytes.  unpack: only into runs without a checkpoint."""
@@ -117,12 +117,14 @@ def test_pack_keeps_what_a_resume_needs_and_unpack_never_overwrites_a_newer_chec
         assert sorted(tar.getnames()) == ["c2/fedavg_seed0/checkpoint.pt", "c2/fedavg_seed0/output_layer.csv", "c2/scaffold_seed0/checkpoint.pt",
                                           "c2/scaffold_seed0/output_layer.csv"]
     assert grid.pack_resume(out) == 2 and (out / grid.RESUME_ARCHIVE).read_bytes() == first  # nothing new, no change
+    monkeypatch.chdir(tmp_path)  # a folder given relative, as the table scripts pass --out on
+    assert grid.pack_resume(Path("g")) == 2 and (out / grid.RESUME_ARCHIVE).read_bytes() == first
 
     (a / "checkpoint.pt").unlink()  # a fresh clone: fedavg has no checkpoint, scaffold went on (a newer one)
     (a / "output_layer.csv").write_text("stale")
     (b / "checkpoint.pt").write_text("B7")
     assert grid.pack_resume(out) == 2  # fedavg keeps the archive's files, scaffold's are the newer ones
-    assert grid.unpack_resume(out) == 1
+    assert grid.unpack_resume(Path("g")) == 1
     assert (a / "checkpoint.pt").read_text() == "A3" and (a / "output_layer.csv").read_text() == "a"
     assert (b / "checkpoint.pt").read_text() == "B7"
     assert grid.main(["unpack", str(out)]) == 0  # everything has its checkpoint: nothing to do
