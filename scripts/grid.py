@@ -335,7 +335,7 @@ def pack_resume(out: Path) -> int:
     archive held for it; runs that have finished or diverged since leave it.  No run left to resume:
     the archive is removed.  Written to a temporary file first, so a failure leaves the old one.
     Returns the number of runs packed."""
-    out = Path(out).resolve()  # the run folders are found resolved: a relative ``out`` is their prefix only so
+    out = Path(out).resolve()  # find_runs gives resolved run folders: resolved, a relative ``out`` is their prefix
     archive = out / RESUME_ARCHIVE
     old = _members(archive) if archive.is_file() else {}
     files: dict[str, bytes | Path] = {}
