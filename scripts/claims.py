@@ -2650,6 +2650,11 @@ def nw_table_runs(data: Data, partition: str, method: str) -> list[Run]:
     return data.runs(name, method) if data.folder(name).is_dir() else []
 
 
+def nw_all_runs(data: Data) -> list[Run]:
+    """Every run of the whole-MNIST Table III that has started, row by row."""
+    return [r for part in NW_PARTITIONS for m in NW_METHODS for r in nw_table_runs(data, part, m)]
+
+
 def nw_cell(data: Data, partition: str, method: str) -> str:
     """One cell of the whole-MNIST Table III as far as its runs go: the finished runs' final
     accuracy, mean +- sd over seeds, then the best round's mean (as the 10,000-image table), with
@@ -2737,7 +2742,7 @@ def _(data):
 def _(data):
     """How far the whole-MNIST Table III has come: runs finished, diverged, and stopped part way
     (their checkpoints in the folder's resume.tar.gz), of the 5 partitions x 4 methods x 3 seeds."""
-    runs = [r for part in NW_PARTITIONS for m in NW_METHODS for r in nw_table_runs(data, part, m)]
+    runs = nw_all_runs(data)
     div = sum(diverged_at(r) is not None for r in runs)
     done = sum(r.finished for r in runs)
     part = len(runs) - done - div
@@ -2751,7 +2756,7 @@ def _(data):
     """The time a finished whole-MNIST CPU run took in its rounds (summary.json's round_seconds,
     resumes' gaps left out), over the table's runs and SCAFFOLD's after_step reading runs; a
     sitting's runs: two at a time, 120 minutes over their mean."""
-    runs = [r for part in NW_PARTITIONS for m in NW_METHODS for r in nw_table_runs(data, part, m)]
+    runs = nw_all_runs(data)
     runs += nw_runs(data, "after_step").values()
     minutes = [dec(r.summary["round_seconds"]) / 60 for r in runs if r.finished]
     return {"lo": fmt(min(minutes), 0), "hi": fmt(max(minutes), 0), "n": len(minutes),
