@@ -198,10 +198,18 @@ def _duration(seconds: float) -> str:
 
 
 def run_seconds(run: Path) -> float | None:
-    """A finished run's wall time, from its summary's start and end (None if it says neither)."""
+    """A finished run's time: its summary's ``round_seconds`` (the time in its rounds, summed over
+    rounds.csv), else its start to its end (None if it says neither).
+
+    The time in rounds first: a run stopped in one sitting and resumed in another has its start in
+    the first, so start to end would count the hours between the sittings."""
     from datetime import datetime
 
     summary = results.read_summary(run)
+    try:
+        return float(summary["round_seconds"])
+    except (KeyError, TypeError, ValueError):
+        pass
     try:
         return (datetime.fromisoformat(summary["finished"]) - datetime.fromisoformat(summary["started"])).total_seconds()
     except (KeyError, TypeError, ValueError):

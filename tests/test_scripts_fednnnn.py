@@ -349,15 +349,19 @@ def test_resume_continues_the_unfinished_runs_and_never_a_diverged_one(tmp_path,
 
 def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_each(tmp_path, capsys):
     """Before a grid starts: the runs to do and, from runs already finished in its folder (their
-    summary's start and end), about how long; after each run that finishes: what is left and an ETA
-    at the pace so far."""
+    summary's time in rounds, else its start and end), about how long; after each run that finishes:
+    what is left and an ETA at the pace so far."""
     import grid
 
     out = tmp_path / "o"
     for i, seconds in enumerate((20, 40)):  # two earlier runs of 20 s and 40 s
         run = make_run(out / "mnist_iid_b" / f"fedavg_seed{i}", "fedavg", "mnist", "iid-b", final=0.5, seed=i)
         summary = json.loads((run / "summary.json").read_text())
-        summary.update(started="2026-11-27T10:00:00+00:00", finished=f"2026-11-27T10:00:{seconds}+00:00")
+        if i == 0:  # no round_seconds: start to end
+            summary.update(started="2026-11-27T10:00:00+00:00", finished=f"2026-11-27T10:00:{seconds}+00:00")
+        else:  # stopped and resumed two hours later: its 40 s in rounds, not the 2 h from start to end
+            summary.update(started="2026-11-27T10:00:00+00:00", finished="2026-11-27T12:00:20+00:00",
+                           round_seconds=float(seconds))
         (run / "summary.json").write_text(json.dumps(summary))
     clock = iter([70.0, 100.0, 130.0])  # the grid's clock at its start and at the two finished runs
     progress = grid.Progress(4, out, clock=lambda: next(clock))
