@@ -75,12 +75,17 @@ def test_an_interrupted_natural_run_resumes_byte_for_byte(leaf, tmp_path, monkey
     assert rounds["client_acc_mean"].notna().tolist() == [False, True, False, True]
 
 
-def test_the_cost_benchmark_runs_both_settings_side_by_side(capsys):
+def test_the_cost_benchmark_runs_both_settings_side_by_side(capsys, tmp_path, monkeypatch):
+    """It prints both settings' figures and leaves nothing behind in the temporary folder."""
+    import tempfile
+
     import bench_client_eval  # scripts/bench/ is on the tests' path (pyproject.toml: pythonpath)
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert bench_client_eval.main(["--writers", "6", "--train", "8", "--test", "3", "--rounds", "2",
                                    "--repeat", "1", "--model", "mlp", "--fraction", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "3 a round" in out and "per-client pass 9 images a round" in out
     assert "client_eval_every=0: eval_s" in out and "client_eval_every=1: eval_s" in out
     assert "per-client accuracy adds" in out
+    assert list(tmp_path.iterdir()) == []  # its data and runs removed

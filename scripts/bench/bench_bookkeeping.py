@@ -23,6 +23,7 @@ import argparse
 import functools
 import collections
 import contextlib
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -114,7 +115,8 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         counter.active = True
         return sample(*a, **kw)
 
-    run = Path(tempfile.mkdtemp()) / "run"
+    work = Path(tempfile.mkdtemp(prefix="fedrun-bookkeeping-"))  # removed once its rounds.csv is read
+    run = work / "run"
     federated_run.evaluate_round, federated_run.sample_clients = paused_evaluate, start_counting
     Recorder.checkpoint = timed_checkpoint
     try:
@@ -125,10 +127,11 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
                                     vanilla_every=1 if args.vanilla else 0),
                                 make_engine=engine, device=device, progress=False)
             counter.active = False
+        rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
     finally:
         federated_run.evaluate_round, federated_run.sample_clients = evaluate, sample
         Recorder.checkpoint = checkpoint
-    rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
+        shutil.rmtree(work, ignore_errors=True)
     rest = (rounds.wall_s - rounds.train_s - rounds.eval_s) * 1e3
     return {"aggregator": aggregator, "clients a round": clients,
             "train ms": rounds.train_s.mean() * 1e3, "eval ms": rounds.eval_s.mean() * 1e3,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -42,6 +43,29 @@ def write_leaf(root: Path, writers: int, train: int, test: int, seed: int = 0) -
     return root
 
 
+def measure(work: Path, args: argparse.Namespace) -> dict[str, list[tuple[float, float]]]:
+    """Each setting's runs under ``work``, interleaved and rotated: per run, the median ``eval_s``
+    and ``wall_s`` of rounds 2 onward."""
+    from hydra import compose, initialize_config_dir
+
+    from fedrun.command.build import run
+
+    leaf = write_leaf(work / "leaf", args.writers, args.train, args.test)
+    common = ["dataset=femnist", f"dataset.load.root={leaf}", "partition=natural", f"model={args.model}",
+              f"hyperparams.num_clients={args.writers}", f"hyperparams.client_fraction={args.fraction}",
+              f"hyperparams.rounds={args.rounds}", "aggregator=fedavg", f"engine={args.engine}", "progress=false"]
+    settings = {"off": ["client_eval_every=0"], "on": ["client_eval_every=1"]}
+    rows = {name: [] for name in settings}
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3", job_name="bench"):
+        for r in range(args.repeat):
+            for name in (settings if r % 2 == 0 else reversed(settings)):  # interleaved, rotated
+                folder = work / f"{name}{r}"
+                run(compose("config", overrides=common + settings[name]), folder, {}, [])
+                df = pd.read_csv(folder / "rounds.csv").iloc[1:]
+                rows[name].append((df["eval_s"].median(), df["wall_s"].median()))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--writers", type=int, default=100)
@@ -58,24 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name} must be >= {2 if name == 'rounds' else 1}")
 
     sys.path.insert(0, str(ROOT))
-    from hydra import compose, initialize_config_dir
-
-    from fedrun.command.build import run
-
-    work = Path(tempfile.mkdtemp(prefix="fedrun-client-eval-"))
-    leaf = write_leaf(work / "leaf", args.writers, args.train, args.test)
-    common = ["dataset=femnist", f"dataset.load.root={leaf}", "partition=natural", f"model={args.model}",
-              f"hyperparams.num_clients={args.writers}", f"hyperparams.client_fraction={args.fraction}",
-              f"hyperparams.rounds={args.rounds}", "aggregator=fedavg", f"engine={args.engine}", "progress=false"]
-    settings = {"off": ["client_eval_every=0"], "on": ["client_eval_every=1"]}
-    rows = {name: [] for name in settings}
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3", job_name="bench"):
-        for r in range(args.repeat):
-            for name in (settings if r % 2 == 0 else reversed(settings)):  # interleaved, rotated
-                folder = work / f"{name}{r}"
-                run(compose("config", overrides=common + settings[name]), folder, {}, [])
-                df = pd.read_csv(folder / "rounds.csv").iloc[1:]
-                rows[name].append((df["eval_s"].median(), df["wall_s"].median()))
+    work = Path(tempfile.mkdtemp(prefix="fedrun-client-eval-"))  # the data and runs: removed at the end
+    try:
+        rows = measure(work, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     m = max(1, round(args.fraction * args.writers))
     print(f"{args.writers} writers ({args.train} train, {args.test} test images each), {m} a round, "
           f"{args.model}, engine={args.engine}, rounds 2-{args.rounds}, {args.repeat} runs a setting")
