@@ -18,7 +18,8 @@ key is NaN: group by ``group``, or pass ``dropna=False`` when grouping by settin
 :func:`seed_curves` gives each group's mean and band over seeds, round by round (what
 ``fedrun-plot``, :mod:`fedrun.plot`, draws).
 
-:func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``.
+:func:`load_layers` and :func:`load_clients` do the same for ``layers.csv`` and ``clients.csv``
+(or ``clients.csv.gz``: a finished run may keep its per-client CSVs gzipped, :func:`compress_csvs`).
 :func:`find_runs` lists run directories (``require=FINISHED_FILES``: the finished ones, with or
 without ``rounds.csv``); :func:`read_config`, :func:`read_summary` and :func:`read_csv` read one.
 :func:`objective` (from :mod:`fedrun.harness.objective`) is what a job returns to Hydra's sweepers.
@@ -186,11 +187,58 @@ def read_summary(run: str | os.PathLike) -> dict:
     return summary
 
 
+# The per-client CSVs, the largest a run writes (a row per client and round, and per layer): a
+# finished run may keep them gzipped (``clients.csv.gz``, :func:`compress_csvs`), as the committed
+# reproductions do, and every reader here takes either.
+COMPRESSIBLE = ("clients.csv", "client_layers.csv")
+
+
+def csv_path(run: str | os.PathLike, name: str) -> Path | None:
+    """``run/name``, else its gzipped ``run/name.gz``; None when neither is a file."""
+    for path in (Path(run) / name, Path(run) / f"{name}.gz"):
+        if path.is_file():
+            return path
+    return None
+
+
+def compress_csvs(run: str | os.PathLike, names: Iterable[str] = COMPRESSIBLE) -> list[Path]:
+    """Gzip a finished run's per-client CSVs in place (``clients.csv`` -> ``clients.csv.gz``), for
+    folders that are committed or copied: about a third of their size.  The same bytes give the same
+    file (no time stamp, no name inside), so a run compressed twice changes nothing for git.  Each
+    file is written beside its CSV, read back and compared before the CSV is removed.
+
+    Only a finished run (``summary.json``): a run that is resumed cuts its CSVs back to the sizes
+    its checkpoint recorded, which a gzipped file no longer has.  Returns the files written."""
+    import gzip
+
+    run = Path(run)
+    if not (run / "summary.json").is_file():
+        raise RunDirectoryError(f"{run}: not finished (no summary.json); its CSVs stay as they are, so it can be "
+                                "resumed")
+    written = []
+    for name in names:
+        plain, packed = run / name, run / f"{name}.gz"
+        if not plain.is_file():
+            continue
+        data = plain.read_bytes()
+        tmp = packed.with_name(packed.name + ".partial")
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
+            gz.write(data)
+        if gzip.decompress(tmp.read_bytes()) != data:  # never remove a CSV its copy does not hold
+            tmp.unlink()
+            raise RunDirectoryError(f"{tmp}: does not read back as {plain}; {plain} kept")
+        tmp.replace(packed)
+        plain.unlink()
+        written.append(packed)
+    return written
+
+
 def read_csv(run: str | os.PathLike, name: str = "rounds.csv") -> pd.DataFrame | None:
     """One CSV of a run directory (``rounds.csv``, ``layers.csv``, ``clients.csv`` ...) as a
-    DataFrame; None when the file is missing, empty or not CSV (a run cut off mid-write)."""
-    path = Path(run) / name
-    if not path.is_file():
+    DataFrame, or its gzipped ``name.gz``; None when the file is missing, empty or not CSV (a run
+    cut off mid-write)."""
+    path = csv_path(run, name)
+    if path is None:
         return None
     try:
         return _csv(path)
@@ -212,14 +260,16 @@ def _csv(path: Path) -> pd.DataFrame:
         df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise RunDirectoryError(f"{path}: empty, not a CSV file") from None
-    except (pd.errors.ParserError, ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError
+    except (pd.errors.ParserError, ValueError, OSError, EOFError) as e:  # UnicodeDecodeError is a ValueError;
+        # a cut gzip is an EOFError, a damaged one gzip.BadGzipFile (an OSError)
         raise RunDirectoryError(f"{path}: not a CSV file ({first_line(e)})") from None
-    keys = KEY_COLUMNS.get(path.name, ("round",))
+    name = path.name.removesuffix(".gz")  # pandas reads a gzipped CSV by its suffix
+    keys = KEY_COLUMNS.get(name, ("round",))
     missing = [c for c in keys if c not in df]
     if missing:
         raise RunDirectoryError(f"{path}: no column {', '.join(missing)} (its columns: "
-                                f"{', '.join(map(str, df.columns[:8]))}); not a {path.name} fedrun wrote")
-    for column in df.columns if path.name == "rounds.csv" else keys:  # every column of rounds.csv is a number
+                                f"{', '.join(map(str, df.columns[:8]))}); not a {name} fedrun wrote")
+    for column in df.columns if name == "rounds.csv" else keys:  # every column of rounds.csv is a number
         _numbers(df[column], path)
     return df
 
@@ -479,8 +529,8 @@ def _load(paths, csv_name: str) -> pd.DataFrame:
     identity = run_identity(runs)
     frames = []
     for run, (_, who) in zip(runs, identity.iterrows()):
-        path = run / csv_name
-        if not path.is_file() or path.stat().st_size == 0:
+        path = csv_path(run, csv_name)
+        if path is None or path.stat().st_size == 0:
             continue
         df = _csv(path)
         if df.empty:  # a header only (stopped before its first round): no rows, and no text columns

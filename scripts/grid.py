@@ -526,20 +526,40 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
 
 # ----------------------------------------------------------------------------- command line
 
+def compress(out: Path) -> tuple[int, int, int]:
+    """Gzip the per-client CSVs of every finished run under ``out`` (:func:`fedrun.results.compress_csvs`;
+    runs not finished keep theirs, to be resumed).  Returns (runs, bytes before, bytes after)."""
+    runs, before, after = 0, 0, 0
+    for run in results.find_runs(out, require=results.FINISHED_FILES):
+        sizes = {name: (run / name).stat().st_size for name in results.COMPRESSIBLE if (run / name).is_file()}
+        written = results.compress_csvs(run)
+        runs += bool(written)
+        before += sum(sizes.values())
+        after += sum(path.stat().st_size for path in written)
+    return runs, before, after
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python scripts/grid.py pack|unpack DIR...``: a grid's unfinished runs into, or back from,
-    ``DIR/resume.tar.gz``, for runs launched by hand (the table scripts' ``run`` packs and, with
-    ``--resume``, unpacks by itself)."""
+    """``python scripts/grid.py pack|unpack|compress DIR...``: a grid's unfinished runs into, or back
+    from, ``DIR/resume.tar.gz``, for runs launched by hand (the table scripts' ``run`` packs and,
+    with ``--resume``, unpacks by itself); or its finished runs' per-client CSVs gzipped, before
+    the folder is committed."""
     from fedrun.errors import ArgumentParser
 
     p = ArgumentParser(prog="grid.py", description=main.__doc__)
-    p.add_argument("action", choices=("pack", "unpack"),
+    p.add_argument("action", choices=("pack", "unpack", "compress"),
                    help="pack: the checkpoints (and output_layer.csv) of the runs under DIR that "
-                        "can be resumed into DIR/resume.tar.gz; unpack: back into those of them that have none")
+                        "can be resumed into DIR/resume.tar.gz; unpack: back into those of them that have none; "
+                        "compress: clients.csv and client_layers.csv of the finished runs under DIR into "
+                        ".csv.gz (fedrun.results and the scripts read either)")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="a grid's folder, searched recursively for run folders")
     args = p.parse_args(argv)
     for d in results.folders(args.dirs):
-        if args.action == "pack":
+        if args.action == "compress":
+            runs, before, after = compress(d)
+            print(f"{d}: per-client CSVs of {runs} finished run(s) gzipped, {before / 2**20:.1f} MiB -> "
+                  f"{after / 2**20:.1f} MiB" if runs else f"{d}: no finished run with a per-client CSV to gzip")
+        elif args.action == "pack":
             n = pack_resume(d)
             print(f"{d}: {n} unfinished run(s) packed into {d / RESUME_ARCHIVE}" if n else
                   f"{d}: no run to resume (no {RESUME_ARCHIVE} kept)")

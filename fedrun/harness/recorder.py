@@ -276,13 +276,14 @@ class Recorder:
                                     f"{ckpt['round']} rounds ran with (edited since); restore it or start a new "
                                     "run directory (nothing was written)")
         digests = ckpt.get("digests")
-        self.run.check_csvs(COLUMNS, ckpt["offsets"], digests if isinstance(digests, dict) else None)
+        complete = ckpt["round"] >= rounds and (self.path / "summary.json").is_file()
+        self.run.check_csvs(COLUMNS, ckpt["offsets"], digests if isinstance(digests, dict) else None, complete)
         if not isinstance(ckpt.get("bytes_total"), int):  # the CSVs are this version's, the checkpoint not
             raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint of this version (missing "
                                     "or damaged: bytes_total); restore it or start a new run directory (nothing "
                                     "was written)")
         self.step_sum, self.bytes_total = ckpt["step_sum"], ckpt["bytes_total"]
-        if ckpt["round"] >= rounds and (self.path / "summary.json").is_file():
+        if complete:
             try:
                 summary = json.loads((self.path / "summary.json").read_bytes())
             except ValueError:  # damaged (not JSON): written again from the CSVs

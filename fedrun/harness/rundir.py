@@ -459,17 +459,25 @@ class RunDirectory:
         return ckpt
 
     def check_csvs(self, columns: dict[str, list[str]], offsets: dict[str, int],
-                   digests: dict[str, str] | None = None) -> None:
+                   digests: dict[str, str] | None = None, complete: bool = False) -> None:
         """Refuse to resume unless every CSV the checkpoint recorded is there, at least as long
         as recorded (rows after that are an interrupted round's and get cut), with this version's
         header, and, where the checkpoint recorded ``digests`` (fedrun 0.1.0 since resume checks
-        them), with the very bytes it recorded up to that size: an edit of the same length too."""
+        them), with the very bytes it recorded up to that size: an edit of the same length too.
+
+        ``complete``: the run has all its rounds, so nothing will be written; a CSV gzipped since
+        (:func:`fedrun.results.compress_csvs`) is then passed over instead of refused."""
         for name, cols in columns.items():
             path = self.path / f"{name}.csv"
             recorded = offsets.get(name)
             if recorded is None:
                 continue
             if not path.exists():
+                if path.with_name(path.name + ".gz").is_file():  # fedrun.results.compress_csvs
+                    if complete:
+                        continue
+                    raise RunDirectoryError(f"{path}: gzipped ({path.name}.gz); gunzip it to resume the run "
+                                            "(nothing was written)")
                 raise RunDirectoryError(f"{path}: missing, but the checkpoint records {recorded} bytes of it; "
                                         "restore it or start a new run directory (nothing was written)")
             if not header_matches(path, cols):
