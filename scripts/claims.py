@@ -2737,6 +2737,68 @@ def _(data):
     return {"n": words(len(gaps)), "d": fmt(max(gaps))}
 
 
+def nw_ranked(cell_finals: dict[str, list[Decimal | None]]) -> list[tuple[str, Decimal | None, int]]:
+    """The methods of a row by mean final accuracy over their seeds that did not diverge, highest
+    first, each as (method, mean or None when every seed diverged, seeds that diverged); the
+    methods with no finished seed last."""
+    out = []
+    for m, values in cell_finals.items():
+        done = [v for v in values if v is not None]
+        out.append((m, mean(done) if done else None, len(values) - len(done)))
+    return sorted(out, key=lambda x: (x[1] is None, -(x[1] or 0)))
+
+
+def nw_seed_leaders(cell_finals: dict[str, list[Decimal | None]]) -> list[str]:
+    """Per seed, the method(s) with the highest final accuracy (a diverged run is below any
+    finished one); ``A = B`` for a tie."""
+    out = []
+    for i in range(len(SEEDS)):
+        seed = {m: v[i] for m, v in cell_finals.items() if v[i] is not None}
+        if not seed:
+            out.append("none finished")
+            continue
+        top = max(seed.values())
+        out.append(" = ".join(NW_METHODS[m] for m in cell_finals if seed.get(m) == top))
+    return out
+
+
+@claim("niidbench_whole.order", NW, "{rows}")
+def _(data):
+    """Per row of the whole-MNIST Table III whose 12 runs have all ended (finished or diverged):
+    the methods by mean final accuracy (%, over their seeds that did not diverge, two decimals),
+    highest first, with the points each trails the first (on the unrounded means); which method ends
+    highest in each seed; and the same row's order on the first 10,000 images (the grid above).
+    The rows not ended yet are named, not left out unsaid."""
+    rows, open_ = [], []
+    for part, label in NW_PARTITIONS.items():
+        runs = {m: {r.seed: r for r in nw_table_runs(data, part, m)} for m in NW_METHODS}
+        ended = all(s in runs[m] and (runs[m][s].finished or diverged_at(runs[m][s]) is not None)
+                    for m in NW_METHODS for s in SEEDS)
+        if not ended:
+            open_.append(label)
+            continue
+        whole = {m: [data.final(runs[m][s]) for s in SEEDS] for m in NW_METHODS}
+        ranked = nw_ranked(whole)
+        first = ranked[0][1]
+        items = []
+        for m, value, div in ranked:
+            text = NW_METHODS[m] + (f" {fmt(value, 2)}" if value is not None else " (every seed diverged)")
+            if value is not None and m != ranked[0][0]:
+                text += f" ({signed(value - first, 2)})"
+            if div and value is not None:
+                text += f" [{div} of {len(SEEDS)} diverged]"
+            items.append(text)
+        small = [NW_METHODS[m] for m, _, _ in nw_ranked({m: finals(data, part, m) for m in NW_METHODS})]
+        leaders = nw_seed_leaders(whole)
+        rows.append(f"under {label}: {', '.join(items)}; highest in seed "
+                    + ", ".join(f"{s}: {who}" for s, who in zip(SEEDS, leaders))
+                    + f"; on the first 10,000 images {', '.join(small)}")
+    if not rows:
+        return {"rows": f"no row has all its {len(NW_METHODS) * len(SEEDS)} runs ended yet"}
+    tail = f" (rows not ended yet: {joined(open_)})" if open_ else ""
+    return {"rows": "; ".join(rows) + tail}
+
+
 @claim("niidbench_whole.count", NW, "{done} of the table's {total} runs have finished, {div} diverged and {part} "
        "stopped part way")
 def _(data):

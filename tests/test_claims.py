@@ -125,6 +125,29 @@ def test_whole_mnist_table_cells_say_what_has_run(tmp_path):
     assert claims.nw_cell(claims.Data(tmp_path), "c3", "scaffold") == "96.4 / 96.8 [seed 1], 1 div (round 20)"
 
 
+def test_whole_mnist_order_of_a_row_once_its_runs_have_ended(tmp_path):
+    """The order of a whole-MNIST row, on a copy of the 10,000-image #C=3 row as if it were the
+    whole MNIST's: FedProx (95.4 + 95.7 + 94.35) / 3 = 95.15, FedAvg 284.9 / 3 = 94.967 (-0.183),
+    SCAFFOLD (96.4 + 90.55) / 2 = 93.475 over the seeds that did not diverge (-1.675, half up),
+    FedNova 277.75 / 3 = 92.583 (-2.567); seed 0's highest FedProx (95.4 against FedAvg's 95.35).
+    A row with a run still going is named, not ordered."""
+    for folder in ("niidbench/mnist_c3", f"{claims.NW}/mnist_c3", f"{claims.NW}/mnist_c1"):
+        source = REPO_ROOT / claims.RUNS / "niidbench" / folder.rsplit("/", 1)[1]
+        shutil.copytree(source, tmp_path / claims.RUNS / folder)
+    shutil.copytree(REPO_ROOT / "scripts" / "paper_targets", tmp_path / "scripts" / "paper_targets")
+    (tmp_path / claims.RUNS / claims.NW / "mnist_c1" / "fedavg_seed2" / "summary.json").unlink()  # still going
+    data = claims.Data(tmp_path)
+    assert claims.CLAIMS["niidbench_whole.order"].render(data) == (
+        "under #C=3: FedProx 95.15, FedAvg 94.97 (-0.18), SCAFFOLD 93.48 (-1.68) [1 of 3 diverged], "
+        "FedNova 92.58 (-2.57); highest in seed 0: FedProx, 1: SCAFFOLD, 2: FedProx; on the first 10,000 "
+        "images FedProx, FedAvg, SCAFFOLD, FedNova (rows not ended yet: p_k ~ Dir(0.5), #C=1, #C=2 and IID)")
+    shutil.rmtree(tmp_path / claims.RUNS / claims.NW / "mnist_c3" / "fednova_seed1")
+    assert claims.CLAIMS["niidbench_whole.order"].render(claims.Data(tmp_path)) == \
+        "no row has all its 12 runs ended yet"
+    assert claims.nw_seed_leaders({"fedavg": [None, 2, 3], "fedprox": [None, 2, 1]}) == \
+        ["none finished", "FedAvg = FedProx", "FedAvg"]
+
+
 def test_write_rewrites_only_the_marked_claims(tmp_path):
     """`claims.py --write`: the text between a claim's markers becomes what the runs say (the blank
     lines around a table kept), the rest of the doc stays byte for byte; an unknown id is refused."""
