@@ -59,7 +59,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import claims
+import doc_claims
 import grid
 import tables
 from papers import half_up, fraction, group, load_tagged, one_line_errors, setting_deviations
@@ -224,9 +224,9 @@ def collect(dirs: list[str], target: float = PAPER_TARGET, metric: str = "test_a
     tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table I",
                   paper="FedLayerWise", deviations=deviations, not_paper=NOT_PAPER, out=out)
     tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4g", out)
-    root, sections = claims.sections_of(dirs, claims.FEDLAYERWISE_SECTIONS)
+    root, sections = doc_claims.sections_of(dirs, doc_claims.FEDLAYERWISE_SECTIONS)
     if root is not None:  # the committed grid: the figures docs/reproductions.md quotes from it
-        claims.print_sections(sections, root, out)
+        doc_claims.print_sections(sections, root, out)
     return rows
 
 

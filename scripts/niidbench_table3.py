@@ -73,7 +73,7 @@ import statistics
 import sys
 from pathlib import Path
 
-import claims
+import doc_claims
 import grid
 import tables
 from papers import half_up, DIVERGED, group, load_tagged, one_line_errors, setting_deviations
@@ -283,9 +283,9 @@ def collect(dirs: list[str], accuracy: str = "final", csv_path: str | None = Non
     tables.report(runs, skipped, rows, dirs, cell=cell, table_cells=TABLE_CELLS, table="Table III",
                   paper="NIID-Bench", deviations=deviations, not_paper=NOT_PAPER, out=out)
     tables.write_csv(rows, csv_path, CSV_COLUMNS, ".4f", out)
-    root, sections = claims.sections_of(dirs, claims.NIIDBENCH_SECTIONS)
+    root, sections = doc_claims.sections_of(dirs, doc_claims.NIIDBENCH_SECTIONS)
     if root is not None:  # the committed grid: the figures docs/reproductions.md quotes from it
-        claims.print_sections(sections, root, out)
+        doc_claims.print_sections(sections, root, out)
     return rows
 
 

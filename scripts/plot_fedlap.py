@@ -46,7 +46,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import claims
+import doc_claims
 import plots
 import tables
 from papers import (count_notes, dataset_title, group, half_up, load_tagged, mean_by_round, one_line_errors,
@@ -341,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         with tables.use_format(args.format):
             print(format_summary(rows, args.round_))
         tables.print_notes(NOT_PAPER, count_notes(deviations(r) for r in runs), sys.stdout)
-        root, sections = claims.sections_of(args.dirs, claims.FEDLAP_SECTIONS)
+        root, sections = doc_claims.sections_of(args.dirs, doc_claims.FEDLAP_SECTIONS)
         if root is not None:  # the committed runs: the figures docs/reproductions.md quotes from them
-            claims.print_sections(sections, root, sys.stdout)
+            doc_claims.print_sections(sections, root, sys.stdout)
         if args.csv:
             tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")
     if args.out:

@@ -1,5 +1,5 @@
 """docs/reproductions.md against the committed runs: every figure its prose quotes is a claim of
-scripts/claims.py, computed from outputs/reproductions/, and each claim's text must occur in the
+scripts/doc_claims/ (printed by scripts/claims.py), computed from outputs/reproductions/, and each claim's text must occur in the
 doc word for word.  Also: the one rounding (half up, by hand), that a claim whose data changed no
 longer matches the doc, and that no committed file under outputs/, docs/ or scripts/ holds a
 machine's absolute path."""
@@ -14,9 +14,10 @@ import subprocess
 from decimal import Decimal
 from pathlib import Path
 
-import claims  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+import doc_claims  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
 import pytest
 import tables
+from doc_claims import niidbench_whole
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC = REPO_ROOT / "docs" / "reproductions.md"
@@ -25,56 +26,56 @@ DOC = REPO_ROOT / "docs" / "reproductions.md"
 @pytest.fixture(scope="module")
 def data():
     """The committed runs, read once for every claim."""
-    return claims.Data(REPO_ROOT)
+    return doc_claims.Data(REPO_ROOT)
 
 
 @pytest.fixture(scope="module")
 def doc():
-    return claims.normalized(DOC.read_text())
+    return doc_claims.normalized(DOC.read_text())
 
 
-@pytest.mark.parametrize("claim_id", list(claims.CLAIMS))
+@pytest.mark.parametrize("claim_id", list(doc_claims.CLAIMS))
 def test_claim_is_quoted_in_the_doc(claim_id, data, doc):
-    c = claims.CLAIMS[claim_id]
+    c = doc_claims.CLAIMS[claim_id]
     text = c.render(data)
-    assert claims.normalized(text) in doc, (f"{claim_id} ({c.checks}) renders\n  {text}\nwhich docs/reproductions.md "
+    assert doc_claims.normalized(text) in doc, (f"{claim_id} ({c.checks}) renders\n  {text}\nwhich docs/reproductions.md "
                                             "does not say: correct the doc's sentence to what the data says")
 
 
 def test_every_claim_says_what_it_checks():
-    for c in claims.CLAIMS.values():
+    for c in doc_claims.CLAIMS.values():
         assert len(c.checks) > 20, f"{c.id} has no docstring saying what it checks"
-    assert set(claims.sections()) == {"niidbench", "niidbench_readings", "fednova_stragglers", "fedlap_fmnist",
+    assert set(doc_claims.sections()) == {"niidbench", "niidbench_readings", "fednova_stragglers", "fedlap_fmnist",
                                       "fedlap_readings", "fedlap_mnist_train10k", "fedlayerwise", "fedlap_tuned", "fednnnn_gpu",
                                       "niidbench_gpu", "niidbench_tuned", "fedlap_mnist",
                                       "fedlap_mnist_tuned", "niidbench_whole"}
 
 
 def test_doc_phrase_may_span_lines():
-    assert claims.in_doc("in #C=2 FedAvg is\nahead", "so: in #C=2   FedAvg\n  is ahead of FedProx")
-    assert not claims.in_doc("FedAvg is behind", "FedAvg is\nahead")
+    assert doc_claims.in_doc("in #C=2 FedAvg is\nahead", "so: in #C=2   FedAvg\n  is ahead of FedProx")
+    assert not doc_claims.in_doc("FedAvg is behind", "FedAvg is\nahead")
 
 
 def test_rounding_half_up_by_hand():
-    assert claims.fmt(0.125, 2) == "0.13"  # the binary 0.125 is exact: half up, not to even (0.12)
-    assert claims.fmt(2.675, 2) == "2.68"  # the binary 2.675 is 2.67499...: the decimal 2.675 is rounded
-    assert claims.fmt(96.65, 1) == "96.7"
-    assert claims.fmt(0.35, 1) == "0.4" and claims.fmt(4.55, 1) == "4.6" and claims.fmt(4.549, 1) == "4.5"
-    assert claims.fmt(12.5, 0) == "13" and claims.fmt(1310.0, 0) == "1310"
-    assert claims.fmt(-0.04, 1) == "0.0" and claims.fmt(-1.25, 1) == "-1.3"
+    assert doc_claims.fmt(0.125, 2) == "0.13"  # the binary 0.125 is exact: half up, not to even (0.12)
+    assert doc_claims.fmt(2.675, 2) == "2.68"  # the binary 2.675 is 2.67499...: the decimal 2.675 is rounded
+    assert doc_claims.fmt(96.65, 1) == "96.7"
+    assert doc_claims.fmt(0.35, 1) == "0.4" and doc_claims.fmt(4.55, 1) == "4.6" and doc_claims.fmt(4.549, 1) == "4.5"
+    assert doc_claims.fmt(12.5, 0) == "13" and doc_claims.fmt(1310.0, 0) == "1310"
+    assert doc_claims.fmt(-0.04, 1) == "0.0" and doc_claims.fmt(-1.25, 1) == "-1.3"
     # Differences on the exact decimals: 96.6 - 92.55 is 4.05 (4.1), where floats give 4.0499999... (4.0).
-    assert claims.fmt(Decimal("96.6") - Decimal("92.55"), 1) == "4.1"
-    assert claims.fmt(96.6 - 92.55, 1) == "4.0"
-    assert claims.pct(0.9055) == Decimal("90.55")
-    assert claims.exact(claims.pct(0.9055)) == "90.55" and claims.exact(80.0) == "80.0" and claims.exact(0.2) == "0.2"
+    assert doc_claims.fmt(Decimal("96.6") - Decimal("92.55"), 1) == "4.1"
+    assert doc_claims.fmt(96.6 - 92.55, 1) == "4.0"
+    assert doc_claims.pct(0.9055) == Decimal("90.55")
+    assert doc_claims.exact(doc_claims.pct(0.9055)) == "90.55" and doc_claims.exact(80.0) == "80.0" and doc_claims.exact(0.2) == "0.2"
     with pytest.raises(ValueError):
-        claims.exact(96.555)
+        doc_claims.exact(96.555)
 
 
 def _copy_runs(tmp_path: Path, folder: str, names: list[str]) -> Path:
     """Copy run folders of outputs/reproductions/<folder> under tmp_path's own outputs/reproductions."""
     for name in names:
-        shutil.copytree(REPO_ROOT / claims.RUNS / folder / name, tmp_path / claims.RUNS / folder / name)
+        shutil.copytree(REPO_ROOT / doc_claims.RUNS / folder / name, tmp_path / doc_claims.RUNS / folder / name)
     return tmp_path
 
 
@@ -91,14 +92,14 @@ def test_a_claim_whose_data_changed_fails(tmp_path, doc):
     seed 1 ends 5 points higher (94.05% instead of 89.05%) in rounds.csv."""
     names = [f"{m}_seed{s}" for m in ("fedavg", "fedprox") for s in (0, 1, 2)]
     root = _copy_runs(tmp_path, "niidbench/mnist_c2", names)
-    c = claims.CLAIMS["niidbench.c2_fedavg_fedprox"]
-    before = c.render(claims.Data(root))
+    c = doc_claims.CLAIMS["niidbench.c2_fedavg_fedprox"]
+    before = c.render(doc_claims.Data(root))
     assert before == "In #C=2 FedAvg is ahead of FedProx in each of the 3 seeds (by 1.2 to 4.6 points)"
-    assert claims.normalized(before) in doc
-    _set_final_accuracy(root / claims.RUNS / "niidbench/mnist_c2/fedprox_seed1", "0.9405")
-    after = c.render(claims.Data(root))
+    assert doc_claims.normalized(before) in doc
+    _set_final_accuracy(root / doc_claims.RUNS / "niidbench/mnist_c2/fedprox_seed1", "0.9405")
+    after = c.render(doc_claims.Data(root))
     assert after == "In #C=2 FedAvg is ahead of FedProx in 2 of 3 seeds (by -0.5 to 1.7 points)"
-    assert claims.normalized(after) not in doc
+    assert doc_claims.normalized(after) not in doc
 
 
 def test_whole_mnist_table_cells_say_what_has_run(tmp_path):
@@ -108,21 +109,21 @@ def test_whole_mnist_table_cells_say_what_has_run(tmp_path):
     after round 7 is "stopped part way"; a cell or row with no run is "-"."""
     names = ["scaffold_seed0", "scaffold_seed1", "scaffold_seed2", "fedavg_seed0"]
     for name in names:
-        shutil.copytree(REPO_ROOT / claims.RUNS / "niidbench/mnist_c3" / name,
-                        tmp_path / claims.RUNS / claims.NW / "mnist_c3" / name)
-    cut = tmp_path / claims.RUNS / claims.NW / "mnist_c3" / "fedavg_seed0"
+        shutil.copytree(REPO_ROOT / doc_claims.RUNS / "niidbench/mnist_c3" / name,
+                        tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3" / name)
+    cut = tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3" / "fedavg_seed0"
     (cut / "summary.json").unlink()
     lines = (cut / "rounds.csv").read_text().splitlines(keepends=True)
     (cut / "rounds.csv").write_text("".join(lines[:8]))  # the header and rounds 1-7
-    data = claims.Data(tmp_path)
-    assert claims.nw_cell(data, "c3", "scaffold") == "93.5 +- 4.1 / 96.1, 1 div (round 20)"
-    assert claims.nw_cell(data, "c3", "fedavg") == "seed 0 at round 7"
-    assert claims.nw_cell(data, "c3", "fednova") == "-" and claims.nw_cell(data, "c1", "fedavg") == "-"
-    assert claims.CLAIMS["niidbench_whole.count"].render(data) == (
+    data = doc_claims.Data(tmp_path)
+    assert niidbench_whole.nw_cell(data, "c3", "scaffold") == "93.5 +- 4.1 / 96.1, 1 div (round 20)"
+    assert niidbench_whole.nw_cell(data, "c3", "fedavg") == "seed 0 at round 7"
+    assert niidbench_whole.nw_cell(data, "c3", "fednova") == "-" and niidbench_whole.nw_cell(data, "c1", "fedavg") == "-"
+    assert doc_claims.CLAIMS["niidbench_whole.count"].render(data) == (
         "2 of the table's 60 runs have finished, one diverged and one stopped part way")
-    shutil.rmtree(tmp_path / claims.RUNS / claims.NW / "mnist_c3" / "scaffold_seed2")
+    shutil.rmtree(tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3" / "scaffold_seed2")
     # seed 2 not there: the cell is incomplete, so it names the seed its mean is over (96.75 -> 96.8)
-    assert claims.nw_cell(claims.Data(tmp_path), "c3", "scaffold") == "96.4 / 96.8 [seed 1], 1 div (round 20)"
+    assert niidbench_whole.nw_cell(doc_claims.Data(tmp_path), "c3", "scaffold") == "96.4 / 96.8 [seed 1], 1 div (round 20)"
 
 
 def test_whole_mnist_order_of_a_row_once_its_runs_have_ended(tmp_path):
@@ -131,71 +132,71 @@ def test_whole_mnist_order_of_a_row_once_its_runs_have_ended(tmp_path):
     SCAFFOLD (96.4 + 90.55) / 2 = 93.475 over the seeds that did not diverge (-1.675, half up),
     FedNova 277.75 / 3 = 92.583 (-2.567); seed 0's highest FedProx (95.4 against FedAvg's 95.35).
     A row with a run still going is named, not ordered."""
-    for folder in ("niidbench/mnist_c3", f"{claims.NW}/mnist_c3", f"{claims.NW}/mnist_c1"):
-        source = REPO_ROOT / claims.RUNS / "niidbench" / folder.rsplit("/", 1)[1]
-        shutil.copytree(source, tmp_path / claims.RUNS / folder)
+    for folder in ("niidbench/mnist_c3", f"{niidbench_whole.NW}/mnist_c3", f"{niidbench_whole.NW}/mnist_c1"):
+        source = REPO_ROOT / doc_claims.RUNS / "niidbench" / folder.rsplit("/", 1)[1]
+        shutil.copytree(source, tmp_path / doc_claims.RUNS / folder)
     shutil.copytree(REPO_ROOT / "scripts" / "paper_targets", tmp_path / "scripts" / "paper_targets")
-    (tmp_path / claims.RUNS / claims.NW / "mnist_c1" / "fedavg_seed2" / "summary.json").unlink()  # still going
-    data = claims.Data(tmp_path)
-    assert claims.CLAIMS["niidbench_whole.order"].render(data) == (
+    (tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c1" / "fedavg_seed2" / "summary.json").unlink()  # still going
+    data = doc_claims.Data(tmp_path)
+    assert doc_claims.CLAIMS["niidbench_whole.order"].render(data) == (
         "under #C=3: FedProx 95.15, FedAvg 94.97 (-0.18), SCAFFOLD 93.48 (-1.68) [1 of 3 diverged], "
         "FedNova 92.58 (-2.57); highest in seed 0: FedProx, 1: SCAFFOLD, 2: FedProx; on the first 10,000 "
         "images FedProx, FedAvg, SCAFFOLD, FedNova (rows not ended yet: p_k ~ Dir(0.5), #C=1, #C=2 and IID)")
-    shutil.rmtree(tmp_path / claims.RUNS / claims.NW / "mnist_c3" / "fednova_seed1")
-    assert claims.CLAIMS["niidbench_whole.order"].render(claims.Data(tmp_path)) == \
+    shutil.rmtree(tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3" / "fednova_seed1")
+    assert doc_claims.CLAIMS["niidbench_whole.order"].render(doc_claims.Data(tmp_path)) == \
         "no row has all its 12 runs ended yet"
-    assert claims.nw_seed_leaders({"fedavg": [None, 2, 3], "fedprox": [None, 2, 1]}) == \
+    assert niidbench_whole.nw_seed_leaders({"fedavg": [None, 2, 3], "fedprox": [None, 2, 1]}) == \
         ["none finished", "FedAvg = FedProx", "FedAvg"]
 
 
 def test_write_rewrites_only_the_marked_claims(tmp_path):
     """`claims.py --write`: the text between a claim's markers becomes what the runs say (the blank
     lines around a table kept), the rest of the doc stays byte for byte; an unknown id is refused."""
-    data = claims.Data(REPO_ROOT)
-    count = claims.CLAIMS["niidbench_whole.count"].render(data)
-    table = claims.CLAIMS["niidbench_whole.table"].render(data)
+    data = doc_claims.Data(REPO_ROOT)
+    count = doc_claims.CLAIMS["niidbench_whole.count"].render(data)
+    table = doc_claims.CLAIMS["niidbench_whole.table"].render(data)
     doc = ("Prose 1 of 60 runs.\nSo far <!-- claim niidbench_whole.count -->1 of the table's 60 runs<!-- end claim -->;"
            " more.\n\n<!-- claim niidbench_whole.table -->\n\n| old |\n|---|\n\n<!-- end claim -->\nEnd.\n")
-    text, changed = claims.write_marked(doc, data)
+    text, changed = doc_claims.write_marked(doc, data)
     assert changed == ["niidbench_whole.count", "niidbench_whole.table"]
     assert text == (f"Prose 1 of 60 runs.\nSo far <!-- claim niidbench_whole.count -->{count}<!-- end claim -->;"
                     f" more.\n\n<!-- claim niidbench_whole.table -->\n\n{table}\n\n<!-- end claim -->\nEnd.\n")
-    assert claims.write_marked(text, data) == (text, [])  # as the runs say: nothing to rewrite
+    assert doc_claims.write_marked(text, data) == (text, [])  # as the runs say: nothing to rewrite
     with pytest.raises(ValueError, match="unknown claim 'nosuch.claim'"):
-        claims.write_marked("<!-- claim nosuch.claim -->x<!-- end claim -->", data)
+        doc_claims.write_marked("<!-- claim nosuch.claim -->x<!-- end claim -->", data)
     # the committed doc is as its runs say
-    assert claims.write_marked(DOC.read_text(), data)[1] == []
+    assert doc_claims.write_marked(DOC.read_text(), data)[1] == []
 
 
 def test_print_section(capsys):
     out = io.StringIO()
-    assert claims.print_section("fedlap_mnist_train10k", REPO_ROOT, out)
+    assert doc_claims.print_section("fedlap_mnist_train10k", REPO_ROOT, out)
     lines = out.getvalue().splitlines()
     assert lines[0] == "[fedlap_mnist_train10k]"
-    ids = [c.id for c in claims.CLAIMS.values() if c.section == "fedlap_mnist_train10k"]
+    ids = [c.id for c in doc_claims.CLAIMS.values() if c.section == "fedlap_mnist_train10k"]
     assert [line.split(": ", 1)[0] for line in lines[1:]] == ids
     with pytest.raises(ValueError, match="no section"):
-        claims.print_section("nosuch", REPO_ROOT, out)
+        doc_claims.print_section("nosuch", REPO_ROOT, out)
 
 
 def test_a_missing_run_is_one_line_not_a_crash(tmp_path):
     out = io.StringIO()
-    assert not claims.print_section("fedlap_mnist_train10k", tmp_path, out)
+    assert not doc_claims.print_section("fedlap_mnist_train10k", tmp_path, out)
     assert all("CANNOT BE COMPUTED" in line for line in out.getvalue().splitlines()[1:])
 
 
 def test_which_sections_a_table_script_prints(tmp_path):
     runs = tmp_path / "outputs" / "reproductions"
-    assert claims.sections_of([runs / "niidbench"], claims.NIIDBENCH_SECTIONS) == (
+    assert doc_claims.sections_of([runs / "niidbench"], doc_claims.NIIDBENCH_SECTIONS) == (
         tmp_path, ["niidbench", "niidbench_readings", "fednova_stragglers", "niidbench_tuned"])
-    assert claims.sections_of([runs / "niidbench_tuned" / "fedprox_mnist_c3"], claims.NIIDBENCH_SECTIONS) == (
+    assert doc_claims.sections_of([runs / "niidbench_tuned" / "fedprox_mnist_c3"], doc_claims.NIIDBENCH_SECTIONS) == (
         tmp_path, ["niidbench_tuned"])
-    assert claims.sections_of([runs / "fedlap/readings/L1_q1", runs / "fedlap/preset/stragglers0/fedavg_s0.0_seed0",
-                               runs / "fedlap/fmnist"], claims.FEDLAP_SECTIONS) == (
+    assert doc_claims.sections_of([runs / "fedlap/readings/L1_q1", runs / "fedlap/preset/stragglers0/fedavg_s0.0_seed0",
+                               runs / "fedlap/fmnist"], doc_claims.FEDLAP_SECTIONS) == (
         tmp_path, ["fedlap_readings", "fedlap_fmnist"])
     # Runs elsewhere (a user's own grid) print no claims about the committed ones.
-    assert claims.sections_of([tmp_path / "outputs" / "niidbench"], claims.NIIDBENCH_SECTIONS) == (None, [])
-    assert claims.sections_of([runs / "niidbench", tmp_path / "mine"], claims.NIIDBENCH_SECTIONS) == (None, [])
+    assert doc_claims.sections_of([tmp_path / "outputs" / "niidbench"], doc_claims.NIIDBENCH_SECTIONS) == (None, [])
+    assert doc_claims.sections_of([runs / "niidbench", tmp_path / "mine"], doc_claims.NIIDBENCH_SECTIONS) == (None, [])
 
 
 def test_table_csv_stores_run_folders_relative_to_itself(tmp_path):

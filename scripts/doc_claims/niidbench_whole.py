@@ -1,0 +1,302 @@
+"""Section ``niidbench_whole``: Table III's MNIST rows on the whole MNIST as far as the CPU runs go
+(the doc's table in progress, rewritten by ``claims.py --write``), and SCAFFOLD under #C=2 there with
+both readings of its correction."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from fedrun.results import Run
+
+from doc_claims.core import Data, SEEDS, WORDS, dec, diverged_at, exact, fmt, joined, mean, sd, words
+from doc_claims.registry import claim
+from doc_claims.niidbench import finals
+
+
+# ----------------------------------------------------------------------------- NIID-Bench, whole MNIST, CPU
+
+NW = "niidbench_whole"
+# SCAFFOLD under #C=2 on the whole MNIST, each reading of its correction: (its whole-MNIST folder,
+# the 10,000-image folder of the same reading), below outputs/reproductions.
+NW_READINGS = {"gradient": ("niidbench_whole/mnist_c2", "niidbench/mnist_c2"),
+               "after_step": ("niidbench_whole_readings/mnist_c2_after_step", "niidbench_readings/mnist_c2_after_step")}
+NW_LABELS = {"gradient": "the preset's (`gradient`)", "after_step": "NIID-Bench's (`after_step`)"}
+NW_ROUNDS = 50
+
+
+def nw_runs(data: Data, reading: str, whole: bool = True) -> dict[int, Run]:
+    """SCAFFOLD's #C=2 runs of a reading by seed, on the whole MNIST (``whole``) or the first 10,000
+    images; the seeds not started yet are absent."""
+    folder = NW_READINGS[reading][0 if whole else 1]
+    return {run.seed: run for run in data.runs(folder, "scaffold")}
+
+
+def nw_state(data: Data, run: Run | None) -> str:
+    """A run as the table gives it: its final (best) accuracy, the round it diverged at, or, when
+    it has not finished, the last round it reached and its accuracy there."""
+    if run is None:
+        return "not started"
+    d = diverged_at(run)
+    if d is not None:
+        return f"diverged at {d}"
+    curve = data.curve(run)
+    last = max(curve)
+    if run.finished:
+        return f"{exact(curve[last])} ({exact(max(curve.values()))})"
+    return f"round {last}: {exact(curve[last])} (unfinished)"
+
+
+@claim("niidbench_whole.rows", NW, "{rows}")
+def _(data):
+    """SCAFFOLD #C=2 per reading and seed: final (best) accuracy on the whole MNIST, or where it
+    diverged, or the round an unfinished run has reached; beside the same run on 10,000 images."""
+    rows = []
+    for reading, label in NW_LABELS.items():
+        whole, small = nw_runs(data, reading), nw_runs(data, reading, whole=False)
+        for seed in SEEDS:
+            rows.append(f"| {label} | {seed} | {nw_state(data, whole.get(seed))} | {nw_state(data, small.get(seed))} |")
+    return {"rows": "\n".join(rows)}
+
+
+def nw_finished(data: Data) -> list[tuple[str, int, Run]]:
+    """(reading, seed, run) of every whole-MNIST SCAFFOLD #C=2 run that ran its 50 rounds or diverged."""
+    out = []
+    for reading in NW_READINGS:
+        for seed, run in sorted(nw_runs(data, reading).items()):
+            if run.finished or diverged_at(run) is not None:
+                out.append((reading, seed, run))
+    return out
+
+
+NW_PARTITIONS = {"dir05": "p_k ~ Dir(0.5)", "c1": "#C=1", "c2": "#C=2", "c3": "#C=3", "iid": "IID"}
+NW_METHODS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova"}
+
+
+def nw_table_runs(data: Data, partition: str, method: str) -> list[Run]:
+    """A whole-MNIST Table III cell's runs that have started (none where its row has not)."""
+    name = f"{NW}/mnist_{partition}"
+    return data.runs(name, method) if data.folder(name).is_dir() else []
+
+
+def nw_all_runs(data: Data) -> list[Run]:
+    """Every run of the whole-MNIST Table III that has started, row by row."""
+    return [r for part in NW_PARTITIONS for m in NW_METHODS for r in nw_table_runs(data, part, m)]
+
+
+def nw_cell(data: Data, partition: str, method: str) -> str:
+    """One cell of the whole-MNIST Table III as far as its runs go: the finished runs' final
+    accuracy, mean +- sd over seeds, then the best round's mean (as the 10,000-image table), with
+    ``[seeds ...]`` while the cell lacks a seed; the diverged runs (``k div``, their
+    rounds) and the runs stopped part way (``seed s at round r``) after it; ``-`` where no run has
+    started."""
+    runs = nw_table_runs(data, partition, method)
+    done = [r for r in runs if r.finished]
+    div = [(r.seed, diverged_at(r)) for r in runs if diverged_at(r) is not None]
+    parts = []
+    if done:
+        finals_ = [data.final(r) for r in done]
+        text = fmt(mean(finals_)) + (f" +- {fmt(sd(finals_))}" if len(done) > 1 else "")
+        text += f" / {fmt(mean(data.best(r) for r in done))}"
+        if len(done) + len(div) < len(SEEDS):  # the cell is not complete: which seeds the mean is over
+            text += f" [seed{'s' if len(done) > 1 else ''} {', '.join(str(r.seed) for r in done)}]"
+        parts.append(text)
+    if div:
+        parts.append(f"{len(div)} div (round{'s' if len(div) > 1 else ''} {', '.join(str(d) for _, d in div)})")
+    for r in runs:
+        if not r.finished and diverged_at(r) is None:
+            curve = data.curve(r) if (r.path / "rounds.csv").is_file() else {}
+            parts.append(f"seed {r.seed} at round {max(curve) if curve else 0}")
+    return ", ".join(parts) if parts else "-"
+
+
+@claim("niidbench_whole.table", NW, "{rows}")
+def _(data):
+    """Table III's MNIST rows on the whole MNIST as far as the CPU runs go (outputs/reproductions/
+    niidbench_whole): per partition and method the finished runs' final accuracy (mean +- sd /
+    the best round's mean, the seeds when not all three), the diverged runs and the ones stopped
+    part way, beside Flower's one run."""
+    ref = data.reference()
+    rows = ["| partition | " + " | ".join(f"{name} | Flower" for name in NW_METHODS.values()) + " |",
+            "|---|" + "---|" * 2 * len(NW_METHODS)]
+    for part, label in NW_PARTITIONS.items():
+        cells = [f"{nw_cell(data, part, m)} | {fmt(ref[(m, 'mnist', part)])}" for m in NW_METHODS]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return {"rows": "\n".join(rows)}
+
+
+def signed(x, digits: int = 1) -> str:
+    """A difference with its sign, rounded as :func:`fmt` (+0.1, -2.8, 0.0)."""
+    text = fmt(x, digits)
+    return text if text.startswith("-") or Decimal(text).is_zero() else "+" + text
+
+
+@claim("niidbench_whole.flower", NW, "{items}")
+def _(data):
+    """Per cell with a finished whole-MNIST run: its mean final accuracy minus Flower's one run
+    (points, on the unrounded mean), and the same for the cell's 10,000-image runs (outputs/
+    reproductions/niidbench; "all diverged" where none finished): how much of the 10,000-image
+    grid's gap to Flower the whole MNIST closes."""
+    ref, items = data.reference(), []
+    for part, label in NW_PARTITIONS.items():
+        for m, name in NW_METHODS.items():
+            done = [r for r in nw_table_runs(data, part, m) if r.finished]
+            if not done:
+                continue
+            flower = ref[(m, "mnist", part)]
+            small = [v for v in finals(data, part, m) if v is not None]
+            was = f"{signed(mean(small) - flower)}" if small else "all diverged"
+            items.append(f"{name} under {label} {signed(mean(data.final(r) for r in done) - flower)} "
+                         f"(first 10,000 images: {was})")
+    return {"items": "; ".join(items)}
+
+
+@claim("niidbench_whole.dir05", NW, "under Dir(0.5) the {n} cells with a finished run are within {d} points of "
+       "Flower's run")
+def _(data):
+    """The whole-MNIST Dir(0.5) cells with a finished run: the largest distance of their mean final
+    accuracy from Flower's one run (points), where the 10,000-image grid was 2.1 to 2.3 below."""
+    ref, gaps = data.reference(), []
+    for m in NW_METHODS:
+        done = [r for r in nw_table_runs(data, "dir05", m) if r.finished]
+        if done:
+            gaps.append(abs(mean(data.final(r) for r in done) - ref[(m, "mnist", "dir05")]))
+    if not gaps:
+        raise ValueError("no Dir(0.5) run has finished on the whole MNIST")
+    return {"n": words(len(gaps)), "d": fmt(max(gaps))}
+
+
+def nw_ranked(cell_finals: dict[str, list[Decimal | None]]) -> list[tuple[str, Decimal | None, int]]:
+    """The methods of a row by mean final accuracy over their seeds that did not diverge, highest
+    first, each as (method, mean or None when every seed diverged, seeds that diverged); the
+    methods with no finished seed last."""
+    out = []
+    for m, values in cell_finals.items():
+        done = [v for v in values if v is not None]
+        out.append((m, mean(done) if done else None, len(values) - len(done)))
+    return sorted(out, key=lambda x: (x[1] is None, -(x[1] or 0)))
+
+
+def nw_seed_leaders(cell_finals: dict[str, list[Decimal | None]]) -> list[str]:
+    """Per seed, the method(s) with the highest final accuracy (a diverged run is below any
+    finished one); ``A = B`` for a tie."""
+    out = []
+    for i in range(len(SEEDS)):
+        seed = {m: v[i] for m, v in cell_finals.items() if v[i] is not None}
+        if not seed:
+            out.append("none finished")
+            continue
+        top = max(seed.values())
+        out.append(" = ".join(NW_METHODS[m] for m in cell_finals if seed.get(m) == top))
+    return out
+
+
+@claim("niidbench_whole.order", NW, "{rows}")
+def _(data):
+    """Per row of the whole-MNIST Table III whose 12 runs have all ended (finished or diverged):
+    the methods by mean final accuracy (%, over their seeds that did not diverge, two decimals),
+    highest first, with the points each trails the first (on the unrounded means); which method ends
+    highest in each seed; and the same row's order on the first 10,000 images (the grid above).
+    The rows not ended yet are named, not left out unsaid."""
+    rows, open_ = [], []
+    for part, label in NW_PARTITIONS.items():
+        runs = {m: {r.seed: r for r in nw_table_runs(data, part, m)} for m in NW_METHODS}
+        ended = all(s in runs[m] and (runs[m][s].finished or diverged_at(runs[m][s]) is not None)
+                    for m in NW_METHODS for s in SEEDS)
+        if not ended:
+            open_.append(label)
+            continue
+        whole = {m: [data.final(runs[m][s]) for s in SEEDS] for m in NW_METHODS}
+        ranked = nw_ranked(whole)
+        first = ranked[0][1]
+        items = []
+        for m, value, div in ranked:
+            text = NW_METHODS[m] + (f" {fmt(value, 2)}" if value is not None else " (every seed diverged)")
+            if value is not None and m != ranked[0][0]:
+                text += f" ({signed(value - first, 2)})"
+            if div and value is not None:
+                text += f" [{div} of {len(SEEDS)} diverged]"
+            items.append(text)
+        small = [NW_METHODS[m] for m, _, _ in nw_ranked({m: finals(data, part, m) for m in NW_METHODS})]
+        leaders = nw_seed_leaders(whole)
+        rows.append(f"under {label}: {', '.join(items)}; highest in seed "
+                    + ", ".join(f"{s}: {who}" for s, who in zip(SEEDS, leaders))
+                    + f"; on the first 10,000 images {', '.join(small)}")
+    if not rows:
+        return {"rows": f"no row has all its {len(NW_METHODS) * len(SEEDS)} runs ended yet"}
+    tail = f" (rows not ended yet: {joined(open_)})" if open_ else ""
+    return {"rows": "; ".join(rows) + tail}
+
+
+@claim("niidbench_whole.count", NW, "{done} of the table's {total} runs have finished, {div} diverged and {part} "
+       "stopped part way")
+def _(data):
+    """How far the whole-MNIST Table III has come: runs finished, diverged, and stopped part way
+    (their checkpoints in the folder's resume.tar.gz), of the 5 partitions x 4 methods x 3 seeds."""
+    runs = nw_all_runs(data)
+    div = sum(diverged_at(r) is not None for r in runs)
+    done = sum(r.finished for r in runs)
+    part = len(runs) - done - div
+    return {"done": done, "total": len(NW_PARTITIONS) * len(NW_METHODS) * len(SEEDS),
+            "div": words(div) if div else "none", "part": words(part) if part else "none"}
+
+
+@claim("niidbench_whole.minutes", NW, "{lo} to {hi} minutes a run ({n} runs finished on the whole MNIST, two at a "
+       "time), so a two-hour sitting finishes about {per} runs")
+def _(data):
+    """The time a finished whole-MNIST CPU run took in its rounds (summary.json's round_seconds,
+    resumes' gaps left out), over the table's runs and SCAFFOLD's after_step reading runs; a
+    sitting's runs: two at a time, 120 minutes over their mean."""
+    runs = nw_all_runs(data)
+    runs += nw_runs(data, "after_step").values()
+    minutes = [dec(r.summary["round_seconds"]) / 60 for r in runs if r.finished]
+    return {"lo": fmt(min(minutes), 0), "hi": fmt(max(minutes), 0), "n": len(minutes),
+            "per": fmt(2 * 120 / mean(minutes), 0)}
+
+
+@claim("niidbench_whole.none", NW, "{none} of the {n} runs that have ended on the whole MNIST diverged, where on the "
+       "10,000 images {k} of the same {n} (reading, seed) pairs did (at rounds {rounds})")
+def _(data):
+    """The whole-MNIST SCAFFOLD #C=2 runs that ended (both readings): how many diverged (as a word,
+    "None" when none did), and how many of the same (reading, seed) diverged on the 10,000 images,
+    at which rounds."""
+    ended = nw_finished(data)
+    if not ended:
+        raise ValueError("no whole-MNIST SCAFFOLD run has ended")
+    diverged = sum(diverged_at(run) is not None for _, _, run in ended)
+    small = [diverged_at(nw_runs(data, reading, whole=False)[seed]) for reading, seed, _ in ended]
+    early = [d for d in small if d is not None]
+    return {"none": WORDS[diverged].capitalize() if diverged else "None", "n": len(ended), "k": len(early),
+            "rounds": joined(map(str, early))}
+
+
+@claim("niidbench_whole.ends", NW, "they end at {lo}% to {hi}% (best rounds {blo}% to {bhi}%), against Flower's "
+       "one run at {flower}%")
+def _(data):
+    """The finished whole-MNIST SCAFFOLD #C=2 runs' final and best accuracies (ranges over both
+    readings and the seeds), and Flower's SCAFFOLD #C=2 number (one run, whole MNIST)."""
+    runs = [run for _, _, run in nw_finished(data) if run.finished]
+    finals_, bests = [data.final(r) for r in runs], [data.best(r) for r in runs]
+    return {"lo": exact(min(finals_)), "hi": exact(max(finals_)), "blo": exact(min(bests)), "bhi": exact(max(bests)),
+            "flower": fmt(data.reference()[("scaffold", "mnist", "c2")])}
+
+
+@claim("niidbench_whole.swings", NW, "after round 20, {k} of the {n} finished runs still fall below 90% at least "
+       "once ({lows}) and are back above 90% within {back} rounds")
+def _(data):
+    """The finished whole-MNIST SCAFFOLD #C=2 runs whose test accuracy falls below 90% after round
+    20, each with its lowest point there (by reading and seed), and the most rounds any of them took
+    from that low to 90% or more again: the swings of a label-skewed federation, not divergence."""
+    items, back, n = [], 0, 0
+    for reading, seed, run in nw_finished(data):
+        if not run.finished:
+            continue
+        n += 1
+        curve = data.curve(run)
+        at, low = min(((r, v) for r, v in curve.items() if r > 20), key=lambda rv: rv[1])
+        if low >= 90:
+            continue
+        again = [r for r, v in curve.items() if r > at and v >= 90]
+        if not again:
+            raise ValueError(f"{run.path}: not back above 90% after round {at}")
+        back = max(back, again[0] - at)
+        items.append(f"{'preset' if reading == 'gradient' else reading} seed {seed}: {exact(low)}% at round {at}")
+    return {"k": WORDS.get(len(items), len(items)), "n": WORDS.get(n, n), "lows": "; ".join(items), "back": back}
