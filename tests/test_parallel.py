@@ -16,9 +16,10 @@ from conftest import TINY, fedrun_ok, run_fedrun, same_run, start_fedrun, tiny_m
 from fedrun import aggregators as A
 from fedrun.client import engines
 from fedrun.client.local_training import ClientResults, LocalTraining
-from fedrun.client.parallel import ParallelEngine, WorkerError, merge_results
+from fedrun.client.parallel import ParallelEngine, WorkerError
 from fedrun.client.regularizers import Proximal
 from fedrun.client.sequential import SequentialEngine
+from fedrun.client.worker_tasks import merge_results
 from fedrun.data.augment import make_augmentation
 from fedrun.data.datasets import synthetic
 from fedrun.data.preparation import prepare

@@ -45,8 +45,9 @@ from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.precision import check_engine_options
 from fedrun.client.regularizers import Regularizer
 from fedrun.client.sequential import SequentialEngine
+from fedrun.client.worker_tasks import WorkerError, do_task, merge_results, note, rows_of, task_label
 from fedrun.diagnostics.evaluation import batch_scores, total_scores
-from fedrun.errors import ConfigError, FedrunError
+from fedrun.errors import ConfigError
 from fedrun.params import Params
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,6 @@ def check_backend(backend: str, address: str | None = None) -> None:
 def resolve_workers(workers) -> int:
     check_workers(workers)
     return available_cores() if workers == "auto" else int(workers)
-
-
-class WorkerError(FedrunError, RuntimeError):
-    """A worker process of the parallel engine died or failed."""
 
 
 class ParallelEngine:
@@ -167,7 +164,7 @@ class ParallelEngine:
         for rows in shares:
             rows.sort()
             tasks.append(("train", params, buffers, [clients[j] for j in rows], [indices[j] for j in rows], round_,
-                          [epochs[j] for j in rows], lr, _rows(opt_states, rows), _rows(inputs, rows)))
+                          [epochs[j] for j in rows], lr, rows_of(opt_states, rows), rows_of(inputs, rows)))
         parts = pool.run(tasks, what=f"round {round_}")
         return merge_results([(rows, part) for rows, part in zip(shares, parts)], list(clients))
 
@@ -233,44 +230,6 @@ def _key(x: torch.Tensor, y: torch.Tensor) -> tuple:
     return (x.data_ptr(), tuple(x.shape), y.data_ptr(), tuple(y.shape))
 
 
-def _rows(stacked: Params | None, rows: list[int]) -> Params | None:
-    if stacked is None:
-        return None
-    index = torch.tensor(rows)
-    return {k: v[index] for k, v in stacked.items()}
-
-
-def merge_results(parts: list[tuple[list[int], ClientResults]], clients: list[int]) -> ClientResults:
-    """One round's :class:`ClientResults` from the workers' parts: part ``(rows, results)`` holds the
-    clients at positions ``rows`` of ``clients``; every stacked tensor is put back in client order.
-    A regularizer metric a part lacks is NaN for its clients, as the sequential engine leaves it."""
-    m = len(clients)
-    first = parts[0][1]
-
-    def stack(get) -> torch.Tensor | None:
-        sample = get(first)
-        if sample is None:
-            return None
-        out = torch.empty((m, *sample.shape[1:]), dtype=sample.dtype, device=sample.device)
-        for rows, part in parts:
-            out[torch.tensor(rows)] = get(part)
-        return out
-
-    def named(get) -> Params | None:
-        if get(first) is None:
-            return None
-        return {name: stack(lambda p, name=name: get(p)[name]) for name in get(first)}
-
-    extras: dict[str, torch.Tensor] = {}
-    for rows, part in parts:
-        for name, values in part.extras.items():
-            extras.setdefault(name, torch.full((m,), float("nan"), dtype=values.dtype))[torch.tensor(rows)] = values
-    return ClientResults(list(clients), named(lambda p: p.deltas), named(lambda p: p.buffers),
-                         stack(lambda p: p.num_examples), stack(lambda p: p.loss), stack(lambda p: p.steps),
-                         stack(lambda p: p.epochs), extras, named(lambda p: p.opt_states),
-                         stack(lambda p: p.lr), stack(lambda p: p.effective_steps))
-
-
 class _Pool:
     """The worker processes and the pipes to them."""
 
@@ -317,7 +276,7 @@ class _Pool:
                     doing[i] = payload[0]
                 elif kind == "error":
                     error, trace = payload
-                    _note(error, f"in parallel worker {i} (pid {self.processes[i].pid}) on {_doing(doing[i], what)}:\n"
+                    note(error, f"in parallel worker {i} (pid {self.processes[i].pid}) on {task_label(doing[i], what)}:\n"
                                  f"{trace}")
                     raise error
                 else:
@@ -334,7 +293,7 @@ class _Pool:
         if code is not None and code == -signal.SIGKILL:
             how += " (out of memory? the kernel's OOM killer sends SIGKILL)"
         self.close()
-        return WorkerError(f"engine=parallel: worker {i} (pid {process.pid}) {how} on {_doing(client, what)}; "
+        return WorkerError(f"engine=parallel: worker {i} (pid {process.pid}) {how} on {task_label(client, what)}; "
                            "the run stops after its last complete round (resume=true continues it)")
 
     def close(self) -> None:
@@ -350,15 +309,6 @@ class _Pool:
                 process.kill()
                 process.join()
         self.conns, self.processes = [], []
-
-
-def _doing(client, what: str) -> str:
-    return f"client {client} of {what}" if client is not None else what
-
-
-def _note(error: BaseException, text: str) -> None:
-    if hasattr(error, "add_note"):  # Python >= 3.11
-        error.add_note(text)
 
 
 # ------------------------------------------------------------------------------- in the worker
@@ -392,7 +342,7 @@ def _answer(conn, task: tuple, engine: SequentialEngine, shared: dict) -> None:
     """Do one task and send the result, or the failure with its traceback.  A broken pipe
     (the run has gone) propagates: :func:`_serve` ends quietly."""
     try:
-        result = _do(conn, task, engine, shared)
+        result = do_task(conn, task, engine, shared)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         raise
     except Exception as error:  # every failure of the work goes back to the run
@@ -405,20 +355,3 @@ def _answer(conn, task: tuple, engine: SequentialEngine, shared: dict) -> None:
             conn.send(("error", WorkerError(f"{type(error).__name__}: {error}"), trace))
         return
     conn.send(("done", result))
-
-
-def _do(conn, task: tuple, engine: SequentialEngine, shared: dict):
-    kind, *args = task
-    if kind == "evaluate":
-        state, key, starts, batch_size = args
-        x, y = shared[key]
-        return batch_scores(engine.model, state, x, y, batch_size, starts)
-    params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs = args
-    parts = []
-    for j, k in enumerate(clients):
-        if conn is not None:  # which client it trains now, should the worker die
-            conn.send(("client", k))
-        one = [j]
-        parts.append((one, engine.train(params, buffers, [k], [indices[j]], round_, [epochs[j]], lr,
-                                        _rows(opt_states, one), _rows(inputs, one))))
-    return merge_results(parts, clients)

@@ -21,8 +21,8 @@ import warnings
 
 import torch
 
-from fedrun.client.parallel import WorkerError, _do, _note
 from fedrun.client.sequential import SequentialEngine
+from fedrun.client.worker_tasks import WorkerError, do_task, note
 from fedrun.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class _Actor:
         self.shared = {key: (_tensor(x), _tensor(y)) for key, (x, y) in shared.items()}
 
     def do(self, task):
-        return _do(None, task, self.engine, self.shared)
+        return do_task(None, task, self.engine, self.shared)
 
 
 class RayPool:
@@ -95,7 +95,7 @@ class RayPool:
             except ray.exceptions.RayTaskError as e:
                 cause = getattr(e, "cause", None)
                 if isinstance(cause, BaseException):
-                    _note(cause, f"in Ray actor {i} on {what}")
+                    note(cause, f"in Ray actor {i} on {what}")
                     raise cause from None
                 raise WorkerError(f"engine=parallel: Ray actor {i} failed on {what}: {e}") from None
         return answers
