@@ -106,7 +106,8 @@ def test_whole_mnist_table_cells_say_what_has_run(tmp_path):
     """A cell of the whole-MNIST Table III in progress, on copies of 10,000-image #C=3 runs: SCAFFOLD's
     seed 0 diverged at round 20, seeds 1 and 2 ended at 96.4% and 90.55% (best 96.75%, 95.4%), so
     mean 93.475 -> 93.5, sd 5.85 / sqrt(2) = 4.14 -> 4.1, best mean 96.075 -> 96.1; a FedAvg run cut
-    after round 7 is "stopped part way"; a cell or row with no run is "-"."""
+    after round 7 is "stopped part way", one stopped before its first round is at round 0; a cell or
+    row with no run is "-"."""
     names = ["scaffold_seed0", "scaffold_seed1", "scaffold_seed2", "fedavg_seed0"]
     for name in names:
         shutil.copytree(REPO_ROOT / doc_claims.RUNS / "niidbench/mnist_c3" / name,
@@ -124,6 +125,12 @@ def test_whole_mnist_table_cells_say_what_has_run(tmp_path):
     shutil.rmtree(tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3" / "scaffold_seed2")
     # seed 2 not there: the cell is incomplete, so it names the seed its mean is over (96.75 -> 96.8)
     assert niidbench_whole.nw_cell(doc_claims.Data(tmp_path), "c3", "scaffold") == "96.4 / 96.8 [seed 1], 1 div (round 20)"
+    # a run stopped before its first round ended (rounds.csv holds only its header) is at round 0,
+    # not an error: the grid's time limit can fall just after it started a run
+    (cut / "rounds.csv").write_text(lines[0])
+    assert niidbench_whole.nw_cell(doc_claims.Data(tmp_path), "c3", "fedavg") == "seed 0 at round 0"
+    (cut / "rounds.csv").unlink()
+    assert niidbench_whole.nw_cell(doc_claims.Data(tmp_path), "c3", "fedavg") == "seed 0 at round 0"
 
 
 def test_whole_mnist_order_of_a_row_once_its_runs_have_ended(tmp_path):

@@ -140,6 +140,15 @@ class Data:
         df = self.rounds(run)
         return {int(r): pct(a) for r, a in zip(df["round"], df["test_acc"])}
 
+    def reached(self, run: Run) -> int:
+        """The last round with a test accuracy; 0 for a run stopped before its first round ended
+        (rounds.csv missing or only its header), which :meth:`curve` refuses as nothing to draw."""
+        path = run.path / "rounds.csv"
+        if not path.is_file() or len(path.read_text().splitlines()) < 2:
+            return 0
+        curve = self.curve(run)
+        return max(curve) if curve else 0
+
     def final(self, run: Run) -> Decimal | None:
         """The accuracy (%) after the last round; None for a run that diverged (no final model)."""
         return None if diverged_at(run) else list(self.curve(run).values())[-1]

@@ -38,8 +38,10 @@ def nw_state(data: Data, run: Run | None) -> str:
     d = diverged_at(run)
     if d is not None:
         return f"diverged at {d}"
+    last = data.reached(run)
+    if last == 0:
+        return "round 0 (unfinished)"
     curve = data.curve(run)
-    last = max(curve)
     if run.finished:
         return f"{exact(curve[last])} ({exact(max(curve.values()))})"
     return f"round {last}: {exact(curve[last])} (unfinished)"
@@ -103,8 +105,7 @@ def nw_cell(data: Data, partition: str, method: str) -> str:
         parts.append(f"{len(div)} div (round{'s' if len(div) > 1 else ''} {', '.join(str(d) for _, d in div)})")
     for r in runs:
         if not r.finished and diverged_at(r) is None:
-            curve = data.curve(r) if (r.path / "rounds.csv").is_file() else {}
-            parts.append(f"seed {r.seed} at round {max(curve) if curve else 0}")
+            parts.append(f"seed {r.seed} at round {data.reached(r)}")
     return ", ".join(parts) if parts else "-"
 
 
