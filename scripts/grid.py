@@ -48,6 +48,9 @@ from fedrun.results import Run
 SUBDIR = "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}"
 POPULATION = "hydra/launcher=population"
 POLL_SECONDS = 5.0  # how often a running grid looks for finished runs
+# No sweep starts this close to --stop-after's limit (at most a tenth of the limit): in less, a
+# fedrun run loads its data and is stopped before its first round, leaving only a round-0 checkpoint.
+LAST_START_SECONDS = 120.0
 
 
 def fedrun_command() -> list[str]:
@@ -150,22 +153,27 @@ def run_at_once(sweeps: Iterable[Sweep], jobs: int = 1, stop_after: float | None
     ``stop_after``: minutes from now after which every sweep still running gets SIGTERM and no
     other starts: fedrun ends each run after its last complete round, with the checkpoint it wrote
     then, so ``resume=true`` goes on from there (a time limit for a session, a batch job, a loan).
+    No sweep starts in the limit's last ``LAST_START_SECONDS`` (or last tenth, if shorter): too
+    little for a run's first round; once nothing runs then, the grid stops at once.
     Returns whether the time limit stopped the grid."""
     every = POLL_SECONDS if every is None else every
     pending = iter(sweeps)
     deadline = None if stop_after is None else clock() + 60 * stop_after
+    last_start = None if stop_after is None else deadline - min(LAST_START_SECONDS, 6 * stop_after)
     running: list[tuple[subprocess.Popen, Sweep, float, object]] = []
     stopped = False
     while True:
-        if deadline is not None and not stopped and clock() >= deadline:
+        now = clock()
+        if deadline is not None and not stopped and (now >= deadline or (not running and now >= last_start)):
             left = list(pending)  # counted; never started
             stopped = bool(running or left)
             if stopped:
-                print(f"time limit: {_duration(60 * stop_after)} passed; {len(running)} sweep(s) stopped after "
+                when = "passed" if now >= deadline else f"{_duration(deadline - now)} from its end, too little to start a run"
+                print(f"time limit: {_duration(60 * stop_after)} {when}; {len(running)} sweep(s) stopped after "
                       f"their last complete round, {len(left)} not started (`--resume` goes on with them)", flush=True)
             for proc, *_ in running:
                 proc.send_signal(signal.SIGTERM)
-        while not stopped and len(running) < jobs:
+        while not stopped and len(running) < jobs and (last_start is None or clock() < last_start):
             sweep = next(pending, None)
             if sweep is None:
                 break

@@ -226,8 +226,8 @@ def table_parser(prog: str, doc: str, table: str, csv_name: str, layout: str, ru
                    help="run N fedrun processes at once, one run each (with --population, one sweep each); on a "
                         "CPU of N cores add --set threads=1 (default 1: one sweep after another)")
     r.add_argument("--stop-after", type=positive, default=None, metavar="MINUTES",
-                   help="stop the runs going after MINUTES (each after its last complete round) and start no "
-                        f"more; the unfinished runs' checkpoints are packed into OUT/{grid.RESUME_ARCHIVE}, so "
+                   help="stop the runs going after MINUTES (each after its last complete round); none starts in "
+                        f"the last 2 minutes; the unfinished runs' checkpoints are packed into OUT/{grid.RESUME_ARCHIVE}, so "
                         "the folder, committed or copied, goes on with --resume")
     format_option(c, r)
     columns = ",".join(paper_csv(None, paper)[0])

@@ -89,6 +89,30 @@ def test_jobs_run_side_by_side_a_time_limit_stops_them_and_resume_goes_on_from_t
     assert "4 of 4 jobs done" in (out / "mnist_c2" / "sweep_table.md").read_text()
 
 
+def test_no_run_starts_in_the_last_minutes_before_the_time_limit(tmp_path, capsys):
+    """A run started two minutes before the limit would be stopped before its first round: once the
+    first sweep ends 100 s before a 60-minute limit, the other two are not started and the grid
+    stops then (nothing runs) rather than waiting for the limit.  The clock is a stand-in."""
+    now = [0.0]
+    ended = []
+
+    def finish(rc, seconds):
+        ended.append(rc)
+        now[0] = 3600 - 100
+
+    sweeps = [grid.Sweep(f"start {i}", [sys.executable, "-c", ""], tmp_path / f"{i}.log", lambda: None, finish)
+              for i in range(3)]
+    assert grid.run_at_once(sweeps, jobs=1, stop_after=60, every=0.05, clock=lambda: now[0]) is True
+    text = capsys.readouterr().out
+    assert ended == [0] and "start 0" in text and "start 1" not in text
+    assert ("time limit: 60 min 100 s from its end, too little to start a run; 0 sweep(s) stopped after their "
+            "last complete round, 2 not started") in text
+    now[0], ended[:] = 0.0, []  # 130 s before the limit: still time to start the next one
+    sweeps = [s._replace(finish=lambda rc, seconds: (ended.append(rc), now.__setitem__(0, 3600 - 130))) for s in sweeps]
+    assert grid.run_at_once(sweeps, jobs=1, stop_after=60, every=0.05, clock=lambda: now[0]) is False
+    assert ended == [0, 0, 0]
+
+
 def _run(folder: Path, method: str, seed: int, files: dict[str, str], finished: bool = False) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(f"aggregator:\n  _target_: fedrun.aggregators.{method}\nseed: {seed}\n")
