@@ -168,7 +168,7 @@ def run_at_once(sweeps: Iterable[Sweep], jobs: int = 1, stop_after: float | None
             left = list(pending)  # counted; never started
             stopped = bool(running or left)
             if stopped:
-                when = "passed" if now >= deadline else f"{_duration(deadline - now)} from its end, too little to start a run"
+                when = "passed" if now >= deadline else f"with {_duration(deadline - now)} left, too little to start a run"
                 print(f"time limit: {_duration(60 * stop_after)} {when}; {len(running)} sweep(s) stopped after "
                       f"their last complete round, {len(left)} not started (`--resume` goes on with them)", flush=True)
             for proc, *_ in running:

@@ -105,7 +105,7 @@ def test_no_run_starts_in_the_last_minutes_before_the_time_limit(tmp_path, capsy
     assert grid.run_at_once(sweeps, jobs=1, stop_after=60, every=0.05, clock=lambda: now[0]) is True
     text = capsys.readouterr().out
     assert ended == [0] and "start 0" in text and "start 1" not in text
-    assert ("time limit: 60 min 100 s from its end, too little to start a run; 0 sweep(s) stopped after their "
+    assert ("time limit: 60 min with 100 s left, too little to start a run; 0 sweep(s) stopped after their "
             "last complete round, 2 not started") in text
     now[0], ended[:] = 0.0, []  # 130 s before the limit: still time to start the next one
     sweeps = [s._replace(finish=lambda rc, seconds: (ended.append(rc), now.__setitem__(0, 3600 - 130))) for s in sweeps]
