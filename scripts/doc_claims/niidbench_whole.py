@@ -301,3 +301,56 @@ def _(data):
         back = max(back, again[0] - at)
         items.append(f"{'preset' if reading == 'gradient' else reading} seed {seed}: {exact(low)}% at round {at}")
     return {"k": WORDS.get(len(items), len(items)), "n": WORDS.get(n, n), "lows": "; ".join(items), "back": back}
+
+
+def nw_row_spread(data: Data, part: str) -> dict:
+    """The figures of a whole-MNIST row's reading, once its 12 runs have ended: for the methods none
+    of whose seeds diverged, how far apart their three seeds end (the highest final accuracy minus
+    the lowest, in points, the smallest and largest of those gaps over the methods), and whether any
+    run of the row ends at or above Flower's highest number in the row (and which method that is)."""
+    runs = {m: {r.seed: r for r in nw_table_runs(data, part, m)} for m in NW_METHODS}
+    if not all(s in runs[m] and (runs[m][s].finished or diverged_at(runs[m][s]) is not None)
+               for m in NW_METHODS for s in SEEDS):
+        raise ValueError(f"the {NW_PARTITIONS[part]} row has not ended yet")
+    whole = [m for m in NW_METHODS if all(runs[m][s].finished for s in SEEDS)]
+    gaps = [max(data.final(runs[m][s]) for s in SEEDS) - min(data.final(runs[m][s]) for s in SEEDS) for m in whole]
+    ref = data.reference()
+    top = max(NW_METHODS, key=lambda m: ref[(m, "mnist", part)])
+    highest = max(data.final(r) for m in NW_METHODS for r in runs[m].values() if r.finished)
+    return {"methods": joined([NW_METHODS[m] for m in whole]), "lo": fmt(min(gaps), 0), "hi": fmt(max(gaps), 0),
+            "reach": "no" if highest < ref[(top, "mnist", part)] else "a", "flower": NW_METHODS[top]}
+
+
+@claim("niidbench_whole.c1_seeds", NW, "the three seeds of {methods} each end {lo} to {hi} points apart, and {reach} "
+       "run of the row reaches Flower's {flower} run")
+def _(data):
+    """Under #C=1 on the whole MNIST: how far apart the three seeds of each method with no diverged
+    seed end (points, smallest to largest gap), and whether any run of the row reaches Flower's
+    highest run in the row (:func:`nw_row_spread`)."""
+    return nw_row_spread(data, "c1")
+
+
+@claim("niidbench_whole.c2_reading", NW, "the four methods' mean final accuracies lie "
+       "within {spread} points of each other, each {lo} to {hi} points below Flower's run of it, and {div} of the "
+       "row's {n} runs diverged, where on the first 10,000 images {small} did; the widest method is {wide}, whose "
+       "three seeds end {wgap} points apart")
+def _(data):
+    """Under #C=2 on the whole MNIST, once its 12 runs have ended: the largest minus the smallest
+    method mean (points, unrounded means), the range of each method's mean minus Flower's one run,
+    and the runs that diverged, beside the same row's diverged runs on the first 10,000 images; the
+    method whose seeds end furthest apart, and how far (highest final minus lowest)."""
+    nw_row_spread(data, "c2")  # raises while the row has not ended
+    ref, means, gaps, div, spreads = data.reference(), [], [], 0, {}
+    for m in NW_METHODS:
+        runs = nw_table_runs(data, "c2", m)
+        div += sum(diverged_at(r) is not None for r in runs)
+        done = [data.final(r) for r in runs if r.finished]
+        means.append(mean(done))
+        spreads[m] = max(done) - min(done)
+        gaps.append(ref[(m, "mnist", "c2")] - mean(done))
+    if min(gaps) < 0:
+        raise ValueError("a #C=2 method ends above Flower's run: the sentence's 'below' no longer holds")
+    small = sum(v is None for m in NW_METHODS for v in finals(data, "c2", m))
+    return {"spread": fmt(max(means) - min(means)), "lo": fmt(min(gaps)), "hi": fmt(max(gaps)),
+            "div": words(div) if div else "none", "n": len(NW_METHODS) * len(SEEDS), "small": words(small),
+            "wide": NW_METHODS[max(spreads, key=spreads.get)], "wgap": fmt(max(spreads.values()))}
