@@ -190,6 +190,14 @@ def nw_seed_leaders(cell_finals: dict[str, list[Decimal | None]]) -> list[str]:
     return out
 
 
+def nw_row(data: Data, part: str) -> tuple[dict[str, dict[int, Run]], bool]:
+    """A whole-MNIST row's runs by method and seed, and whether all its 12 have ended (finished or
+    diverged)."""
+    runs = {m: {r.seed: r for r in nw_table_runs(data, part, m)} for m in NW_METHODS}
+    return runs, all(s in runs[m] and (runs[m][s].finished or diverged_at(runs[m][s]) is not None)
+                     for m in NW_METHODS for s in SEEDS)
+
+
 @claim("niidbench_whole.order", NW, "{rows}")
 def _(data):
     """Per row of the whole-MNIST Table III whose 12 runs have all ended (finished or diverged):
@@ -199,9 +207,7 @@ def _(data):
     The rows not ended yet are named, not left out unsaid."""
     rows, open_ = [], []
     for part, label in NW_PARTITIONS.items():
-        runs = {m: {r.seed: r for r in nw_table_runs(data, part, m)} for m in NW_METHODS}
-        ended = all(s in runs[m] and (runs[m][s].finished or diverged_at(runs[m][s]) is not None)
-                    for m in NW_METHODS for s in SEEDS)
+        runs, ended = nw_row(data, part)
         if not ended:
             open_.append(label)
             continue
@@ -308,9 +314,8 @@ def nw_row_spread(data: Data, part: str) -> dict:
     of whose seeds diverged, how far apart their three seeds end (the highest final accuracy minus
     the lowest, in points, the smallest and largest of those gaps over the methods), and whether any
     run of the row ends at or above Flower's highest number in the row (and which method that is)."""
-    runs = {m: {r.seed: r for r in nw_table_runs(data, part, m)} for m in NW_METHODS}
-    if not all(s in runs[m] and (runs[m][s].finished or diverged_at(runs[m][s]) is not None)
-               for m in NW_METHODS for s in SEEDS):
+    runs, ended = nw_row(data, part)
+    if not ended:
         raise ValueError(f"the {NW_PARTITIONS[part]} row has not ended yet")
     whole = [m for m in NW_METHODS if all(runs[m][s].finished for s in SEEDS)]
     gaps = [max(data.final(runs[m][s]) for s in SEEDS) - min(data.final(runs[m][s]) for s in SEEDS) for m in whole]
