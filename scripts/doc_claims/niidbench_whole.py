@@ -335,27 +335,35 @@ def _(data):
     return nw_row_spread(data, "c1")
 
 
+def nw_close_row(data: Data, part: str) -> dict:
+    """The figures of a reading for a whole-MNIST row whose methods end close together, once its 12
+    runs have ended: the largest minus the smallest method mean (points, unrounded means), the range
+    of each method's mean minus Flower's one run (raises if a method ends above it: the reading says
+    "below"), and the runs that diverged, beside the same row's diverged runs on the first 10,000
+    images; the method whose seeds end furthest apart, and how far (highest final minus lowest)."""
+    nw_row_spread(data, part)  # raises while the row has not ended
+    ref, means, gaps, div, spreads = data.reference(), [], [], 0, {}
+    for m in NW_METHODS:
+        runs = nw_table_runs(data, part, m)
+        div += sum(diverged_at(r) is not None for r in runs)
+        done = [data.final(r) for r in runs if r.finished]
+        means.append(mean(done))
+        spreads[m] = max(done) - min(done)
+        gaps.append(ref[(m, "mnist", part)] - mean(done))
+    if min(gaps) < 0:
+        raise ValueError(f"a {NW_PARTITIONS[part]} method ends above Flower's run: the sentence's 'below' no "
+                         "longer holds")
+    small = sum(v is None for m in NW_METHODS for v in finals(data, part, m))
+    return {"spread": fmt(max(means) - min(means)), "lo": fmt(min(gaps)), "hi": fmt(max(gaps)),
+            "div": words(div) if div else "none", "n": len(NW_METHODS) * len(SEEDS),
+            "small": words(small) if small else "none",
+            "wide": NW_METHODS[max(spreads, key=spreads.get)], "wgap": fmt(max(spreads.values()))}
+
+
 @claim("niidbench_whole.c2_reading", NW, "the four methods' mean final accuracies lie "
        "within {spread} points of each other, each {lo} to {hi} points below Flower's run of it, and {div} of the "
        "row's {n} runs diverged, where on the first 10,000 images {small} did; the widest method is {wide}, whose "
        "three seeds end {wgap} points apart")
 def _(data):
-    """Under #C=2 on the whole MNIST, once its 12 runs have ended: the largest minus the smallest
-    method mean (points, unrounded means), the range of each method's mean minus Flower's one run,
-    and the runs that diverged, beside the same row's diverged runs on the first 10,000 images; the
-    method whose seeds end furthest apart, and how far (highest final minus lowest)."""
-    nw_row_spread(data, "c2")  # raises while the row has not ended
-    ref, means, gaps, div, spreads = data.reference(), [], [], 0, {}
-    for m in NW_METHODS:
-        runs = nw_table_runs(data, "c2", m)
-        div += sum(diverged_at(r) is not None for r in runs)
-        done = [data.final(r) for r in runs if r.finished]
-        means.append(mean(done))
-        spreads[m] = max(done) - min(done)
-        gaps.append(ref[(m, "mnist", "c2")] - mean(done))
-    if min(gaps) < 0:
-        raise ValueError("a #C=2 method ends above Flower's run: the sentence's 'below' no longer holds")
-    small = sum(v is None for m in NW_METHODS for v in finals(data, "c2", m))
-    return {"spread": fmt(max(means) - min(means)), "lo": fmt(min(gaps)), "hi": fmt(max(gaps)),
-            "div": words(div) if div else "none", "n": len(NW_METHODS) * len(SEEDS), "small": words(small),
-            "wide": NW_METHODS[max(spreads, key=spreads.get)], "wgap": fmt(max(spreads.values()))}
+    """Under #C=2 on the whole MNIST, once its 12 runs have ended (:func:`nw_close_row`)."""
+    return nw_close_row(data, "c2")
