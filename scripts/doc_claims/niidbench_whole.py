@@ -341,10 +341,12 @@ def nw_close_row(data: Data, part: str) -> dict:
     of each method's mean minus Flower's one run (raises if a method ends above it: the reading says
     "below"), and the runs that diverged, beside the same row's diverged runs on the first 10,000
     images; the method whose seeds end furthest apart, and how far (highest final minus lowest)."""
-    nw_row_spread(data, part)  # raises while the row has not ended
+    row, ended = nw_row(data, part)
+    if not ended:
+        raise ValueError(f"the {NW_PARTITIONS[part]} row has not ended yet")
     ref, means, gaps, div, spreads = data.reference(), [], [], 0, {}
     for m in NW_METHODS:
-        runs = nw_table_runs(data, part, m)
+        runs = row[m].values()
         div += sum(diverged_at(r) is not None for r in runs)
         done = [data.final(r) for r in runs if r.finished]
         means.append(mean(done))
