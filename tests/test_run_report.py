@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import torch
 from conftest import TINY, fedrun_ok, run_fedrun
 
 import fedrun
@@ -47,6 +48,8 @@ def test_provenance_in_run_json_summary_and_results(finished):
     assert session["fedrun"] == fedrun.__version__ and session["first_round"] == 1 and session["last_round"] == 2
     assert {"git_commit", "git_dirty", "python", "torch", "cuda", "device", "host", "started", "finished"} <= set(session)
     assert session["started"] <= session["finished"]
+    # a CPU run: the model name, PyTorch's threads and the instruction set its kernels use
+    assert session["device"].endswith(f" threads, {torch.backends.cpu.get_cpu_capability()})"), session["device"]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["provenance"]["torch"] == session["torch"] and summary["processes"] == 1
     assert summary["started"] == session["started"] and summary["finished"] == session["finished"]

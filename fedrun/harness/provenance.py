@@ -54,12 +54,16 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def device_name(device) -> str:
-    """The accelerator's name (``NVIDIA H100 80GB HBM3``), or the CPU's (its model name where the
-    system says it, with the cores PyTorch may use)."""
+    """The accelerator's name (``NVIDIA H100 80GB HBM3``), or the CPU's: its model name where the
+    system says it, the threads PyTorch may use, and the vector instructions its CPU kernels run
+    (``AMD EPYC (1 threads, AVX2)``, from ``torch.backends.cpu.get_cpu_capability``).  The last
+    because one model name may cover machines whose rounds of one run take twice as long as
+    another's, and the kernels PyTorch dispatches to (AVX2 or AVX-512) are one difference a
+    timing table can then name."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{_cpu_model()} ({torch.get_num_threads()} threads)"
+    return f"{_cpu_model()} ({torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()})"
 
 
 @functools.cache
