@@ -198,6 +198,15 @@ def nw_row(data: Data, part: str) -> tuple[dict[str, dict[int, Run]], bool]:
                      for m in NW_METHODS for s in SEEDS)
 
 
+def nw_ended_row(data: Data, part: str) -> dict[str, dict[int, Run]]:
+    """A whole-MNIST row's runs by method and seed (:func:`nw_row`) for a reading written once all
+    12 have ended; raises while any is still to run, so the reading is never drawn from part of it."""
+    runs, ended = nw_row(data, part)
+    if not ended:
+        raise ValueError(f"the {NW_PARTITIONS[part]} row has not ended yet")
+    return runs
+
+
 @claim("niidbench_whole.order", NW, "{rows}")
 def _(data):
     """Per row of the whole-MNIST Table III whose 12 runs have all ended (finished or diverged):
@@ -314,9 +323,7 @@ def nw_row_spread(data: Data, part: str) -> dict:
     of whose seeds diverged, how far apart their three seeds end (the highest final accuracy minus
     the lowest, in points, the smallest and largest of those gaps over the methods), and whether any
     run of the row ends at or above Flower's highest number in the row (and which method that is)."""
-    runs, ended = nw_row(data, part)
-    if not ended:
-        raise ValueError(f"the {NW_PARTITIONS[part]} row has not ended yet")
+    runs = nw_ended_row(data, part)
     whole = [m for m in NW_METHODS if all(runs[m][s].finished for s in SEEDS)]
     gaps = [max(data.final(runs[m][s]) for s in SEEDS) - min(data.final(runs[m][s]) for s in SEEDS) for m in whole]
     ref = data.reference()
@@ -341,9 +348,7 @@ def nw_close_row(data: Data, part: str) -> dict:
     of each method's mean minus Flower's one run (raises if a method ends above it: the reading says
     "below"), and the runs that diverged, beside the same row's diverged runs on the first 10,000
     images; the method whose seeds end furthest apart, and how far (highest final minus lowest)."""
-    row, ended = nw_row(data, part)
-    if not ended:
-        raise ValueError(f"the {NW_PARTITIONS[part]} row has not ended yet")
+    row = nw_ended_row(data, part)
     ref, means, gaps, div, spreads = data.reference(), [], [], 0, {}
     for m in NW_METHODS:
         runs = row[m].values()
