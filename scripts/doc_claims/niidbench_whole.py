@@ -374,19 +374,19 @@ def nw_close_row(data: Data, part: str) -> dict:
             "wide": NW_METHODS[max(spreads, key=spreads.get)], "wgap": fmt(max(spreads.values()))}
 
 
-@claim("niidbench_whole.c2_reading", NW, "the four methods' mean final accuracies lie "
-       "within {spread} points of each other, {flower}, and {div} of the "
-       "row's {n} runs diverged, where on the first 10,000 images {small} did; the widest method is {wide}, whose "
-       "three seeds end {wgap} points apart")
+# The reading of a row whose methods end close together (#C=2, #C=3), filled by :func:`nw_close_row`.
+NW_CLOSE_READING = ("the four methods' mean final accuracies lie within {spread} points of each other, {flower}, "
+                    "and {div} of the row's {n} runs diverged, where on the first 10,000 images {small} did; the "
+                    "widest method is {wide}, whose three seeds end {wgap} points apart")
+
+
+@claim("niidbench_whole.c2_reading", NW, NW_CLOSE_READING)
 def _(data):
     """Under #C=2 on the whole MNIST, once its 12 runs have ended (:func:`nw_close_row`)."""
     return nw_close_row(data, "c2")
 
 
-@claim("niidbench_whole.c3_reading", NW, "the four methods' mean final accuracies lie "
-       "within {spread} points of each other, {flower}, and {div} of the "
-       "row's {n} runs diverged, where on the first 10,000 images {small} did; the widest method is {wide}, whose "
-       "three seeds end {wgap} points apart")
+@claim("niidbench_whole.c3_reading", NW, NW_CLOSE_READING)
 def _(data):
     """Under #C=3 on the whole MNIST, once its 12 runs have ended (:func:`nw_close_row`)."""
     return nw_close_row(data, "c3")
