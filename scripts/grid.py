@@ -232,21 +232,39 @@ class Progress:
     ``jobs``: runs of one run a sweep going side by side (1 for one sweep after another, and for
     populations, whose runs finish together).  The time a run then divides by ``jobs``: the grid's
     own clock would not, as the first runs finish after a whole run's time with the next ones
-    already half done."""
+    already half done.
 
-    def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter, jobs: int = 1):
+    ``columns``: ``{column: runs to do in OUT/column}``; each column's runs are then guessed at the
+    mean time of that column's finished runs, where it has some (a table's columns can differ
+    twofold: NIID-Bench's IID parties hold more images a round than its #C=1 ones), else at the
+    mean over the folder."""
+
+    def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter, jobs: int = 1,
+                 columns: dict[str, int] | None = None):
         self.total, self.finished, self.clock, self.jobs = total, 0, clock, jobs
         self.took: list[float] = []  # the wall time of each run finished in this grid, where it says
         self.start = clock()
-        earlier = [t for t in (run_seconds(r) for r in results.find_runs(out, require=results.FINISHED_FILES))
-                   if t is not None] if out.is_dir() else []
+        by_folder: dict[Path, list[float]] = {}
+        for run in results.find_runs(out, require=results.FINISHED_FILES) if out.is_dir() else []:
+            seconds = run_seconds(run)
+            if seconds is not None:
+                by_folder.setdefault(run.parent.resolve(), []).append(seconds)
+        earlier = [t for times in by_folder.values() for t in times]
         self.typical = sum(earlier) / len(earlier) if earlier else None
         self.earlier = len(earlier)
+        self.per_column = bool(columns) and self.typical is not None and total > 0
+        if self.per_column:  # the mean a run over the runs to do, each at its own column's pace
+            own = {c: by_folder.get((out / c).resolve()) for c in columns}
+            guess = sum(n * (sum(own[c]) / len(own[c]) if own[c] else self.typical) for c, n in columns.items())
+            self.typical = guess / total
 
     def announce(self, sweeps: int | None = None) -> None:
         # The earlier runs' time a run is what they took, sharing the machine or not: `jobs` at once, about 1/jobs.
         how = "one after another" if self.jobs == 1 else f"{self.jobs} at a time"
-        guess = (f"about {_duration(self.typical)} a run, from the {self.earlier} run(s) already in the folder: "
+        source = f"the {self.earlier} run(s) already in the folder"
+        if self.per_column:
+            source += ", each column's own where it has some"
+        guess = (f"about {_duration(self.typical)} a run, from {source}: "
                  f"about {_duration(self.typical * self.total / self.jobs)} in all, {how}"
                  if self.typical is not None else "time: an ETA follows each finished run")
         where = f" in {sweeps} sweep(s)" if sweeps is not None else ""
@@ -452,7 +470,8 @@ def launch(columns: list[str], command: Callable[[str, list[str], list[str]], li
     def units(todo: list) -> list[tuple[list, list]]:
         return [([m], [s]) for m, s in seed_major(todo, seeds, lambda ms: ms[1])] if split else product_blocks(todo)
 
-    progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs if split else 1)
+    progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs if split else 1,
+                        columns={column: len(wanted - k) for column, k in kept.items()})
     progress.announce(sum(len(units(sorted(wanted - k))) for k in kept.values()))
     seen = {column: set(states[column][0]) for column in columns}
 

@@ -382,6 +382,30 @@ def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_
     assert grid.Progress(1, tmp_path / "empty").typical is None  # no earlier run: the ETA comes after the first
 
 
+def test_a_grids_first_guess_takes_each_columns_own_pace(tmp_path, capsys, monkeypatch):
+    """Columns of one table can differ twofold in time a run: each column's runs to do are guessed at
+    the mean of that column's finished runs (a: 20 s and 40 s, mean 30 s; c: 90 s), a column with
+    none at the mean over the folder ((20 + 40 + 90) / 3 = 50 s): 1 x 30 + 2 x 90 + 1 x 50 = 260 s
+    for 4 runs, 65 s a run, where the folder's mean alone would say 50 s."""
+    import grid
+
+    out = tmp_path / "o"
+    for column, i, seconds in (("a", 0, 20.0), ("a", 1, 40.0), ("c", 0, 90.0)):
+        run = make_run(out / column / f"fedavg_seed{i}", "fedavg", "mnist", "iid-b", final=0.5, seed=i)
+        summary = json.loads((run / "summary.json").read_text())
+        summary["round_seconds"] = seconds
+        (run / "summary.json").write_text(json.dumps(summary))
+    progress = grid.Progress(4, out, clock=lambda: 0.0, columns={"a": 1, "b": 1, "c": 2})
+    progress.announce(3)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "4 run(s) to do in 3 sweep(s); about 65 s a run, from the 3 run(s) already in the folder, each column's "
+        "own where it has some: about 4 min in all, one after another")
+    assert grid.Progress(4, out, clock=lambda: 0.0).typical == 50.0  # without columns: the folder's mean
+    monkeypatch.chdir(tmp_path)  # an OUT given relative: the columns are still found (find_runs resolves)
+    assert grid.Progress(4, Path("o"), clock=lambda: 0.0, columns={"a": 1, "b": 1, "c": 2}).typical == 65.0
+    assert grid.Progress(0, out, clock=lambda: 0.0, columns={"a": 0}).typical == 50.0  # nothing to do: no guess by column
+
+
 def test_unknown_substitute_is_rejected(capsys):
     assert fednnnn_table2.main(["run", "--out", "x", "--substitute", "cifar10=nope"]) == 2
     assert "unknown dataset option" in capsys.readouterr().err
