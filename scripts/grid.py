@@ -236,8 +236,9 @@ class Progress:
 
     ``columns``: ``{column: runs to do in OUT/column}``; each column's runs are then guessed at the
     mean time of that column's finished runs, where it has some (a table's columns can differ
-    twofold: NIID-Bench's IID parties hold more images a round than its #C=1 ones), else at the
-    mean over the folder."""
+    many-fold: FedNNNN's CIFAR-10 columns train a larger model on other images than its MNIST
+    ones; a column's runs also carry the speed of the machine they ran on), else at the mean over
+    the folder."""
 
     def __init__(self, total: int, out: Path, clock: Callable[[], float] = time.perf_counter, jobs: int = 1,
                  columns: dict[str, int] | None = None):
