@@ -156,6 +156,64 @@ def test_whole_mnist_order_of_a_row_once_its_runs_have_ended(tmp_path):
         ["none finished", "FedAvg = FedProx", "FedAvg"]
 
 
+def test_whole_mnist_iid_fednova_is_fedavg_where_every_party_takes_the_same_steps(tmp_path):
+    """IID seed 0 on the whole MNIST: every party holds 5,996 to 6,006 images, ceil(n / 64) = 94
+    batches (5996 / 64 = 93.7, 6006 / 64 = 93.8), 10 epochs = 940 steps each, so FedNova's run is
+    FedAvg's round for round.  A curve that departs in one round, or a party with a 95th batch
+    (6,050 images), makes the claim fail rather than print a reason that no longer holds."""
+    keep = shutil.ignore_patterns("checkpoint.pt", "*.gz", "*.log")
+    for m in ("fedavg", "fednova"):
+        shutil.copytree(REPO_ROOT / doc_claims.RUNS / niidbench_whole.NW / "mnist_iid" / f"{m}_seed0",
+                        tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_iid" / f"{m}_seed0", ignore=keep)
+    shutil.copytree(REPO_ROOT / "scripts" / "paper_targets", tmp_path / "scripts" / "paper_targets")
+    c = doc_claims.CLAIMS["niidbench_whole.iid_nova"]
+    assert c.render(doc_claims.Data(tmp_path)) == (
+        "FedNova's runs repeat FedAvg's round for round in the one seed both have finished (seed 0: every "
+        "`rounds.csv` column but the timings equal, in each of the 50 rounds), where Flower's one run of each ends at 99.1% and 99.0%: "
+        "every party holds 5,996 to 6,006 images, 94 batches of 64, so each takes the same 940 local steps, and "
+        "FedNova's normalized average is then FedAvg's")
+    nova = tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_iid" / "fednova_seed0"
+    partition = nova / "partition.csv"
+    lines = partition.read_text().splitlines(keepends=True)
+    row = lines[1].split(",")
+    partition.write_text(lines[0] + ",".join([row[0], "6050"] + row[2:]) + "".join(lines[2:]))
+    with pytest.raises(ValueError, match="different numbers of local steps"):
+        c.render(doc_claims.Data(tmp_path))
+    partition.write_text("".join(lines))
+    _set_final_accuracy(nova, "0.9901")
+    with pytest.raises(ValueError, match="departs from FedAvg's, seed 0"):
+        c.render(doc_claims.Data(tmp_path))
+
+
+def test_whole_mnist_times_split_into_earlier_and_later_sittings(tmp_path):
+    """The work a round, by hand: parties of 64 and 65 images take 10 x (1 + 2) = 30 steps, one of
+    128 takes 10 x 2 = 20.  Three #C=3 runs of 36, 38 and 80 minutes split at the widest gap (38 to
+    80) into the earlier sittings' 36 to 38 and the later ones' 80; a slow run that finished first
+    makes the split no longer the sittings', and the claim fails."""
+    import json
+
+    keep = shutil.ignore_patterns("checkpoint.pt", "*.gz", "*.log")
+    folder = tmp_path / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3"
+    timing = {0: ("2026-11-20T10:00:00", 36 * 60), 1: ("2026-11-21T10:00:00", 38 * 60), 2: ("2026-11-28T10:00:00", 80 * 60)}
+    for seed, (finished, seconds) in timing.items():
+        run = folder / f"fedavg_seed{seed}"
+        shutil.copytree(REPO_ROOT / doc_claims.RUNS / niidbench_whole.NW / "mnist_c3" / f"fedavg_seed{seed}", run, ignore=keep)
+        summary = json.loads((run / "summary.json").read_text())
+        summary.update(finished=finished, round_seconds=float(seconds))
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "partition.csv").write_text("client,examples\n0,64\n1,65\n" if seed < 2 else "client,examples\n0,128\n")
+    c = doc_claims.CLAIMS["niidbench_whole.work"]
+    assert c.render(doc_claims.Data(tmp_path)) == (
+        "every row's parties take 20 to 30 local steps a round together (10 epochs of ceil(n_k / 64) batches each), "
+        "so the spread is the machine's, not the partition's: the #C=3 row's runs took 36 to 38 minutes in its "
+        "earlier sittings and 80 to 80 minutes in its later ones")
+    summary = json.loads((folder / "fedavg_seed2" / "summary.json").read_text())
+    summary["finished"] = "2026-11-19T10:00:00"  # the slow run first: fast and slow interleave in time
+    (folder / "fedavg_seed2" / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="interleave in time"):
+        c.render(doc_claims.Data(tmp_path))
+
+
 def test_write_rewrites_only_the_marked_claims(tmp_path):
     """`claims.py --write`: the text between a claim's markers becomes what the runs say (the blank
     lines around a table kept), the rest of the doc stays byte for byte; an unknown id is refused."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from fedrun.results import Run
+from fedrun.results import Run, read_csv
 
-from doc_claims.core import Data, SEEDS, WORDS, dec, diverged_at, exact, fmt, joined, mean, sd, words
+from doc_claims.core import (TIMINGS, Data, SEEDS, WORDS, dec, diverged_at, exact, fmt, joined, mean, sd, thousands,
+                             words)
 from doc_claims.registry import claim
 from doc_claims.niidbench import finals
 
@@ -268,6 +269,45 @@ def _(data):
             "per": fmt(2 * 120 / mean(minutes), 0)}
 
 
+def nw_parties(run: Run) -> tuple[list[int], int, int]:
+    """A run's party sizes n_k (its partition.csv), batch size B and local epochs E: party k takes
+    E x ceil(n_k / B) local steps a round (the last batch of an epoch is kept, short)."""
+    df = read_csv(run.path, "partition.csv")
+    if df is None:
+        raise ValueError(f"{run.path}: no partition.csv")
+    hp = run.config["hyperparams"]
+    return [int(n) for n in df["examples"]], hp["batch_size"], hp["local_epochs"]
+
+
+@claim("niidbench_whole.work", NW, "every row's parties take {lo} to {hi} local steps a round together ({epochs} "
+       "epochs of ceil(n_k / {bs}) batches each), so the spread is the machine's, not the partition's: the #C=3 row's "
+       "runs took {a} to {b} minutes in its earlier sittings and {c} to {d} minutes in its later ones")
+def _(data):
+    """Why the whole-MNIST runs' times spread: the work a round (sum over the parties of
+    local_epochs x ceil(n_k / B) steps, from each run's partition.csv and config) over every run of
+    the table, and the #C=3 row's finished runs' minutes (round_seconds), split at the widest gap
+    between them, the faster group all finished (summary.json) before the slower one began to
+    finish; raises where the two groups interleave in time (then the split is not the sittings')."""
+    steps, shape = set(), set()
+    for run in nw_all_runs(data):
+        sizes, bs, epochs = nw_parties(run)
+        steps.add(sum(epochs * -(-n // bs) for n in sizes))
+        shape.add((epochs, bs))
+    if len(shape) != 1:
+        raise ValueError(f"the whole-MNIST runs differ in local epochs or batch size: {sorted(shape)}")
+    (epochs, bs), = shape
+    runs = sorted((r for m in NW_METHODS for r in nw_table_runs(data, "c3", m) if r.finished),
+                  key=lambda r: r.summary["finished"])
+    minutes = [dec(r.summary["round_seconds"]) / 60 for r in runs]
+    ordered = sorted(minutes)
+    cut = max(range(1, len(ordered)), key=lambda i: ordered[i] - ordered[i - 1])
+    fast, slow = ordered[:cut], ordered[cut:]
+    if sorted(minutes[:len(fast)]) != fast:
+        raise ValueError("the #C=3 row's fast and slow runs interleave in time: not earlier and later sittings")
+    return {"lo": thousands(min(steps)), "hi": thousands(max(steps)), "epochs": epochs, "bs": bs,
+            "a": fmt(min(fast), 0), "b": fmt(max(fast), 0), "c": fmt(min(slow), 0), "d": fmt(max(slow), 0)}
+
+
 @claim("niidbench_whole.none", NW, "{none} of the {n} runs that have ended on the whole MNIST diverged, where on the "
        "10,000 images {k} of the same {n} (reading, seed) pairs did (at rounds {rounds})")
 def _(data):
@@ -390,3 +430,40 @@ def _(data):
 def _(data):
     """Under #C=3 on the whole MNIST, once its 12 runs have ended (:func:`nw_close_row`)."""
     return nw_close_row(data, "c3")
+
+
+@claim("niidbench_whole.iid_nova", NW, "FedNova's runs repeat FedAvg's round for round in {which} both have finished "
+       "({seeds}: every `rounds.csv` column but the timings equal, in each of the {rounds} rounds), where Flower's "
+       "one run of each ends at {favg}% and {fnova}%: every party holds {lo} to {hi} images, {batches} batches of "
+       "{bs}, so each takes the same {steps} local steps, and FedNova's normalized average is then FedAvg's")
+def _(data):
+    """Under IID on the whole MNIST: FedNova's and FedAvg's finished runs of each seed have equal
+    rounds.csv but the timings (raises for a seed where they do not; as the 10,000-image grid's
+    ``niidbench.iid_fednova_is_fedavg``); and why, from the runs' own partition.csv and config
+    (:func:`nw_parties`): every party's ceil(n_k / B) batches a local epoch are the same, so tau_k
+    (and FedNova's ||a_k||_1) is the same for every party, tau_eff p_k / ||a_k||_1 = p_k, and
+    FedNova's update is FedAvg's.  Also raises where the parties' steps differ (the reason would
+    not hold) or no seed has both runs finished."""
+    avg = {r.seed: r for r in nw_table_runs(data, "iid", "fedavg") if r.finished}
+    nova = {r.seed: r for r in nw_table_runs(data, "iid", "fednova") if r.finished}
+    both = sorted(set(avg) & set(nova))
+    if not both:
+        raise ValueError("no seed has both FedAvg's and FedNova's IID runs finished")
+    sizes, batches = set(), set()
+    for seed in both:
+        a, b = (data.rounds(r).drop(columns=list(TIMINGS)) for r in (avg[seed], nova[seed]))
+        if list(a.columns) != list(b.columns) or not a.equals(b):
+            raise ValueError(f"{nova[seed].path}: FedNova's IID curve departs from FedAvg's, seed {seed}")
+        for run in (avg[seed], nova[seed]):
+            n, bs, epochs = nw_parties(run)
+            sizes |= set(n)
+            batches |= {(-(-x // bs), bs, epochs) for x in n}
+    if len(batches) != 1:
+        raise ValueError(f"the IID parties take different numbers of local steps: {sorted(batches)}")
+    (per_epoch, bs, epochs), = batches
+    ref = data.reference()
+    return {"which": "every seed" if len(both) > 1 else "the one seed",
+            "seeds": f"seed{'s' if len(both) > 1 else ''} {joined(map(str, both))}",
+            "rounds": NW_ROUNDS, "favg": fmt(ref[("fedavg", "mnist", "iid")]),
+            "fnova": fmt(ref[("fednova", "mnist", "iid")]), "lo": thousands(min(sizes)),
+            "hi": thousands(max(sizes)), "batches": per_epoch, "bs": bs, "steps": thousands(per_epoch * epochs)}
