@@ -172,12 +172,21 @@ class Data:
             raise ValueError(f"{run.path}: no clients.csv")
         return df
 
-    def train_images(self, run: Run) -> int:
-        """The training images the run's clients hold together (partition.csv)."""
+    def partition(self, run: Run):
+        """The run's partition.csv (a row a client: ``examples`` and the per-class counts)."""
         df = read_csv(run.path, "partition.csv")
         if df is None:
             raise ValueError(f"{run.path}: no partition.csv")
-        return int(df["examples"].sum())
+        return df
+
+    def train_images(self, run: Run) -> int:
+        """The training images the run's clients hold together (partition.csv)."""
+        return int(self.partition(run)["examples"].sum())
+
+    def same_but_timings(self, a: Run, b: Run) -> bool:
+        """Whether two runs' rounds.csv agree in every column but the timings (:data:`TIMINGS`)."""
+        x, y = (self.rounds(r).drop(columns=list(TIMINGS)) for r in (a, b))
+        return list(x.columns) == list(y.columns) and x.equals(y)
 
     def reference(self) -> dict[tuple[str, str, str], Decimal]:
         """Flower's numbers that docs/reproductions.md quotes: {(method, dataset, partition): %}."""

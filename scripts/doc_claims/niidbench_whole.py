@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from fedrun.results import Run, read_csv
+from fedrun.results import Run
 
-from doc_claims.core import (TIMINGS, Data, SEEDS, WORDS, dec, diverged_at, exact, fmt, joined, mean, sd, thousands,
-                             words)
+from doc_claims.core import Data, SEEDS, WORDS, dec, diverged_at, exact, fmt, joined, mean, sd, thousands, words
 from doc_claims.registry import claim
 from doc_claims.niidbench import finals
 
@@ -269,14 +268,11 @@ def _(data):
             "per": fmt(2 * 120 / mean(minutes), 0)}
 
 
-def nw_parties(run: Run) -> tuple[list[int], int, int]:
+def nw_parties(data: Data, run: Run) -> tuple[list[int], int, int]:
     """A run's party sizes n_k (its partition.csv), batch size B and local epochs E: party k takes
     E x ceil(n_k / B) local steps a round (the last batch of an epoch is kept, short)."""
-    df = read_csv(run.path, "partition.csv")
-    if df is None:
-        raise ValueError(f"{run.path}: no partition.csv")
     hp = run.config["hyperparams"]
-    return [int(n) for n in df["examples"]], hp["batch_size"], hp["local_epochs"]
+    return [int(n) for n in data.partition(run)["examples"]], hp["batch_size"], hp["local_epochs"]
 
 
 @claim("niidbench_whole.work", NW, "every row's parties take {lo} to {hi} local steps a round together ({epochs} "
@@ -290,7 +286,7 @@ def _(data):
     finish; raises where the two groups interleave in time (then the split is not the sittings')."""
     steps, shape = set(), set()
     for run in nw_all_runs(data):
-        sizes, bs, epochs = nw_parties(run)
+        sizes, bs, epochs = nw_parties(data, run)
         steps.add(sum(epochs * -(-n // bs) for n in sizes))
         shape.add((epochs, bs))
     if len(shape) != 1:
@@ -451,11 +447,10 @@ def _(data):
         raise ValueError("no seed has both FedAvg's and FedNova's IID runs finished")
     sizes, batches = set(), set()
     for seed in both:
-        a, b = (data.rounds(r).drop(columns=list(TIMINGS)) for r in (avg[seed], nova[seed]))
-        if list(a.columns) != list(b.columns) or not a.equals(b):
+        if not data.same_but_timings(avg[seed], nova[seed]):
             raise ValueError(f"{nova[seed].path}: FedNova's IID curve departs from FedAvg's, seed {seed}")
         for run in (avg[seed], nova[seed]):
-            n, bs, epochs = nw_parties(run)
+            n, bs, epochs = nw_parties(data, run)
             sizes |= set(n)
             batches |= {(-(-x // bs), bs, epochs) for x in n}
     if len(batches) != 1:
