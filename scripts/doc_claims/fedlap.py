@@ -7,7 +7,7 @@ from typing import Callable
 
 from fedrun.results import Run, read_csv
 
-from doc_claims.core import Data, TIMINGS, aggregator, dec, fmt, held_out_images, hyper, joined, mean, thousands
+from doc_claims.core import Data, aggregator, dec, fmt, held_out_images, hyper, joined, mean, thousands
 from doc_claims.registry import claim
 
 
@@ -276,10 +276,9 @@ def _(data):
         for a, b in zip(runs[key], cells[(method, 0.0)]):
             if a.seed != b.seed:
                 return {"same": f"NOT the same seeds ({a.path}, {b.path})"}
-            for name in ("rounds.csv", "clients.csv", "layers.csv"):
+            same = same and data.same_but_timings(a, b)
+            for name in ("clients.csv", "layers.csv"):
                 x, y = read_csv(a.path, name), read_csv(b.path, name)
-                if name == "rounds.csv":
-                    x, y = x.drop(columns=list(TIMINGS)), y.drop(columns=list(TIMINGS))
                 same = same and list(x.columns) == list(y.columns) and x.equals(y)
     return {"same": "their CSVs agree in every column but `rounds.csv`'s timings" if same
             else "their CSVs DIFFER beyond the timings"}
