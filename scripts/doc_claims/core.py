@@ -184,7 +184,8 @@ class Data:
         return int(self.partition(run)["examples"].sum())
 
     def same_but_timings(self, a: Run, b: Run) -> bool:
-        """Whether two runs' rounds.csv agree in every column but the timings (:data:`TIMINGS`)."""
+        """Whether two runs' rounds.csv agree in every column but the timings (:data:`TIMINGS`), over
+        the rows with a test accuracy (:meth:`rounds`; every row where a run evaluates each round)."""
         x, y = (self.rounds(r).drop(columns=list(TIMINGS)) for r in (a, b))
         return list(x.columns) == list(y.columns) and x.equals(y)
 
