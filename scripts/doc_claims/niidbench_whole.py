@@ -1,6 +1,7 @@
-"""Section ``niidbench_whole``: Table III's MNIST rows on the whole MNIST as far as the CPU runs go
-(the doc's table in progress, rewritten by ``claims.py --write``), and SCAFFOLD under #C=2 there with
-both readings of its correction."""
+"""Section ``niidbench_whole``: Table III's MNIST rows on the whole MNIST from the CPU runs (the
+doc's table, rewritten by ``claims.py --write``; its cells say what has run while a row is part
+way, and each row's reading is drawn only once its 12 runs have ended), and SCAFFOLD under #C=2
+there with both readings of its correction."""
 from __future__ import annotations
 
 from decimal import Decimal
@@ -378,6 +379,27 @@ def _(data):
     return nw_row_spread(data, "c1")
 
 
+@claim("niidbench_whole.c1_pair", NW, "{a} and {b} trail each other by {gap} points on their means, less than "
+       "either's standard deviation over seeds ({sa} and {sb}), and each ends highest in at least one seed")
+def _(data):
+    """Under #C=1 on the whole MNIST, once its 12 runs have ended: the two methods with the highest
+    means, how far apart their means are (points, unrounded), their sample standard deviations over
+    seeds; raises where the gap is not below both deviations or one of the two never ends highest
+    in a seed (:func:`nw_seed_leaders`), since then the sentence would not hold."""
+    runs = nw_ended_row(data, "c1")
+    whole = {m: [data.final(runs[m][s]) for s in SEEDS] for m in NW_METHODS}
+    (a, ma, _), (b, mb, _) = nw_ranked(whole)[:2]
+    spread = {m: sd([v for v in whole[m] if v is not None]) for m in (a, b)}
+    if ma - mb >= min(spread.values()):
+        raise ValueError(f"#C=1: {a} and {b} are {ma - mb} points apart, not less than both deviations {spread}")
+    leaders = {name for top in nw_seed_leaders(whole) for name in top.split(" = ")}
+    for m in (a, b):
+        if NW_METHODS[m] not in leaders:
+            raise ValueError(f"#C=1: {m} ends highest in no seed")
+    return {"a": NW_METHODS[a], "b": NW_METHODS[b], "gap": fmt(ma - mb), "sa": fmt(spread[a]),
+            "sb": fmt(spread[b])}
+
+
 def nw_close_row(data: Data, part: str) -> dict:
     """The figures of a reading for a whole-MNIST row whose methods end close together, once its 12
     runs have ended: the largest minus the smallest method mean (points, unrounded means), the range
@@ -410,7 +432,7 @@ def nw_close_row(data: Data, part: str) -> dict:
             "wide": NW_METHODS[max(spreads, key=spreads.get)], "wgap": fmt(max(spreads.values()))}
 
 
-# The reading of a row whose methods end close together (#C=2, #C=3), filled by :func:`nw_close_row`.
+# The reading of a row whose methods end close together (#C=2, #C=3, IID), filled by :func:`nw_close_row`.
 NW_CLOSE_READING = ("the four methods' mean final accuracies lie within {spread} points of each other, {flower}, "
                     "and {div} of the row's {n} runs diverged, where on the first 10,000 images {small} did; the "
                     "widest method is {wide}, whose three seeds end {wgap} points apart")
@@ -426,6 +448,12 @@ def _(data):
 def _(data):
     """Under #C=3 on the whole MNIST, once its 12 runs have ended (:func:`nw_close_row`)."""
     return nw_close_row(data, "c3")
+
+
+@claim("niidbench_whole.iid_reading", NW, NW_CLOSE_READING)
+def _(data):
+    """Under IID on the whole MNIST, once its 12 runs have ended (:func:`nw_close_row`)."""
+    return nw_close_row(data, "iid")
 
 
 @claim("niidbench_whole.iid_nova", NW, "FedNova's runs repeat FedAvg's round for round in {which} both have finished "
