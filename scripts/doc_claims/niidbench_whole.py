@@ -208,6 +208,12 @@ def nw_ended_row(data: Data, part: str) -> dict[str, dict[int, Run]]:
     return runs
 
 
+def nw_row_finals(data: Data, runs: dict[str, dict[int, Run]]) -> dict[str, list[Decimal | None]]:
+    """A row's final accuracies by method, one per seed in :data:`SEEDS` order (None for a run that
+    diverged), from its runs by method and seed (:func:`nw_row`)."""
+    return {m: [data.final(runs[m][s]) for s in SEEDS] for m in NW_METHODS}
+
+
 @claim("niidbench_whole.order", NW, "{rows}")
 def _(data):
     """Per row of the whole-MNIST Table III whose 12 runs have all ended (finished or diverged):
@@ -221,7 +227,7 @@ def _(data):
         if not ended:
             open_.append(label)
             continue
-        whole = {m: [data.final(runs[m][s]) for s in SEEDS] for m in NW_METHODS}
+        whole = nw_row_finals(data, runs)
         ranked = nw_ranked(whole)
         first = ranked[0][1]
         items = []
@@ -386,8 +392,7 @@ def _(data):
     means, how far apart their means are (points, unrounded), their sample standard deviations over
     seeds; raises where the gap is not below both deviations or one of the two never ends highest
     in a seed (:func:`nw_seed_leaders`), since then the sentence would not hold."""
-    runs = nw_ended_row(data, "c1")
-    whole = {m: [data.final(runs[m][s]) for s in SEEDS] for m in NW_METHODS}
+    whole = nw_row_finals(data, nw_ended_row(data, "c1"))
     (a, ma, _), (b, mb, _) = nw_ranked(whole)[:2]
     spread = {m: sd([v for v in whole[m] if v is not None]) for m in (a, b)}
     if ma - mb >= min(spread.values()):
