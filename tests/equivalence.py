@@ -60,13 +60,14 @@ def input_shape(model) -> tuple[int, int, int]:
 
 
 def both_engines(model, local, regularizer=None, sizes=(13, 40, 7, 25), epochs=None, chunk=None, seed=0,
-                 shape=None, dtype=torch.float32, **options):
+                 shape=None, dtype=torch.float32, batched=BatchedEngine, **options):
     """Train the same unbalanced clients with both engines; return both ClientResults.
 
     The data is drawn in float32 from ``seed`` and cast, with a copy of ``model``, to ``dtype``,
     so a float64 run starts from exactly the float32 run's model and data.  ``shape``: one
-    input's (channels, side, side), inferred for fedrun.models.nets' CNNs; ``options``: the engines'
-    precision / compile."""
+    input's (channels, side, side), inferred for fedrun.models.nets' CNNs; ``batched``: the batched
+    engine's class (or a partial of it with options of its own, e.g. ``capture="on"``); ``options``:
+    both engines' precision / compile."""
     torch.manual_seed(seed)
     shape = shape or input_shape(model)
     n = sum(sizes)
@@ -79,7 +80,7 @@ def both_engines(model, local, regularizer=None, sizes=(13, 40, 7, 25), epochs=N
         params, buffers = split_state(model)
         seq = on_partition(SequentialEngine, model, x, y, idx, local, regularizer, seed, **options).train(
             params, buffers, clients, 3, epochs)
-        bat = on_partition(BatchedEngine, model, x, y, idx, local, regularizer, seed, chunk, **options).train(
+        bat = on_partition(batched, model, x, y, idx, local, regularizer, seed, chunk, **options).train(
             params, buffers, clients, 3, epochs)
     return seq, bat
 

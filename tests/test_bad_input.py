@@ -60,6 +60,7 @@ SETTINGS = [
     (["model.hidden=abc"], ["model.hidden=abc", "a list of integers"]),
     (["engine.precision=fp16"], ["engine.precision=fp16", "fp32, tf32, bf16"]),
     (["engine.clients_per_step=0"], ["engine.clients_per_step=0"]),
+    (["engine=batched", "engine.capture=maybe"], ["engine.capture=maybe", "auto", "on", "off"]),
     (["snapshots=3"], ["snapshots=3", "a list of integers"]),
     (["snapshots=[99]"], ["snapshots=[99]", "rounds between 1 and hyperparams.rounds (2)"]),
     (["targets=[abc]"], ["targets=[abc]", "a list of finite numbers"]),

@@ -1,11 +1,14 @@
 """The engines on a GPU: the same numbers as on the CPU, chunking from real free memory, precision.
 
 Skipped where there is no CUDA (CI never has one); ``scripts/bench/gpu_check.sh draw`` runs them on a
-GPU machine (its first step).  The CPU suite proves the engines equal; these prove that nothing CUDA-specific
+GPU machine (its first step), with ``FEDRUN_TEST_CAPTURE=on`` (the batched engine's
+``engine.capture`` in every test here; default ``auto``, which also captures on CUDA).  The CPU suite proves the engines equal; these prove that nothing CUDA-specific
 (cuDNN kernels, TF32 defaults, ``mem_get_info``, device-side generators, autocast to bf16)
 breaks that.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pandas as pd
@@ -26,10 +29,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 CUDA = torch.device("cuda")
 RTOL = 2e-4  # as in test_batched: relative norm of the difference of two updates
+CAPTURE = os.environ.get("FEDRUN_TEST_CAPTURE", "auto")
 
 
 def train(make_model, device, engine, sizes=(13, 40, 7, 25), shape=(1, 28, 28), local=None, chunk="auto",
-          precision="fp32", init=1):
+          precision="fp32", init=1, capture=CAPTURE, regularizer=None, rounds=1, keep=None):
     """One round of unbalanced clients on ``device``; the same data, model and batches everywhere."""
     torch.manual_seed(init)
     model = make_model()
@@ -43,9 +47,14 @@ def train(make_model, device, engine, sizes=(13, 40, 7, 25), shape=(1, 28, 28), 
     local = local or LocalTraining(epochs=2, batch_size=8, lr=0.01, momentum=0.5)
     options = dict(precision=precision)
     if engine is BatchedEngine:
-        options["clients_per_step"] = chunk
-    eng = on_partition(engine, model, x.to(device), y.to(device), idx, local, None, 0, **options)
-    return eng.train(params, buffers, list(range(len(sizes))), 3)
+        options.update(clients_per_step=chunk, capture=capture)
+    eng = on_partition(engine, model, x.to(device), y.to(device), idx, local, regularizer, 0, **options)
+    if keep is not None:
+        keep.append(eng.engine)
+    for r in range(rounds):  # later rounds replay what the first captured, from other global models
+        out = eng.train(params, buffers, list(range(len(sizes))), 3 + r)
+        params = {k: v + out.deltas[k].mean(0) for k, v in params.items()}
+    return out
 
 
 # name -> (model, input shape, dtype).  BatchNorm over a few samples can amplify kernel rounding
@@ -149,3 +158,57 @@ def test_population_on_cuda_equals_runs_alone(tmp_path):
     assert "device=cpu" in BASE  # overridden per member
     members = [MEMBERS[k] + ["device=cuda"] for k in ("fedavg", "fednnnn", "fedprox_stragglers", "fedlap")]
     population_equals_alone(tmp_path, members, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- captured lock-steps
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_captured_steps_equal_eager_ones(name):
+    # Three rounds: the first warms each step shape up and captures it, the later ones replay the
+    # graphs from other global models through the same workspace.
+    make, shape, dtype = FAMILIES[name]
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    kept = []
+    try:
+        eager = train(make, CUDA, BatchedEngine, shape=shape, capture="off", rounds=3)
+        captured = train(make, CUDA, BatchedEngine, shape=shape, capture="on", rounds=3, keep=kept)
+    finally:
+        torch.set_default_dtype(old)
+    tol = RTOL if dtype == torch.float32 else 1e-9
+    assert relative_difference(eager.deltas, captured.deltas) < tol
+    if captured.buffers:
+        assert relative_difference(eager.buffers, captured.buffers) < tol
+    torch.testing.assert_close(eager.loss, captured.loss, rtol=1e-4, atol=1e-6)
+    graphs = next(iter(kept[0]._workspaces._kept.values())).graphs
+    assert graphs.failed is None and graphs.captures > 0 and graphs.replays > graphs.captures
+
+
+@pytest.mark.parametrize("regularizer,local", [
+    ("fedprox", LocalTraining(epochs=2, batch_size=8, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-3)),
+    ("fedlap", LocalTraining(epochs=3, batch_size=8, lr=0.05, momentum=0.5)),
+    ("scaffold", LocalTraining(epochs=2, batch_size=8, lr=0.05)),
+    ("adam", LocalTraining(epochs=2, batch_size=8, lr=1e-3, optimizer="adam")),
+])
+def test_captured_steps_with_regularizers_and_adam(regularizer, local):
+    from fedrun.client.regularizers import ControlVariate, LayerAdaptive, Proximal
+
+    make = {"fedprox": lambda: Proximal(0.5), "fedlap": lambda: LayerAdaptive(0.5), "scaffold": lambda: ControlVariate("after_step"),
+            "adam": lambda: None}[regularizer]
+    runs = [train(FAMILIES["mnist_cnn"][0], CUDA, BatchedEngine, local=local, capture=c, regularizer=make(), rounds=2)
+            for c in ("off", "on")]
+    assert relative_difference(runs[0].deltas, runs[1].deltas) < (10 if regularizer == "adam" else 1) * RTOL
+    for name in runs[0].extras:
+        torch.testing.assert_close(runs[0].extras[name], runs[1].extras[name], rtol=1e-3, atol=1e-6)
+
+
+def test_a_captured_run_from_the_cli_matches_an_eager_one(tmp_path, repo_root):
+    runs = {}
+    for capture in ("on", "off"):
+        out = tmp_path / capture
+        done = run_fedrun(TINY + ["device=cuda", "engine=batched", f"engine.capture={capture}", f"hydra.run.dir={out}",
+                                  "aggregator=fednnnn", "hyperparams.rounds=3"], cwd=repo_root)
+        assert done.returncode == 0, done.stderr
+        runs[capture] = pd.read_csv(out / "rounds.csv")
+    for col in ("test_acc", "N", "E", "train_loss"):
+        np.testing.assert_allclose(runs["on"][col], runs["off"][col], rtol=1e-3, atol=2e-3, err_msg=col)

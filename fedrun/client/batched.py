@@ -31,32 +31,35 @@ clients and have the right rate, but they are not the sequential engine's masks 
 client, ``(seed, "forward", round, client)``): the two engines agree in distribution, not
 bitwise, and changing ``clients_per_step`` changes the draws.
 
+How a chunk trains: the round's schedule is worked out before its first step
+(:mod:`fedrun.client.round_plan`), and the loop itself (:mod:`fedrun.client.lock_step`) does no host
+work per step.  On a GPU (``capture``, default ``auto``) finished clients leave the step, the rest
+are padded to a power of two, and each such step shape is captured once as a CUDA graph and
+replayed (:mod:`fedrun.client.captured`): a lock-step then costs one launch, not hundreds, which is
+what a round of an unbalanced partition (one client with ten times the mean client's steps) is
+made of.
+
 ``precision`` (``fp32`` | ``tf32`` | ``bf16``) and ``compile`` are off by default; see
 :mod:`fedrun.client.precision`.
 """
 from __future__ import annotations
 
-import bisect
-import contextlib
-import functools
 import logging
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedrun.errors import check
+from fedrun.client.captured import Workspace, Workspaces, check_capture, static_reason
 from fedrun.client.local_training import ClientResults, LocalTraining
-from fedrun.client.optim import load_state, state_dict
-from fedrun.params import Params
-from fedrun.client.precision import autocast, check_engine_options, compile_errors, precision_scope
+from fedrun.client.lock_step import ChunkTraining
+from fedrun.client.precision import check_engine_options, compile_errors, precision_scope
 from fedrun.client.regularizers import Regularizer
-from fedrun.seeding import derive_seed, torch_generator
-from fedrun.client.vmap_batchnorm import FusedClientBatchNorm, uses_batch_norm
+from fedrun.client.vmap_batchnorm import uses_batch_norm
+from fedrun.errors import check
+from fedrun.params import Params
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +85,23 @@ class BatchedEngine:
         conf/engine/batched.yaml: as many as fit in the free GPU memory, ``CPU_CHUNK`` on a CPU;
         None: all of the round's).
       precision, compile: as ``SequentialEngine``; ``compile`` compiles the vmapped forward.
+      capture: ``auto`` | ``on`` | ``off``: the static, padded layout of the lock-step, captured as
+        CUDA graphs on a GPU (:mod:`fedrun.client.captured`).  ``auto``: on CUDA where the setting
+        allows; ``on``: also on a CPU (padded, run eagerly: the same results); ``off``: never.
     """
 
     def __init__(self, model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, local: LocalTraining,
                  regularizer: Regularizer | None, seed: int, clients_per_step: int | str | None = "auto",
-                 precision: str = "fp32", compile: bool = False):
+                 precision: str = "fp32", compile: bool = False, capture: str = "auto"):
         check_clients_per_step(clients_per_step)
         check_engine_options(precision, compile)
         self.model, self.x, self.y = model, train_x, train_y
         self.local, self.regularizer, self.seed = local, regularizer, seed
         self.clients_per_step, self.precision, self.compile = clients_per_step, precision, compile
+        self.capture = check_capture(capture)
         self._fit: int | None = None  # clients that fit in memory at once (clients_per_step="auto")
+        self._workspaces = Workspaces()
+        self._said: set[str] = set()  # the one-line notes about capturing already logged
         if precision == "tf32" and train_x.device.type != "cuda":
             log.info("engine.precision=tf32 has no effect on %s (TF32 is a CUDA mode): training in FP32",
                      train_x.device.type)
@@ -141,6 +150,33 @@ class BatchedEngine:
                          "per client, %.0f%% of the free memory used at most)", self._fit, free / 2**30,
                          per / 2**20, 100 * MEMORY_SAFETY)
         return max(1, min(m, self._fit))
+
+    def layout(self, shares: list["Share"]):
+        """``(static, graphs)`` for a chunk of these shares: whether it takes the static layout, and
+        whether its steps are captured as CUDA graphs."""
+        if self.capture == "off":
+            return False, False
+        cuda = self.x.device.type == "cuda"
+        if not cuda and self.capture == "auto":  # padding only costs on a CPU, and there are no graphs
+            return False, False
+        reason = static_reason(self, shares)
+        if reason is not None:
+            self._say(f"engine.capture={self.capture}: the lock-step runs eagerly ({reason})")
+            return False, False
+        if not cuda:
+            self._say(f"engine.capture=on: no CUDA device ({self.x.device.type}): the static, padded "
+                      "lock-step runs without graphs")
+            return True, False
+        return True, True
+
+    def workspace(self, share: "Share", m: int) -> Workspace:
+        """The fixed tensors of this chunk shape, loaded with the round's starting state."""
+        return self._workspaces.get(share, m)
+
+    def _say(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            log.info("%s", line)
 
     def _free_bytes(self) -> int | None:
         """Free device memory in bytes (what the driver reports plus what torch's cache holds
@@ -225,274 +261,14 @@ def _concat(parts: list[ClientResults]) -> ClientResults:
                          torch.cat([p.lr for p in parts]), torch.cat([p.effective_steps for p in parts]))
 
 
-class _Cohort:
-    """The rows of a chunk that take the same optimizer step (same optimizer settings and this
-    round's learning rate), with their stacked optimizer state.  A single run is one cohort; a
-    population sweeping the client learning rate or momentum has one per value."""
-
-    def __init__(self, optimizer, lr: float | None, rows: list[int], state: dict):
-        self.optimizer, self.lr, self.state = optimizer, lr, state
-        self.local = {r: i for i, r in enumerate(rows)}  # chunk row -> row of the cohort's state
-
-
-def _cohorts(shares: list[Share], spans: list[tuple[int, int]], stacked: Params, names: list[str]) -> list[_Cohort]:
-    """Group a chunk's rows by optimizer step, each cohort's state initialized or loaded from the
-    shares' starting states (zeros for a share that starts fresh)."""
-    keys: dict[tuple, list[int]] = {}
-    for n, share in enumerate(shares):
-        keys.setdefault((share.engine.local.make_optimizer(), share.lr), []).append(n)
-    cohorts = []
-    device = stacked[names[0]].device
-    for (optimizer, lr), members in keys.items():
-        rows = [r for n in members for r in range(*spans[n])]
-        index = torch.tensor(rows, device=device)
-        whole = len(rows) == len(stacked[names[0]])
-        state = optimizer.init([stacked[k] if whole else stacked[k][index] for k in names])
-        if "step" in state:  # one Adam step counter per client: clients may finish at different steps
-            state["step"] = torch.zeros(len(rows), dtype=torch.float64, device=state["step"].device)
-        if any(shares[n].opt_states is not None for n in members):
-            flat = [shares[n].opt_states if shares[n].opt_states is not None
-                    else {k: torch.zeros_like(v[: len(shares[n].clients)]) for k, v in state_dict(state, names).items()}
-                    for n in members]
-            start = {k: torch.cat([f[k] for f in flat]) if len(flat) > 1 else flat[0][k].clone() for k in flat[0]}
-            state = load_state(start, state, names)
-        cohorts.append(_Cohort(optimizer, lr, rows, state))
-    return cohorts
-
-
-class _Schedule:
-    """Every row's batches (index tensors into the training set), in the sequential engine's
-    order: client k of a share shuffles its samples once per local epoch with the generator
-    ``(seed, "shuffle", round, k)`` and cuts them into batches of B (the last one smaller when B
-    does not divide n_k).
-
-    The permutations are drawn on the CPU (the generators are), then all rows' batches come from
-    one transfer and one gather on the device, not one per client and epoch.  When every row has
-    the same number of steps of one full batch size (the usual case: n_k a multiple of B, no
-    stragglers), ``table[row, step]`` holds them all and a step's batch is one slice; otherwise
-    ``rows[row][step]`` (built only then: a population's rows hold ~10^5 batches)."""
-
-    def __init__(self, shares: list[Share]):
-        perms, self._shapes, self.steps, sizes, offset = [], [], [], set(), 0
-        for share in shares:
-            b = share.engine.local.batch_size
-            for k, idx, e in zip(share.clients, share.indices, share.epochs):
-                n = len(idx)
-                shuffle = torch_generator(share.engine.seed, "shuffle", share.round_, k)
-                perms += [torch.randperm(n, generator=shuffle).add_(offset) for _ in range(e)]  # to its samples
-                offset += n
-                self._shapes.append((n, b, e))
-                self.steps.append(e * math.ceil(n / b))
-                if e and n:  # this row's batch sizes: B, and the remainder when B does not divide n
-                    sizes.update([min(b, n)] + ([n % b] if n > b and n % b else []))
-        everything = torch.cat([idx for share in shares for idx in share.indices])
-        self._order = everything[torch.cat(perms).to(everything.device)] if perms else everything
-        uniform = len(sizes) == 1 and len(set(self.steps)) == 1  # (no batches at all: not uniform)
-        self.table = self._order.view(len(self.steps), self.steps[0], sizes.pop()) if uniform else None
-
-    @functools.cached_property
-    def rows(self) -> list[list[torch.Tensor]]:
-        """Each row's batches in order: epoch after epoch, B at a time, the last one smaller."""
-        cuts = [[min(b, n - i) for _ in range(e) for i in range(0, n, b)] for n, b, e in self._shapes]
-        return [list(part.split(c)) for part, c in zip(self._order.split([sum(c) for c in cuts]), cuts)]
-
-    def batch(self, rows: list[int], s: int, whole: bool, index: torch.Tensor) -> torch.Tensor:
-        """Step s's batches of ``rows`` (all of the same size), ``[g, b]``."""
-        if self.table is not None:
-            return self.table[:, s] if whole else self.table[index, s]
-        return torch.stack([self.rows[j][s] for j in rows])
-
-
 def _train_chunk(shares: list[Share]) -> list[ClientResults]:
-    """Train one chunk of m clients in lock-step: the sequential engine's loop, reorganized.
-
-    The chunk's rows are the shares' clients, share after share.  Step s of the loop is every
-    client's s-th optimizer step.  The clients whose s-th batch has the same size form one group
-    (nearly always all of them), whose stacked parameters go through one vmapped forward, one
-    backward, and one optimizer step per cohort (:class:`_Cohort`); a client whose batches have
-    run out (fewer samples, a straggler's fewer epochs) is simply in no group.  A regularizer's
-    coefficients are recomputed for the clients that start an epoch at step s; its penalty is
-    each share's own (separable over clients, so the one backward serves all), and where the
-    regularizer writes its gradient out (``Regularizer.closed_form``) that gradient is added to the
-    backward's on the share's rows instead.  Buffers
-    (BatchNorm statistics) and optimizer state stay per client throughout.
-    """
+    """Train one chunk of m clients in lock-step (:class:`fedrun.client.lock_step.ChunkTraining`):
+    in the static layout, captured, where the lead engine's ``capture`` setting allows it."""
     lead = shares[0].engine
-    spans, m = [], 0
-    for share in shares:
-        spans.append((m, m + len(share.clients)))
-        m += len(share.clients)
-    owner = [n for n, (a, b) in enumerate(spans) for _ in range(a, b)]  # chunk row -> share
-    names = list(shares[0].params)
-
-    def stack(key: str) -> Params:
-        if len(shares) == 1:
-            return {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in getattr(shares[0], key).items()}
-        return {k: torch.cat([getattr(s, key)[k].unsqueeze(0).expand(len(s.clients), *v.shape) for s in shares])
-                for k, v in getattr(shares[0], key).items()}
-
-    stacked, bufs = stack("params"), stack("buffers")
-    cohorts = _cohorts(shares, spans, stacked, names)
-    single = len(cohorts) == 1
-    augments = [s.engine.local.augment for s in shares]
-    draws = [torch_generator(shares[owner[j]].engine.seed, "augment", shares[owner[j]].round_, k) if augments[owner[j]]
-             else None for j, k in enumerate(c for s in shares for c in s.clients)]
-    augmented = any(d is not None for d in draws)
-    schedule = _Schedule(shares)
-    steps = torch.tensor(schedule.steps)
-    device = stacked[names[0]].device
-    loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
-    reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
-    regs = [s.engine.regularizer for s in shares]
-    # A regularizer's state covers its share's rows of this chunk; rows index them (0 .. the part's m - 1).
-    reg_states = [None if reg is None else reg.init(s.params, len(s.clients), s.inputs) for s, reg in zip(shares, regs)]
-    per_epoch = [math.ceil(len(idx) / s.engine.local.batch_size) for s in shares for idx in s.indices]
-    lead.model.train()
-    # Dropout masks: one stream per chunk (module docstring), reproducible from the seed.
-    torch.manual_seed(derive_seed(lead.seed, "forward-batched", shares[0].round_, shares[0].clients[0]))
-
-    regularized = [n for n, reg in enumerate(regs) if reg is not None]
-    stepping = [n for n in regularized if regs[n].acts_after_step]
-    for s in range(max(schedule.steps)):
-        groups: dict[int, list[int]] = {}
-        if schedule.table is not None:
-            groups[schedule.table.shape[2]] = list(range(m))
-        else:
-            for j, batches in enumerate(schedule.rows):
-                if s < len(batches):
-                    groups.setdefault(len(batches[s]), []).append(j)
-        for n in regularized:  # FedLap recomputes lambda when a client starts an epoch
-            lo, hi = spans[n]
-            mine = [j - lo for j in range(lo, hi) if s < schedule.steps[j] and s % per_epoch[j] == 0]
-            if mine:
-                part = stacked if len(shares) == 1 else {k: v[lo:hi] for k, v in stacked.items()}
-                regs[n].start_epoch(reg_states[n], torch.tensor(mine, device=device),
-                                torch.tensor([s == 0 for _ in mine], device=device), part, shares[n].params)
-        for b, rows in groups.items():
-            whole = len(rows) == m
-            idx = torch.tensor(rows, device=device)
-            p_g = {k: (v if whole else v[idx]).requires_grad_(True) for k, v in stacked.items()}
-            b_g = bufs if whole else {k: v[idx] for k, v in bufs.items()}
-            batch = schedule.batch(rows, s, whole, idx)  # [g, b]
-            if not augmented:
-                x = lead.x[batch.t()]  # [b, g, ...]: sample-major (see BatchedEngine.__init__)
-            else:  # each client's own draws, in the sequential engine's order
-                x = torch.stack([lead.x[batch[i]] if draws[j] is None else augments[owner[j]](lead.x[batch[i]], draws[j])
-                                 for i, j in enumerate(rows)], dim=1)
-            with autocast(lead.precision, x.device), \
-                    (FusedClientBatchNorm() if lead._fuse_bn else contextlib.nullcontext()):
-                logits = lead._forward(p_g, b_g, x)  # [g, b, C]
-            loss = F.cross_entropy(logits.float().flatten(0, 1), lead.y[batch].flatten(),
-                                   reduction="none").view(len(rows), b).mean(1)  # [g]
-            total = loss.sum()
-            added = []  # (rows i0:i1, a penalty's gradient written out): added to the loss's below
-            for n in regularized:  # each share's penalty on its rows: rows i0:i1 of the (sorted) group
-                i0, i1 = bisect.bisect_left(rows, spans[n][0]), bisect.bisect_left(rows, spans[n][1])
-                if i0 == i1:
-                    continue
-                mine = idx[i0:i1] - spans[n][0]
-                with torch.no_grad():
-                    closed = regs[n].closed_form(reg_states[n], {k: v[i0:i1].detach() for k, v in p_g.items()},
-                                                 shares[n].params, mine)
-                if closed is None:
-                    pen = regs[n].penalty(reg_states[n], {k: v[i0:i1] for k, v in p_g.items()}, shares[n].params,
-                                          mine)
-                    total = total + pen.sum()
-                else:
-                    pen = closed[0]
-                    added.append((i0, i1, closed[1]))
-                reg_sum[idx[i0:i1]] += pen.detach().double()
-            grads = torch.autograd.grad(total, [p_g[k] for k in names])
-            for i0, i1, gradient in added:  # as autograd would sum them: one addition a row
-                pairs = [(g if i0 == 0 and i1 == len(rows) else g[i0:i1], gradient[k])
-                         for k, g in zip(names, grads) if k in gradient]
-                if pairs:
-                    torch._foreach_add_([g for g, _ in pairs], [a for _, a in pairs])
-            loss_sum[idx] += loss.detach().double() * b
-            with torch.no_grad():
-                weights = [p_g[k].detach() for k in names]
-                for cohort in cohorts:
-                    _step(cohort, rows, weights, list(grads), whole and single, single)
-                for n in stepping:  # a change after the optimizer's step (SCAFFOLD as NIID-Bench applies it)
-                    i0, i1 = bisect.bisect_left(rows, spans[n][0]), bisect.bisect_left(rows, spans[n][1])
-                    if i0 < i1:
-                        lr_n = shares[n].engine.local.lr if shares[n].lr is None else shares[n].lr
-                        regs[n].after_step(reg_states[n], {k: w[i0:i1] for k, w in zip(names, weights)},
-                                           idx[i0:i1] - spans[n][0], lr_n)
-                if not whole:
-                    for k, w in zip(names, weights):
-                        stacked[k][idx] = w
-                    for k, v in b_g.items():
-                        bufs[k][idx] = v
-            for k in names:
-                stacked[k] = stacked[k].detach()
-
-    out = []
-    for n, (share, (a, b)) in enumerate(zip(shares, spans)):
-        deltas = {k: stacked[k][a:b] - share.params[k].unsqueeze(0) for k in names}
-        sizes = torch.tensor([len(idx) for idx in share.indices])
-        n_epochs = torch.tensor(share.epochs)
-        extras = {}
-        if regs[n] is not None:
-            extras["reg_loss"] = (reg_sum[a:b] / steps[a:b].clamp_min(1).to(reg_sum)).cpu()
-            extras.update(regs[n].metrics(reg_states[n]))
-        loss = (loss_sum[a:b] / (sizes * n_epochs).to(loss_sum)).cpu()
-        final = None if share.opt_states is None else _final_state(cohorts, a, b, names)
-        lr = share.engine.local.lr if share.lr is None else share.lr
-        out.append(ClientResults(list(share.clients), deltas, {k: v[a:b] for k, v in bufs.items()}, sizes, loss,
-                                 steps[a:b], n_epochs, extras, final, torch.full((b - a,), lr, dtype=torch.float64),
-                                 share.engine.local.effective_steps(steps[a:b])))
-    return out
-
-
-def _step(cohort: _Cohort, rows: list[int], weights: list[torch.Tensor], grads: list[torch.Tensor],
-          whole: bool, single: bool) -> None:
-    """One optimizer step for the cohort's clients among ``rows`` (a group of the chunk, whose
-    stacked ``weights`` and ``grads`` are updated in place).  ``whole``: the group is the whole
-    chunk and the cohort all of it, so the state needs no gathering; ``single``: the cohort is
-    every row of the chunk."""
-    if whole:
-        cohort.optimizer.step(weights, grads, cohort.state, cohort.lr)
-        return
-    pos = [i for i, j in enumerate(rows) if j in cohort.local]
-    if not pos:
-        return
-    device = weights[0].device
-    mine = torch.tensor([cohort.local[rows[i]] for i in pos], device=device)
-    sub = _gather(cohort.state, mine)
-    if single:  # every row of the group is the cohort's: step the group's tensors in place
-        cohort.optimizer.step(weights, grads, sub, cohort.lr)
-    else:
-        at = torch.tensor(pos, device=device)
-        w, g = [v[at] for v in weights], [v[at] for v in grads]
-        cohort.optimizer.step(w, g, sub, cohort.lr)
-        for full, part in zip(weights, w):
-            full[at] = part
-    _scatter(cohort.state, sub, mine)
-
-
-def _final_state(cohorts: list[_Cohort], a: int, b: int, names: list[str]) -> Params:
-    """Rows ``a:b``'s final optimizer states (one share's clients, all in one cohort)."""
-    cohort = next(c for c in cohorts if a in c.local)
-    flat = state_dict(cohort.state, names)
-    i = cohort.local[a]
-    return {k: v[i : i + b - a] for k, v in flat.items()}
-
-
-# Optimizer state: every entry is per client, lists of stacked [m, ...] tensors or an [m] tensor
-# (Adam's step counters).
-
-def _gather(state: dict, idx: torch.Tensor) -> dict:
-    return {k: ([t[idx] for t in v] if isinstance(v, list) else v[idx]) for k, v in state.items()}
-
-
-def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
-    for k, v in sub.items():
-        if isinstance(v, list):
-            for full, part in zip(state[k], v):
-                full[idx] = part
-        else:
-            state[k][idx] = v
+    static, graphs = lead.layout(shares)
+    training = ChunkTraining(shares, static=static, graphs=graphs)
+    training.run()
+    return training.results()
 
 
 def check_clients_per_step(value) -> None:

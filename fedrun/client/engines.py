@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from fedrun.client.batched import BatchedEngine, check_clients_per_step
+from fedrun.client.captured import check_capture
 from fedrun.errors import ConfigError
 from fedrun.client.parallel import ParallelEngine, check_backend, check_workers
 from fedrun.client.precision import check_engine_options
@@ -19,7 +20,8 @@ from fedrun.client.sequential import SequentialEngine
 
 
 def auto_engine(model, train_x, train_y, local, regularizer, seed,
-                clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False):
+                clients_per_step: int | str | None = "auto", precision: str = "fp32", compile: bool = False,
+                capture: str = "auto"):
     """``engine=auto``: the batched engine on CUDA, the sequential one elsewhere.
 
     On a CPU the conv kernels, not the client loop, set the pace: the batched engine gains 6-7%
@@ -32,7 +34,8 @@ def auto_engine(model, train_x, train_y, local, regularizer, seed,
     model's kernels keep busy.
     """
     if train_x.device.type == "cuda":
-        return BatchedEngine(model, train_x, train_y, local, regularizer, seed, clients_per_step, precision, compile)
+        return BatchedEngine(model, train_x, train_y, local, regularizer, seed, clients_per_step, precision, compile,
+                             capture)
     return SequentialEngine(model, train_x, train_y, local, regularizer, seed, precision, compile)
 
 
@@ -46,6 +49,8 @@ def check(make_engine) -> None:
     check_engine_options(options.get("precision", "fp32"), options.get("compile", False))
     if "clients_per_step" in options:
         check_clients_per_step(options["clients_per_step"])
+    if "capture" in options:
+        check_capture(options["capture"])
     if "workers" in options:
         check_workers(options["workers"])
     if make_engine.func is ParallelEngine:

@@ -24,6 +24,8 @@ import tempfile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fedrun.client.batched as batched
+from fedrun.client.lock_step import sample_order
+from fedrun.client.round_plan import RoundPlan
 
 
 class _Count(TorchDispatchMode):
@@ -43,7 +45,7 @@ def main(argv: list[str]) -> int:
     train_chunk = batched._train_chunk
 
     def counted(shares):
-        steps.append(max(batched._Schedule(shares).steps))
+        steps.append(RoundPlan(sample_order(shares)[1]).critical_path)
         with _Count(counts, views):
             return train_chunk(shares)
 

@@ -1,0 +1,379 @@
+"""One chunk of clients trained in lock-step: the batched engine's loop, in named steps.
+
+The sequential engine's loop (:mod:`fedrun.client.sequential`), reorganized so that step s is every
+client's s-th optimizer step at once.  :class:`ChunkTraining` holds the chunk's stacked state
+(parameters, BatchNorm buffers, optimizer state, regularizer state, loss sums); a round's
+:class:`~fedrun.client.round_plan.RoundPlan` says, before the first step, which rows take each
+step on which samples.  Each lock-step is:
+
+1. :meth:`ChunkTraining.start_epochs`: a regularizer that recomputes its coefficients when a client
+   starts a local epoch (FedLap, Charteros & Koutsopoulos Alg. 1 line 16) does so for the rows the
+   plan lists;
+2. :meth:`ChunkTraining.step`, per group of equal batch size: gather the group's rows, one vmapped
+   forward, the cross-entropy, the regularizers' penalties (each share's own; separable over
+   clients, so one backward serves them all) or their written-out gradients
+   (``Regularizer.closed_form``), one ``torch.autograd.grad``, the optimizer step per cohort
+   (:class:`_Cohort`), a regularizer's change after the step (SCAFFOLD as NIID-Bench applies it),
+   and the rows written back.
+
+Two layouts of the same arithmetic:
+
+* **eager** (``static=False``): exactly the group's rows; a group of every row works on the stacked
+  tensors in place.  Any shares, cohorts, augmentation, dropout.
+* **static** (``static=True``): one share, one cohort.  The state lives in a
+  :class:`~fedrun.client.captured.Workspace` kept across rounds, with a scratch row m; every group is
+  padded to a power of two with scratch rows (the plan's ``bucketed`` layout) and reads its rows and
+  batch from fixed buffers, so its step has a fixed shape and fixed addresses and can be captured as
+  a CUDA graph once and replayed (:mod:`fedrun.client.captured`).  Off CUDA it runs as it is: the
+  tests check there that padding changes nothing.
+
+Both equal the sequential engine to float rounding (tests/test_batched.py, tests/test_round_plan.py).
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+from fedrun.client.local_training import ClientResults
+from fedrun.client.optim import load_state, state_dict
+from fedrun.client.precision import autocast
+from fedrun.client.round_plan import Group, LockStep, RoundPlan
+from fedrun.client.vmap_batchnorm import FusedClientBatchNorm
+from fedrun.params import Params
+from fedrun.seeding import derive_seed, torch_generator
+
+
+class _Cohort:
+    """The rows of a chunk that take the same optimizer step (same optimizer settings and this
+    round's learning rate), with their stacked optimizer state.  A single run is one cohort; a
+    population sweeping the client learning rate or momentum has one per value."""
+
+    def __init__(self, optimizer, lr: float | None, rows: list[int], state: dict):
+        self.optimizer, self.lr, self.state = optimizer, lr, state
+        self.local = {r: i for i, r in enumerate(rows)}  # chunk row -> row of the cohort's state
+
+
+def _cohorts(shares, spans: list[tuple[int, int]], stacked: Params, names: list[str]) -> list[_Cohort]:
+    """Group a chunk's rows by optimizer step, each cohort's state initialized or loaded from the
+    shares' starting states (zeros for a share that starts fresh)."""
+    keys: dict[tuple, list[int]] = {}
+    for n, share in enumerate(shares):
+        keys.setdefault((share.engine.local.make_optimizer(), share.lr), []).append(n)
+    cohorts = []
+    device = stacked[names[0]].device
+    for (optimizer, lr), members in keys.items():
+        rows = [r for n in members for r in range(*spans[n])]
+        index = torch.tensor(rows, device=device)
+        whole = len(rows) == len(stacked[names[0]])
+        state = optimizer.init([stacked[k] if whole else stacked[k][index] for k in names])
+        if "step" in state:  # one Adam step counter per client: clients may finish at different steps
+            state["step"] = torch.zeros(len(rows), dtype=torch.float64, device=state["step"].device)
+        if any(shares[n].opt_states is not None for n in members):
+            flat = [shares[n].opt_states if shares[n].opt_states is not None
+                    else {k: torch.zeros_like(v[: len(shares[n].clients)]) for k, v in state_dict(state, names).items()}
+                    for n in members]
+            start = {k: torch.cat([f[k] for f in flat]) if len(flat) > 1 else flat[0][k].clone() for k in flat[0]}
+            state = load_state(start, state, names)
+        cohorts.append(_Cohort(optimizer, lr, rows, state))
+    return cohorts
+
+
+def sample_order(shares) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+    """The round's samples in the order the clients visit them, and each row's ``(n, B, E)``.
+
+    Client k of a share shuffles its samples once per local epoch with the generator
+    ``(seed, "shuffle", round, k)``, as the sequential engine does; its epochs' permutations follow
+    one another, and the rows follow one another (the layout :class:`RoundPlan` indexes).  The
+    permutations are drawn on the CPU (the generators are), then the order comes from one
+    transfer and one gather on the device."""
+    perms, shapes, offset = [], [], 0
+    for share in shares:
+        b = share.engine.local.batch_size
+        for k, idx, e in zip(share.clients, share.indices, share.epochs):
+            n = len(idx)
+            shuffle = torch_generator(share.engine.seed, "shuffle", share.round_, k)
+            perms += [torch.randperm(n, generator=shuffle).add_(offset) for _ in range(e)]  # to its samples
+            offset += n
+            shapes.append((n, b, e))
+    everything = torch.cat([idx for share in shares for idx in share.indices])
+    return (everything[torch.cat(perms).to(everything.device)] if perms else everything), shapes
+
+
+class ChunkTraining:
+    """One chunk's lock-step training (module docstring): :meth:`run` then :meth:`results`.
+
+    Args:
+      shares: the chunk's parts of one or more runs (:class:`fedrun.client.batched.Share`); the first
+        one's engine (model, data, options) serves all.
+      static: the static layout (one share, one cohort; see the module docstring).
+      graphs: (static layout only) run each step through the workspace's CUDA graphs
+        (:class:`fedrun.client.captured.StepGraphs`): captured once per shape, then replayed.
+    """
+
+    def __init__(self, shares, static: bool = False, graphs: bool = False):
+        self.shares, self.static = shares, static
+        self.runner = None
+        self.lead = lead = shares[0].engine
+        self.spans, m = [], 0
+        for share in shares:
+            self.spans.append((m, m + len(share.clients)))
+            m += len(share.clients)
+        self.m = m
+        self.owner = [n for n, (a, b) in enumerate(self.spans) for _ in range(a, b)]  # chunk row -> share
+        self.names = list(shares[0].params)
+        self.order, shapes = sample_order(shares)
+        device = lead.x.device
+        self.plan = RoundPlan(shapes, device, bucketed=static)
+        self.steps = torch.tensor(self.plan.steps)
+        self.regs = [s.engine.regularizer for s in shares]
+        self.regularized = [n for n, reg in enumerate(self.regs) if reg is not None]
+        self.stepping = [n for n in self.regularized if self.regs[n].acts_after_step]
+        self.per_epoch = self.plan.per_epoch
+        self.augments = [s.engine.local.augment for s in shares]
+        self.draws = [torch_generator(shares[self.owner[j]].engine.seed, "augment", shares[self.owner[j]].round_, k)
+                      if self.augments[self.owner[j]] else None
+                      for j, k in enumerate(c for s in shares for c in s.clients)]
+        self.augmented = any(d is not None for d in self.draws)
+        self._arange = torch.arange(max([b for _, b, _ in shapes], default=1), device=device)
+        if static:
+            self._load_workspace()
+            self.runner = self.workspace.graphs.run if graphs else None
+        else:
+            self._stack()
+
+    # ------------------------------------------------------------------------- state
+
+    def _stack(self) -> None:
+        """The eager layout: the chunk's m rows, built fresh for the round."""
+        shares, m = self.shares, self.m
+
+        def stack(key: str) -> Params:
+            if len(shares) == 1:
+                return {k: v.unsqueeze(0).repeat(m, *([1] * v.ndim)) for k, v in getattr(shares[0], key).items()}
+            return {k: torch.cat([getattr(s, key)[k].unsqueeze(0).expand(len(s.clients), *v.shape) for s in shares])
+                    for k, v in getattr(shares[0], key).items()}
+
+        self.stacked, self.bufs = stack("params"), stack("buffers")
+        self.anchors = [s.params for s in shares]
+        self.cohorts = _cohorts(shares, self.spans, self.stacked, self.names)
+        device = self.stacked[self.names[0]].device
+        self.loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
+        self.reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
+        # A regularizer's state covers its share's rows of this chunk; rows index them (0 .. the part's m - 1).
+        self.reg_states = [None if reg is None else reg.init(s.params, len(s.clients), s.inputs)
+                           for s, reg in zip(shares, self.regs)]
+
+    def _load_workspace(self) -> None:
+        """The static layout: the engine's workspace (m + 1 rows, the last a scratch row) loaded
+        with this round's starting state; the workspace is reused, so a captured step stays valid."""
+        share = self.shares[0]
+        ws = self.lead.workspace(share, self.m)
+        self.workspace = ws
+        self.stacked, self.bufs, self.anchors = ws.stacked, ws.bufs, [ws.anchor]
+        self.loss_sum, self.reg_sum = ws.loss_sum, ws.reg_sum
+        self.reg_states = [ws.reg_state]
+        self.cohorts = [_Cohort(ws.optimizer, share.lr, list(range(self.m + 1)), ws.opt_state)]
+
+    # ------------------------------------------------------------------------- the loop
+
+    def run(self) -> None:
+        """Every lock-step of the plan."""
+        self.lead.model.train()
+        # Dropout masks: one stream per chunk (fedrun.client.batched's docstring), reproducible from the seed.
+        share = self.shares[0]
+        torch.manual_seed(derive_seed(self.lead.seed, "forward-batched", share.round_, share.clients[0]))
+        for s, lock_step in enumerate(self.plan.lock_steps):
+            self.start_epochs(s, lock_step)
+            for group in lock_step.groups:
+                if self.static:
+                    self._static_step(group)
+                else:
+                    self.step(group, group.index, self._batch(group), group.padded == self.m)
+
+    def start_epochs(self, s: int, lock_step: LockStep) -> None:
+        """Regularizers that act when a client starts a local epoch (FedLap's lambda), for the plan's rows."""
+        if not self.regularized or not len(lock_step.epoch_rows):
+            return
+        device = self.loss_sum.device
+        for n in self.regularized:
+            lo, hi = self.spans[n]
+            pick = (lock_step.epoch_rows >= lo) & (lock_step.epoch_rows < hi)
+            if not pick.any():
+                continue
+            mine = torch.as_tensor(lock_step.epoch_rows[pick] - lo, device=device)
+            first = torch.as_tensor(lock_step.epoch_first[pick], device=device)
+            part = self.stacked if len(self.shares) == 1 else {k: v[lo:hi] for k, v in self.stacked.items()}
+            self.regs[n].start_epoch(self.reg_states[n], mine, first, part, self.anchors[n])
+
+    def _batch(self, group: Group) -> torch.Tensor:
+        """The group's batches, ``[G, b]`` indices into the training set."""
+        return self.order[group.starts.unsqueeze(1) + self._arange[: group.size]]
+
+    def _static_step(self, group: Group) -> None:
+        """A static group: its rows and batch copied into the workspace's fixed buffers for its shape,
+        then the step on those buffers (captured and replayed where the runner does so)."""
+        ws = self.workspace
+        index, batch = ws.inputs(group.padded, group.size)
+        index.copy_(group.index)
+        batch.copy_(self._batch(group))
+        if self.runner is None:
+            self.step(group, index, batch, whole=False)
+        else:  # one graph a shape and learning rate (the rate is a constant of the captured step)
+            self.runner((group.padded, group.size, self.cohorts[0].lr), lambda: self.step(group, index, batch, whole=False))
+
+    def step(self, group: Group, idx: torch.Tensor, batch: torch.Tensor, whole: bool) -> None:
+        """One group's step (module docstring, step 2).  ``idx`` ``[G]``: the rows; ``batch``
+        ``[G, b]``: their samples; ``whole``: the group is every row of the chunk, in order (then the
+        stacked tensors are used in place, without gathering).  In the static layout ``idx`` and
+        ``batch`` are the workspace's fixed buffers and nothing here reads the host: the step can be
+        captured."""
+        lead, names, b = self.lead, self.names, group.size
+        g = idx.shape[0]
+        p_g = {k: (v if whole else v.index_select(0, idx)).requires_grad_(True) for k, v in self.stacked.items()}
+        b_g = self.bufs if whole else {k: v.index_select(0, idx) for k, v in self.bufs.items()}
+        if not self.augmented:
+            x = lead.x[batch.t()]  # [b, g, ...]: sample-major (see BatchedEngine.__init__)
+        else:  # each client's own draws, in the sequential engine's order
+            x = torch.stack([lead.x[batch[i]] if self.draws[j] is None
+                             else self.augments[self.owner[j]](lead.x[batch[i]], self.draws[j])
+                             for i, j in enumerate(group.rows.tolist())], dim=1)
+        with autocast(lead.precision, x.device), \
+                (FusedClientBatchNorm() if lead._fuse_bn else contextlib.nullcontext()):
+            logits = lead._forward(p_g, b_g, x)  # [g, b, C]
+        loss = F.cross_entropy(logits.float().flatten(0, 1), lead.y[batch].flatten(),
+                               reduction="none").view(g, b).mean(1)  # [g]
+        total = loss.sum()
+        added = []  # (rows i0:i1, a penalty's gradient written out): added to the loss's below
+        slices = [(n, *self._share_rows(group, n, idx)) for n in self.regularized]
+        for n, i0, i1, mine in slices:  # each share's penalty on its rows i0:i1 of the (sorted) group
+            if i0 == i1:
+                continue
+            with torch.no_grad():
+                closed = self.regs[n].closed_form(self.reg_states[n], {k: v[i0:i1].detach() for k, v in p_g.items()},
+                                                  self.anchors[n], mine)
+            if closed is None:
+                pen = self.regs[n].penalty(self.reg_states[n], {k: v[i0:i1] for k, v in p_g.items()},
+                                           self.anchors[n], mine)
+                total = total + pen.sum()
+            else:
+                pen = closed[0]
+                added.append((i0, i1, closed[1]))
+            self.reg_sum.index_add_(0, idx[i0:i1], pen.detach().double())
+        grads = torch.autograd.grad(total, [p_g[k] for k in names])
+        for i0, i1, gradient in added:  # as autograd would sum them: one addition a row
+            pairs = [(gr if i0 == 0 and i1 == g else gr[i0:i1], gradient[k])
+                     for k, gr in zip(names, grads) if k in gradient]
+            if pairs:
+                torch._foreach_add_([gr for gr, _ in pairs], [a for _, a in pairs])
+        self.loss_sum.index_add_(0, idx, loss.detach().double() * b)
+        with torch.no_grad():
+            weights = [p_g[k].detach() for k in names]
+            if self.static:  # one cohort over every row of the workspace: gather its state, step, scatter
+                cohort = self.cohorts[0]
+                sub = _gather(cohort.state, idx)
+                cohort.optimizer.step(weights, list(grads), sub, cohort.lr)
+                _scatter(cohort.state, sub, idx)
+            else:
+                single = len(self.cohorts) == 1
+                for cohort in self.cohorts:
+                    _step(cohort, group.rows.tolist(), weights, list(grads), whole and single, single)
+            for n, i0, i1, mine in slices:
+                if n in self.stepping and i0 < i1:  # a change after the optimizer's step (SCAFFOLD as NIID-Bench applies it)
+                    share = self.shares[n]
+                    lr_n = share.engine.local.lr if share.lr is None else share.lr
+                    self.regs[n].after_step(self.reg_states[n], {k: w[i0:i1] for k, w in zip(names, weights)}, mine, lr_n)
+            if not whole:
+                for k, w in zip(names, weights):
+                    self.stacked[k].index_copy_(0, idx, w)
+                for k, v in b_g.items():
+                    self.bufs[k].index_copy_(0, idx, v)
+        if whole:
+            for k in names:
+                self.stacked[k] = self.stacked[k].detach()
+
+    def _share_rows(self, group: Group, n: int, idx: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+        """Share n's rows in the group: positions ``i0:i1`` and their indices into its own state.
+        Static layout (one share): every row, padding included (padding rows read the scratch row)."""
+        if self.static or len(self.shares) == 1:
+            return 0, idx.shape[0], idx
+        lo, hi = self.spans[n]
+        rows = group.rows.tolist()
+        i0, i1 = bisect.bisect_left(rows, lo), bisect.bisect_left(rows, hi)
+        return i0, i1, idx[i0:i1] - lo
+
+    # ------------------------------------------------------------------------- what the chunk returns
+
+    def results(self) -> list[ClientResults]:
+        """Each share's :class:`ClientResults` (copies: a workspace is overwritten next round)."""
+        out, names = [], self.names
+        for n, (share, (a, b)) in enumerate(zip(self.shares, self.spans)):
+            deltas = {k: self.stacked[k][a:b] - share.params[k].unsqueeze(0) for k in names}
+            sizes = torch.tensor([len(idx) for idx in share.indices])
+            n_epochs = torch.tensor(share.epochs)
+            extras = {}
+            if self.regs[n] is not None:
+                extras["reg_loss"] = (self.reg_sum[a:b] / self.steps[a:b].clamp_min(1).to(self.reg_sum)).cpu()
+                extras.update({k: v[: b - a].clone() for k, v in self.regs[n].metrics(self.reg_states[n]).items()})
+            loss = (self.loss_sum[a:b] / (sizes * n_epochs).to(self.loss_sum)).cpu()
+            final = None if share.opt_states is None else _final_state(self.cohorts, a, b, names)
+            lr = share.engine.local.lr if share.lr is None else share.lr
+            out.append(ClientResults(list(share.clients), deltas, {k: v[a:b].clone() for k, v in self.bufs.items()},
+                                     sizes, loss, self.steps[a:b], n_epochs, extras, final,
+                                     torch.full((b - a,), lr, dtype=torch.float64),
+                                     share.engine.local.effective_steps(self.steps[a:b])))
+        return out
+
+
+def _step(cohort: _Cohort, rows: list[int], weights: list[torch.Tensor], grads: list[torch.Tensor],
+          whole: bool, single: bool) -> None:
+    """One optimizer step for the cohort's clients among ``rows`` (a group of the chunk, whose
+    stacked ``weights`` and ``grads`` are updated in place).  ``whole``: the group is the whole
+    chunk and the cohort all of it, so the state needs no gathering; ``single``: the cohort is
+    every row of the chunk."""
+    if whole:
+        cohort.optimizer.step(weights, grads, cohort.state, cohort.lr)
+        return
+    pos = [i for i, j in enumerate(rows) if j in cohort.local]
+    if not pos:
+        return
+    device = weights[0].device
+    mine = torch.tensor([cohort.local[rows[i]] for i in pos], device=device)
+    sub = _gather(cohort.state, mine)
+    if single:  # every row of the group is the cohort's: step the group's tensors in place
+        cohort.optimizer.step(weights, grads, sub, cohort.lr)
+    else:
+        at = torch.tensor(pos, device=device)
+        w, g = [v[at] for v in weights], [v[at] for v in grads]
+        cohort.optimizer.step(w, g, sub, cohort.lr)
+        for full, part in zip(weights, w):
+            full[at] = part
+    _scatter(cohort.state, sub, mine)
+
+
+def _final_state(cohorts: list[_Cohort], a: int, b: int, names: list[str]) -> Params:
+    """Rows ``a:b``'s final optimizer states (one share's clients, all in one cohort); copies."""
+    cohort = next(c for c in cohorts if a in c.local)
+    flat = state_dict(cohort.state, names)
+    i = cohort.local[a]
+    return {k: v[i : i + b - a].clone() for k, v in flat.items()}
+
+
+# Optimizer state: every entry is per client, lists of stacked [m, ...] tensors or an [m] tensor
+# (Adam's step counters).
+
+def _gather(state: dict, idx: torch.Tensor) -> dict:
+    return {k: ([t.index_select(0, idx) for t in v] if isinstance(v, list) else v.index_select(0, idx))
+            for k, v in state.items()}
+
+
+def _scatter(state: dict, sub: dict, idx: torch.Tensor) -> None:
+    for k, v in sub.items():
+        if isinstance(v, list):
+            for full, part in zip(state[k], v):
+                full.index_copy_(0, idx, part)
+        else:
+            state[k].index_copy_(0, idx, v)
+
