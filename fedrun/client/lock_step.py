@@ -31,15 +31,16 @@ Both equal the sequential engine to float rounding (tests/test_batched.py, tests
 """
 from __future__ import annotations
 
-import bisect
 import contextlib
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedrun.client.local_training import ClientResults
 from fedrun.client.optim import load_state, state_dict
 from fedrun.client.precision import autocast
+from fedrun.client.regularizers import Regularizer
 from fedrun.client.round_plan import Group, LockStep, RoundPlan
 from fedrun.client.vmap_batchnorm import FusedClientBatchNorm
 from fedrun.params import Params
@@ -131,6 +132,8 @@ class ChunkTraining:
         self.regs = [s.engine.regularizer for s in shares]
         self.regularized = [n for n, reg in enumerate(self.regs) if reg is not None]
         self.stepping = [n for n in self.regularized if self.regs[n].acts_after_step]
+        self.epoch_acting = [n for n in self.regularized  # those whose start_epoch does something
+                             if type(self.regs[n]).start_epoch is not Regularizer.start_epoch]
         self.per_epoch = self.plan.per_epoch
         self.augments = [s.engine.local.augment for s in shares]
         self.draws = [torch_generator(shares[self.owner[j]].engine.seed, "augment", shares[self.owner[j]].round_, k)
@@ -159,6 +162,8 @@ class ChunkTraining:
         self.stacked, self.bufs = stack("params"), stack("buffers")
         self.anchors = [s.params for s in shares]
         self.cohorts = _cohorts(shares, self.spans, self.stacked, self.names)
+        self.share_cohorts = [next((c, c.local[lo]) for c in self.cohorts if lo in c.local) if hi > lo else
+                              (self.cohorts[0], 0) for lo, hi in self.spans]
         device = self.stacked[self.names[0]].device
         self.loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
         self.reg_sum = torch.zeros(m, dtype=torch.float64, device=device)
@@ -176,6 +181,7 @@ class ChunkTraining:
         self.loss_sum, self.reg_sum = ws.loss_sum, ws.reg_sum
         self.reg_states = [ws.reg_state]
         self.cohorts = [_Cohort(ws.optimizer, share.lr, list(range(self.m + 1)), ws.opt_state)]
+        self.share_cohorts = [(self.cohorts[0], 0)]
 
     # ------------------------------------------------------------------------- the loop
 
@@ -194,17 +200,18 @@ class ChunkTraining:
                     self.step(group, group.index, self._batch(group), group.padded == self.m)
 
     def start_epochs(self, s: int, lock_step: LockStep) -> None:
-        """Regularizers that act when a client starts a local epoch (FedLap's lambda), for the plan's rows."""
-        if not self.regularized or not len(lock_step.epoch_rows):
+        """Regularizers that act when a client starts a local epoch (FedLap's lambda), for the plan's
+        rows (device views: no copy from the host here)."""
+        if not self.epoch_acting or not len(lock_step.epoch_rows):
             return
-        device = self.loss_sum.device
-        for n in self.regularized:
+        for n in self.epoch_acting:
             lo, hi = self.spans[n]
-            pick = (lock_step.epoch_rows >= lo) & (lock_step.epoch_rows < hi)
-            if not pick.any():
+            i0, i1 = (int(i) for i in np.searchsorted(lock_step.epoch_rows, [lo, hi]))  # the plan's rows are sorted
+            if i0 == i1:
                 continue
-            mine = torch.as_tensor(lock_step.epoch_rows[pick] - lo, device=device)
-            first = torch.as_tensor(lock_step.epoch_first[pick], device=device)
+            mine, first = lock_step.epoch_index[i0:i1], lock_step.epoch_is_first[i0:i1]
+            if lo:
+                mine = mine - lo
             part = self.stacked if len(self.shares) == 1 else {k: v[lo:hi] for k, v in self.stacked.items()}
             self.regs[n].start_epoch(self.reg_states[n], mine, first, part, self.anchors[n])
 
@@ -271,15 +278,7 @@ class ChunkTraining:
         self.loss_sum.index_add_(0, idx, loss.detach().double() * b)
         with torch.no_grad():
             weights = [p_g[k].detach() for k in names]
-            if self.static:  # one cohort over every row of the workspace: gather its state, step, scatter
-                cohort = self.cohorts[0]
-                sub = _gather(cohort.state, idx)
-                cohort.optimizer.step(weights, list(grads), sub, cohort.lr)
-                _scatter(cohort.state, sub, idx)
-            else:
-                single = len(self.cohorts) == 1
-                for cohort in self.cohorts:
-                    _step(cohort, group.rows.tolist(), weights, list(grads), whole and single, single)
+            self._optimizer_steps(group, idx, weights, list(grads), whole)
             for n, i0, i1, mine in slices:
                 if n in self.stepping and i0 < i1:  # a change after the optimizer's step (SCAFFOLD as NIID-Bench applies it)
                     share = self.shares[n]
@@ -294,14 +293,33 @@ class ChunkTraining:
             for k in names:
                 self.stacked[k] = self.stacked[k].detach()
 
+    def _optimizer_steps(self, group: Group, idx: torch.Tensor, weights: list[torch.Tensor],
+                         grads: list[torch.Tensor], whole: bool) -> None:
+        """Each share's rows of the group take their cohort's optimizer step: the cohort's state
+        gathered for them, stepped with their rows of ``weights`` (updated in place), scattered back.
+        A share's rows are consecutive in the (sorted) group and in its cohort's state, so the
+        indices are device arithmetic on ``idx``, never a list sent from the host."""
+        if whole and len(self.cohorts) == 1:  # every row, one cohort: the state as it is
+            cohort = self.cohorts[0]
+            cohort.optimizer.step(weights, grads, cohort.state, cohort.lr)
+            return
+        for n, (cohort, first_row) in enumerate(self.share_cohorts):
+            i0, i1, mine = self._share_rows(group, n, idx)
+            if i0 == i1:
+                continue
+            at = mine if first_row == 0 else mine + first_row  # rows of the cohort's state
+            sub = _gather(cohort.state, at)
+            part = (lambda ts: ts) if i0 == 0 and i1 == idx.shape[0] else (lambda ts: [t[i0:i1] for t in ts])
+            cohort.optimizer.step(part(weights), part(grads), sub, cohort.lr)  # views: in place
+            _scatter(cohort.state, sub, at)
+
     def _share_rows(self, group: Group, n: int, idx: torch.Tensor) -> tuple[int, int, torch.Tensor]:
         """Share n's rows in the group: positions ``i0:i1`` and their indices into its own state.
         Static layout (one share): every row, padding included (padding rows read the scratch row)."""
         if self.static or len(self.shares) == 1:
             return 0, idx.shape[0], idx
         lo, hi = self.spans[n]
-        rows = group.rows.tolist()
-        i0, i1 = bisect.bisect_left(rows, lo), bisect.bisect_left(rows, hi)
+        i0, i1 = (int(i) for i in np.searchsorted(group.rows, [lo, hi]))  # the group's rows are sorted
         return i0, i1, idx[i0:i1] - lo
 
     # ------------------------------------------------------------------------- what the chunk returns
@@ -325,32 +343,6 @@ class ChunkTraining:
                                      torch.full((b - a,), lr, dtype=torch.float64),
                                      share.engine.local.effective_steps(self.steps[a:b])))
         return out
-
-
-def _step(cohort: _Cohort, rows: list[int], weights: list[torch.Tensor], grads: list[torch.Tensor],
-          whole: bool, single: bool) -> None:
-    """One optimizer step for the cohort's clients among ``rows`` (a group of the chunk, whose
-    stacked ``weights`` and ``grads`` are updated in place).  ``whole``: the group is the whole
-    chunk and the cohort all of it, so the state needs no gathering; ``single``: the cohort is
-    every row of the chunk."""
-    if whole:
-        cohort.optimizer.step(weights, grads, cohort.state, cohort.lr)
-        return
-    pos = [i for i, j in enumerate(rows) if j in cohort.local]
-    if not pos:
-        return
-    device = weights[0].device
-    mine = torch.tensor([cohort.local[rows[i]] for i in pos], device=device)
-    sub = _gather(cohort.state, mine)
-    if single:  # every row of the group is the cohort's: step the group's tensors in place
-        cohort.optimizer.step(weights, grads, sub, cohort.lr)
-    else:
-        at = torch.tensor(pos, device=device)
-        w, g = [v[at] for v in weights], [v[at] for v in grads]
-        cohort.optimizer.step(w, g, sub, cohort.lr)
-        for full, part in zip(weights, w):
-            full[at] = part
-    _scatter(cohort.state, sub, mine)
 
 
 def _final_state(cohorts: list[_Cohort], a: int, b: int, names: list[str]) -> Params:

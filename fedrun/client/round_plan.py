@@ -62,11 +62,14 @@ class Group:
 @dataclass(frozen=True)
 class LockStep:
     """Step s of the chunk: its groups, and the rows that start a local epoch at it (``first``:
-    their first epoch), for a regularizer that recomputes its coefficients then (FedLap)."""
+    their first epoch), for a regularizer that recomputes its coefficients then (FedLap): sorted, on
+    the host (``epoch_rows``, ``epoch_first``) and as device views (``epoch_index``, ``epoch_is_first``)."""
 
     groups: tuple[Group, ...]
     epoch_rows: np.ndarray
     epoch_first: np.ndarray
+    epoch_index: torch.Tensor
+    epoch_is_first: torch.Tensor
 
 
 class RoundPlan:
@@ -114,15 +117,18 @@ class RoundPlan:
                 flat_starts.append(begin)
             starting = active[i == 0]
             plan.append((groups, starting, s // pe[starting] == 0))
-        # One transfer for the whole round; each group's tensors are views of these.
-        counts = [len(x) for x in flat_index]
-        index = torch.from_numpy(np.concatenate(flat_index) if flat_index else np.zeros(0, np.int64)).to(device)
-        starts = torch.from_numpy(np.concatenate(flat_starts) if flat_starts else np.zeros(0, np.int64)).to(device)
-        bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        # One transfer for the whole round (a copy from the host waits for the device: one a round,
+        # not one a step); each step's tensors are views of these.
+        index, starts = _to_device(flat_index, device), _to_device(flat_starts, device)
+        epoch_index = _to_device([rows for _, rows, _ in plan], device)
+        epoch_first = _to_device([first for _, _, first in plan], device, np.bool_)
+        bounds = np.concatenate([[0], np.cumsum([len(x) for x in flat_index])]).tolist()
+        ends = np.concatenate([[0], np.cumsum([len(rows) for _, rows, _ in plan])]).tolist()
         self.lock_steps: list[LockStep] = [
             LockStep(tuple(Group(size, rows, index[bounds[k]:bounds[k + 1]], starts[bounds[k]:bounds[k + 1]])
-                           for size, rows, k in groups), epoch_rows, first)
-            for groups, epoch_rows, first in plan]
+                           for size, rows, k in groups), epoch_rows, first,
+                     epoch_index[ends[s]:ends[s + 1]], epoch_first[ends[s]:ends[s + 1]])
+            for s, (groups, epoch_rows, first) in enumerate(plan)]
 
     @property
     def critical_path(self) -> int:
@@ -137,6 +143,12 @@ class RoundPlan:
     def shapes(self) -> set[tuple[int, int]]:
         """The distinct ``(G, b)`` shapes the steps take: what a captured step is keyed by."""
         return {(g.padded, g.size) for step in self.lock_steps for g in step.groups}
+
+
+def _to_device(parts: list[np.ndarray], device, dtype=np.int64) -> torch.Tensor:
+    """The arrays ``parts`` end to end, as one tensor on ``device``."""
+    flat = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+    return torch.from_numpy(flat).to(device)
 
 
 def lock_step_profile(sizes: list[int], batch_size: int, epochs: int | list[int] = 1,
