@@ -110,10 +110,12 @@ def population_equals_alone(tmp_path, members, rtol=1e-5):
 
 # ----------------------------------------------------------------------------- the engine
 
-def test_train_shares_equals_each_share_alone():
+@pytest.mark.parametrize("capture", ["off", "on"])
+def test_train_shares_equals_each_share_alone(capture):
     """Shares of different runs (seeds, learning rates, momentum, Adam, batch sizes, epochs,
     stragglers, FedProx and FedLap, carried optimizer state) in one lock-step call, cut into
-    chunks that straddle shares: each share's results are its own call's."""
+    chunks that straddle shares: each share's results are its own call's.  ``capture=on``: the
+    static layout, each share's rows padded on their own (fedrun.client.round_plan)."""
     raw = synthetic(num_train=120, num_test=10, channels=1, image_size=4, num_classes=10, seed=3)
     data = prepare(raw, None, None)
     model = tiny_mlp()
@@ -131,7 +133,7 @@ def test_train_shares_equals_each_share_alone():
     ]
     shares, alone = [], []
     for n, (local, reg, seed, clients, epochs, lr, start) in enumerate(specs):
-        engine = BatchedEngine(model, data.train_x, data.train_y, local, reg, seed, clients_per_step=4)
+        engine = BatchedEngine(model, data.train_x, data.train_y, local, reg, seed, clients_per_step=4, capture=capture)
         start_params = {k: v + 0.01 * n for k, v in params.items()}  # every run has its own w_t
         args = (start_params, buffers, clients, [parts[k] for k in clients], 1 + n % 2, epochs, lr, start)
         shares.append(Share(engine, *args))

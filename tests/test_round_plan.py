@@ -220,17 +220,30 @@ def test_what_cannot_take_the_static_layout_says_why_once(caplog):
         engine.train(params, buffers, [0, 1], 2)
     said = [r.getMessage() for r in caplog.records]
     assert said == ["engine.capture=on: the lock-step runs eagerly (dropout's masks would change with the padding rows)"]
-    # A population: its shares' rows and learning rates differ from step to step.
+    # A population where one run augments its data: each client's transforms are drawn on the host.
+    from fedrun.data.augment import Augmentation
+
     plain = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     p, b = split_state(plain)
     caplog.clear()
-    runs = [STATIC(plain, x, y, LocalTraining(batch_size=5, lr=lr), None, 0) for lr in (0.1, 0.2)]
+    runs = [STATIC(plain, x, y, LocalTraining(batch_size=5, lr=0.1, augment=augment), None, 0)
+            for augment in (None, Augmentation())]
     with caplog.at_level(logging.INFO, logger="fedrun.client.batched"):
         train_shares([Share(e, p, b, [0, 1], idx, 1) for e in runs])
-        runs[0].train(p, b, [0, 1], idx, 1)
+        runs[0].train(p, b, [0, 1], idx, 1)  # alone, the other run takes the static layout
     said = [r.getMessage() for r in caplog.records]
-    assert said == ["engine.capture=on: the lock-step runs eagerly (a population trains several runs' clients in one step)",
+    assert said == ["engine.capture=on: the lock-step runs eagerly (data augmentation draws each client's transforms "
+                    "on the host)",
                     "engine.capture=on: no CUDA device (cpu): the static, padded lock-step runs without graphs"]
+
+
+def test_a_population_in_the_static_layout_equals_its_runs_alone(tmp_path):
+    # Every run's part of a step padded on its own: FedAvg, FedProx with stragglers, FedLap,
+    # momentum with carried state, Adam, SCAFFOLD (after the step).
+    from test_population import MEMBERS, population_equals_alone
+
+    names = ("fedavg", "fedprox_stragglers", "fedlap", "momentum_sgdm", "fedlayerwise_adam", "scaffold_after_step")
+    population_equals_alone(tmp_path, [MEMBERS[k] + ["engine.capture=on"] for k in names])
 
 
 def test_capture_values_are_checked_when_the_config_is_built():

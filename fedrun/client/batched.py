@@ -169,9 +169,9 @@ class BatchedEngine:
             return True, False
         return True, True
 
-    def workspace(self, share: "Share", m: int) -> Workspace:
-        """The fixed tensors of this chunk shape, loaded with the round's starting state."""
-        return self._workspaces.get(share, m)
+    def workspace(self, shares: list["Share"]) -> Workspace:
+        """The fixed tensors of this chunk's shape, loaded with the round's starting state."""
+        return self._workspaces.get(shares)
 
     def _say(self, line: str) -> None:
         if line not in self._said:

@@ -7,13 +7,14 @@ A CUDA graph replays all of a step's kernels with one launch.  It needs what a g
 stay put: the same shapes, the same addresses, no host reads.  So:
 
 * the state lives in a :class:`Workspace` that outlives the round: stacked parameters, BatchNorm
-  buffers, optimizer and regularizer state, the global model (the anchor of FedProx and FedLap),
-  loss sums, each with a scratch row for padding (:mod:`fedrun.client.round_plan`); a round copies
-  its starting values in;
+  buffers, loss sums, and per run (a population has several) its optimizer and regularizer state
+  and its global model (the anchor of FedProx and FedLap), each with a scratch row for padding
+  (:mod:`fedrun.client.round_plan`); a round copies its starting values in;
 * each group's rows and batch are copied into the workspace's fixed buffers for its shape ``(G, B)``;
 * :class:`StepGraphs` runs a shape's step eagerly the first ``warmup`` times (on a side stream, as
   CUDA graphs need), captures it the next time, and replays it from then on.  The learning rate is
-  a constant of the recorded step, so it is part of the key: a schedule's drop captures anew.
+  a constant of the recorded step, so it is part of the key (with the step's shape: each run's
+  width and the batch size): a schedule's drop captures anew.
 
 ``engine.capture`` (``auto`` | ``on`` | ``off``): ``auto`` captures on CUDA where the setting allows;
 ``on`` also runs the static layout on a CPU (no graphs there: the padded step run eagerly, which
@@ -52,10 +53,7 @@ def check_capture(value) -> str:
 
 def static_reason(engine, shares) -> str | None:
     """Why these shares' step cannot take the static (capturable) layout; None when it can."""
-    if len(shares) > 1:
-        return "a population trains several runs' clients in one step"
-    local = engine.local
-    if local.augment is not None:
+    if any(s.engine.local.augment is not None for s in shares):
         return "data augmentation draws each client's transforms on the host"
     if any(isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0 for mod in engine.model.modules()):
         return "dropout's masks would change with the padding rows"
@@ -106,66 +104,88 @@ def _padded(inputs: Params | None) -> Params | None:
     return {k: torch.cat([v, v.new_zeros(1, *v.shape[1:])]) for k, v in inputs.items()}
 
 
-class Workspace:
-    """The fixed tensors of one chunk shape (m clients of one run), reused round after round.
+class _Slot:
+    """One share's (run's) own part of a workspace: its global model (the anchor of FedProx and
+    FedLap), its optimizer and optimizer state, its regularizer's state; ``rows`` = its clients
+    and its scratch row."""
 
-    Every stacked tensor has m + 1 rows: the chunk's clients and a scratch row that padding rows
-    read and write.  :meth:`load` copies a round's starting state in (the global model into every
-    row, the scratch row included, so padding computes on finite values)."""
-
-    def __init__(self, share, m: int, signature: tuple):
-        self.signature, self.m = signature, m
-        rows = m + 1
-        self.names = list(share.params)
-        self.stacked = {k: v.unsqueeze(0).repeat(rows, *([1] * v.ndim)) for k, v in share.params.items()}
-        self.bufs = {k: v.unsqueeze(0).repeat(rows, *([1] * v.ndim)) for k, v in share.buffers.items()}
+    def __init__(self, share, rows: int):
         self.anchor = {k: v.clone() for k, v in share.params.items()}
+        self.names = list(share.params)
         self.optimizer = share.engine.local.make_optimizer()
-        self.opt_state = self.optimizer.init([self.stacked[k] for k in self.names])
-        device = next(iter(share.params.values())).device
+        stacked = [torch.zeros(rows, *v.shape, dtype=v.dtype, device=v.device) for v in share.params.values()]
+        self.opt_state = self.optimizer.init(stacked)
         if "step" in self.opt_state:  # one Adam step counter per row
-            self.opt_state["step"] = torch.zeros(rows, dtype=torch.float64, device=device)
+            self.opt_state["step"] = torch.zeros(rows, dtype=torch.float64, device=stacked[0].device)
         reg = share.engine.regularizer
         self.reg_state = None if reg is None else _clone_tree(reg.init(self.anchor, rows, _padded(share.inputs)))
+
+    @torch.no_grad()
+    def load(self, share, clients: int) -> None:
+        for k, v in share.params.items():
+            self.anchor[k].copy_(v)
+        for k, v in state_dict(self.opt_state, self.names).items():
+            v.zero_()
+            if share.opt_states is not None:
+                v[:clients].copy_(share.opt_states[k])
+        reg = share.engine.regularizer
+        if reg is not None:
+            fresh = reg.init(self.anchor, clients + 1, _padded(share.inputs))
+            if _tree(fresh) != _tree(self.reg_state):
+                raise RuntimeError("the regularizer's state changed shape between rounds")  # signature() prevents it
+            _copy_tree(self.reg_state, fresh)
+
+
+class Workspace:
+    """The fixed tensors of one chunk's shape (its shares' clients), reused round after round.
+
+    Rows: share after share, each share's clients and then its scratch row, which its padding rows
+    read and write (share n's first client is row ``lo_n + n``).  :meth:`load` copies a round's
+    starting state in: each share's global model into all its rows, its scratch row included, so
+    padding computes on finite values."""
+
+    def __init__(self, shares, signature: tuple):
+        self.signature = signature
+        self.sizes = [len(s.clients) for s in shares]
+        self.offsets = [sum(self.sizes[:n]) + n for n in range(len(shares))]
+        rows = sum(self.sizes) + len(shares)
+        first = shares[0]
+        device = next(iter(first.params.values())).device
+        self.stacked = {k: torch.zeros(rows, *v.shape, dtype=v.dtype, device=device) for k, v in first.params.items()}
+        self.bufs = {k: torch.zeros(rows, *v.shape, dtype=v.dtype, device=device) for k, v in first.buffers.items()}
+        self.slots = [_Slot(share, size + 1) for share, size in zip(shares, self.sizes)]
         self.loss_sum = torch.zeros(rows, dtype=torch.float64, device=device)
         self.reg_sum = torch.zeros(rows, dtype=torch.float64, device=device)
         self._inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.graphs = StepGraphs()
 
     @staticmethod
-    def signature(share, m: int) -> tuple:
+    def signature(shares) -> tuple:
         """What must not change for the workspace (and its graphs) to serve a round."""
         described = lambda d: tuple((k, tuple(v.shape), v.dtype, v.device) for k, v in d.items())  # noqa: E731
-        reg = share.engine.regularizer
-        return (m, described(share.params), described(share.buffers), share.engine.local.make_optimizer(), id(reg),
-                None if share.inputs is None else described(share.inputs))
+        return tuple((len(s.clients), described(s.params), described(s.buffers), s.engine.local.make_optimizer(),
+                      id(s.engine.regularizer), None if s.inputs is None else described(s.inputs)) for s in shares)
+
+    def rows(self, n: int) -> slice:
+        """Share n's rows, its scratch row included."""
+        return slice(self.offsets[n], self.offsets[n] + self.sizes[n] + 1)
 
     @torch.no_grad()
-    def load(self, share) -> None:
-        """This round's starting state: the global model in every row, fresh or carried optimizer
-        state, the regularizer's state for these clients, zero loss sums."""
-        m = self.m
-        for k, v in share.params.items():
-            self.stacked[k].copy_(v)  # broadcast over the rows
-            self.anchor[k].copy_(v)
-        for k, v in share.buffers.items():
-            self.bufs[k].copy_(v)
-        flat = state_dict(self.opt_state, self.names)
-        for k, v in flat.items():
-            v.zero_()
-            if share.opt_states is not None:
-                v[:m].copy_(share.opt_states[k])
-        reg = share.engine.regularizer
-        if reg is not None:
-            fresh = reg.init(self.anchor, m + 1, _padded(share.inputs))
-            if _tree(fresh) != _tree(self.reg_state):
-                raise RuntimeError("the regularizer's state changed shape between rounds")  # signature() prevents it
-            _copy_tree(self.reg_state, fresh)
+    def load(self, shares) -> None:
+        """This round's starting state (class docstring), fresh or carried optimizer state, the
+        regularizers' states for these clients, zero loss sums."""
+        for n, share in enumerate(shares):
+            rows = self.rows(n)
+            for k, v in share.params.items():
+                self.stacked[k][rows].copy_(v)  # broadcast over the share's rows
+            for k, v in share.buffers.items():
+                self.bufs[k][rows].copy_(v)
+            self.slots[n].load(share, self.sizes[n])
         self.loss_sum.zero_()
         self.reg_sum.zero_()
 
     def inputs(self, padded: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fixed buffers a ``(G, B)`` step reads: its rows ``[G]`` and batch ``[G, B]``."""
+        """The fixed buffers a step of G rows and batch size b reads: its rows ``[G]`` and batch ``[G, b]``."""
         key = (padded, size)
         if key not in self._inputs:
             device = self.loss_sum.device
@@ -180,13 +200,13 @@ class Workspaces:
     def __init__(self, limit: int = WORKSPACES):
         self.limit, self._kept = limit, {}
 
-    def get(self, share, m: int) -> Workspace:
-        signature = Workspace.signature(share, m)
-        ws = self._kept.pop(signature, None) or Workspace(share, m, signature)
+    def get(self, shares) -> Workspace:
+        signature = Workspace.signature(shares)
+        ws = self._kept.pop(signature, None) or Workspace(shares, signature)
         self._kept[signature] = ws  # most recent last
         while len(self._kept) > self.limit:
             self._kept.pop(next(iter(self._kept)))
-        ws.load(share)
+        ws.load(shares)
         return ws
 
 

@@ -20,12 +20,13 @@ Two layouts of the same arithmetic:
 
 * **eager** (``static=False``): exactly the group's rows; a group of every row works on the stacked
   tensors in place.  Any shares, cohorts, augmentation, dropout.
-* **static** (``static=True``): one share, one cohort.  The state lives in a
-  :class:`~fedrun.client.captured.Workspace` kept across rounds, with a scratch row m; every group is
-  padded to a power of two with scratch rows (the plan's ``bucketed`` layout) and reads its rows and
-  batch from fixed buffers, so its step has a fixed shape and fixed addresses and can be captured as
-  a CUDA graph once and replayed (:mod:`fedrun.client.captured`).  Off CUDA it runs as it is: the
-  tests check there that padding changes nothing.
+* **static** (``static=True``): the state lives in a :class:`~fedrun.client.captured.Workspace` kept
+  across rounds, each share's clients followed by a scratch row; each share's part of a group is
+  padded to a power of two with its scratch row (the plan's ``bucketed`` layout), and the step
+  reads its rows and batch from fixed buffers, so it has a fixed shape and fixed addresses and can
+  be captured as a CUDA graph once and replayed (:mod:`fedrun.client.captured`).  Off CUDA it runs
+  as it is: the tests check there that padding changes nothing.  Not for augmentation or dropout
+  (whose draws are per step on the host, or would change with the padding).
 
 Both equal the sequential engine to float rounding (tests/test_batched.py, tests/test_round_plan.py).
 """
@@ -127,7 +128,7 @@ class ChunkTraining:
         self.names = list(shares[0].params)
         self.order, shapes = sample_order(shares)
         device = lead.x.device
-        self.plan = RoundPlan(shapes, device, bucketed=static)
+        self.plan = RoundPlan(shapes, device, bucketed=static, spans=self.spans)
         self.steps = torch.tensor(self.plan.steps)
         self.regs = [s.engine.regularizer for s in shares]
         self.regularized = [n for n, reg in enumerate(self.regs) if reg is not None]
@@ -172,16 +173,24 @@ class ChunkTraining:
                            for s, reg in zip(shares, self.regs)]
 
     def _load_workspace(self) -> None:
-        """The static layout: the engine's workspace (m + 1 rows, the last a scratch row) loaded
-        with this round's starting state; the workspace is reused, so a captured step stays valid."""
-        share = self.shares[0]
-        ws = self.lead.workspace(share, self.m)
-        self.workspace = ws
-        self.stacked, self.bufs, self.anchors = ws.stacked, ws.bufs, [ws.anchor]
+        """The static layout: the engine's workspace (each share's clients and a scratch row)
+        loaded with this round's starting state; the workspace is reused, so a captured step stays
+        valid.  Each share is a cohort of its own, with its own state rows."""
+        ws = self.workspace = self.lead.workspace(self.shares)
+        self.stacked, self.bufs = ws.stacked, ws.bufs
+        self.anchors = [slot.anchor for slot in ws.slots]
         self.loss_sum, self.reg_sum = ws.loss_sum, ws.reg_sum
-        self.reg_states = [ws.reg_state]
-        self.cohorts = [_Cohort(ws.optimizer, share.lr, list(range(self.m + 1)), ws.opt_state)]
-        self.share_cohorts = [(self.cohorts[0], 0)]
+        self.reg_states = [slot.reg_state for slot in ws.slots]
+        self.cohorts = [_Cohort(slot.optimizer, share.lr, list(range(size + 1)), slot.opt_state)
+                        for slot, share, size in zip(ws.slots, self.shares, ws.sizes)]
+        self.share_cohorts = [(cohort, 0) for cohort in self.cohorts]
+
+    def _rows(self, n: int) -> slice:
+        """Share n's clients among the stacked rows."""
+        if self.static:
+            o = self.workspace.offsets[n]
+            return slice(o, o + len(self.shares[n].clients))
+        return slice(*self.spans[n])
 
     # ------------------------------------------------------------------------- the loop
 
@@ -212,7 +221,8 @@ class ChunkTraining:
             mine, first = lock_step.epoch_index[i0:i1], lock_step.epoch_is_first[i0:i1]
             if lo:
                 mine = mine - lo
-            part = self.stacked if len(self.shares) == 1 else {k: v[lo:hi] for k, v in self.stacked.items()}
+            rows = self.workspace.rows(n) if self.static else slice(lo, hi)
+            part = self.stacked if len(self.shares) == 1 else {k: v[rows] for k, v in self.stacked.items()}
             self.regs[n].start_epoch(self.reg_states[n], mine, first, part, self.anchors[n])
 
     def _batch(self, group: Group) -> torch.Tensor:
@@ -228,8 +238,9 @@ class ChunkTraining:
         batch.copy_(self._batch(group))
         if self.runner is None:
             self.step(group, index, batch, whole=False)
-        else:  # one graph a shape and learning rate (the rate is a constant of the captured step)
-            self.runner((group.padded, group.size, self.cohorts[0].lr), lambda: self.step(group, index, batch, whole=False))
+        else:  # one graph a shape and learning rates (a rate is a constant of the captured step)
+            key = (group.size, group.parts, tuple(cohort.lr for cohort in self.cohorts))
+            self.runner(key, lambda: self.step(group, index, batch, whole=False))
 
     def step(self, group: Group, idx: torch.Tensor, batch: torch.Tensor, whole: bool) -> None:
         """One group's step (module docstring, step 2).  ``idx`` ``[G]``: the rows; ``batch``
@@ -313,44 +324,43 @@ class ChunkTraining:
             cohort.optimizer.step(part(weights), part(grads), sub, cohort.lr)  # views: in place
             _scatter(cohort.state, sub, at)
 
-    def _share_rows(self, group: Group, n: int, idx: torch.Tensor) -> tuple[int, int, torch.Tensor]:
-        """Share n's rows in the group: positions ``i0:i1`` and their indices into its own state.
-        Static layout (one share): every row, padding included (padding rows read the scratch row)."""
-        if self.static or len(self.shares) == 1:
-            return 0, idx.shape[0], idx
-        lo, hi = self.spans[n]
-        i0, i1 = (int(i) for i in np.searchsorted(group.rows, [lo, hi]))  # the group's rows are sorted
-        return i0, i1, idx[i0:i1] - lo
+    def _share_rows(self, group: Group, n: int, idx: torch.Tensor) -> tuple[int, int, torch.Tensor | None]:
+        """Share n's rows in the group: positions ``i0:i1`` (the plan's part for it; padding
+        included in the static layout, where padding rows read the share's scratch row) and their
+        indices into the share's own state rows."""
+        for share, position, width in group.parts:
+            if share == n:
+                base = self.workspace.offsets[n] if self.static else self.spans[n][0]
+                mine = idx[position:position + width]
+                return position, position + width, (mine - base if base else mine)
+        return 0, 0, None
 
     # ------------------------------------------------------------------------- what the chunk returns
 
     def results(self) -> list[ClientResults]:
         """Each share's :class:`ClientResults` (copies: a workspace is overwritten next round)."""
         out, names = [], self.names
-        for n, (share, (a, b)) in enumerate(zip(self.shares, self.spans)):
-            deltas = {k: self.stacked[k][a:b] - share.params[k].unsqueeze(0) for k in names}
+        for n, share in enumerate(self.shares):
+            rows, m_n = self._rows(n), len(share.clients)
+            deltas = {k: self.stacked[k][rows] - share.params[k].unsqueeze(0) for k in names}
             sizes = torch.tensor([len(idx) for idx in share.indices])
             n_epochs = torch.tensor(share.epochs)
             extras = {}
+            a, b = self.spans[n]  # its rows of the plan (per-row steps)
+            steps = self.steps[a:b]
             if self.regs[n] is not None:
-                extras["reg_loss"] = (self.reg_sum[a:b] / self.steps[a:b].clamp_min(1).to(self.reg_sum)).cpu()
-                extras.update({k: v[: b - a].clone() for k, v in self.regs[n].metrics(self.reg_states[n]).items()})
-            loss = (self.loss_sum[a:b] / (sizes * n_epochs).to(self.loss_sum)).cpu()
-            final = None if share.opt_states is None else _final_state(self.cohorts, a, b, names)
+                extras["reg_loss"] = (self.reg_sum[rows] / steps.clamp_min(1).to(self.reg_sum)).cpu()
+                extras.update({k: v[:m_n].clone() for k, v in self.regs[n].metrics(self.reg_states[n]).items()})
+            loss = (self.loss_sum[rows] / (sizes * n_epochs).to(self.loss_sum)).cpu()
+            cohort, first_row = self.share_cohorts[n]
+            final = None if share.opt_states is None else {
+                k: v[first_row:first_row + m_n].clone() for k, v in state_dict(cohort.state, names).items()}
             lr = share.engine.local.lr if share.lr is None else share.lr
-            out.append(ClientResults(list(share.clients), deltas, {k: v[a:b].clone() for k, v in self.bufs.items()},
-                                     sizes, loss, self.steps[a:b], n_epochs, extras, final,
-                                     torch.full((b - a,), lr, dtype=torch.float64),
-                                     share.engine.local.effective_steps(self.steps[a:b])))
+            out.append(ClientResults(list(share.clients), deltas, {k: v[rows].clone() for k, v in self.bufs.items()},
+                                     sizes, loss, steps, n_epochs, extras, final,
+                                     torch.full((m_n,), lr, dtype=torch.float64),
+                                     share.engine.local.effective_steps(steps)))
         return out
-
-
-def _final_state(cohorts: list[_Cohort], a: int, b: int, names: list[str]) -> Params:
-    """Rows ``a:b``'s final optimizer states (one share's clients, all in one cohort); copies."""
-    cohort = next(c for c in cohorts if a in c.local)
-    flat = state_dict(cohort.state, names)
-    i = cohort.local[a]
-    return {k: v[i : i + b - a].clone() for k, v in flat.items()}
 
 
 # Optimizer state: every entry is per client, lists of stacked [m, ...] tensors or an [m] tensor

@@ -20,9 +20,12 @@ clients is padded to a fixed size, the next power of two (at most the chunk's m)
 repeat from step to step and each shape's step can be captured once and replayed
 (:mod:`fedrun.client.captured`): a round of an unbalanced partition, whose largest client takes
 ten times the mean client's steps, runs its last steps as a one-client step.  Padding rows point
-at a scratch row (index m) of every stacked tensor: they compute on a real batch (sample 0's),
-and what they write lands in the scratch row, never in a client's update, BatchNorm statistic,
-optimizer state or loss.
+at a scratch row of every stacked tensor: they compute on a real batch (sample 0's), and what they
+write lands in the scratch row, never in a client's update, BatchNorm statistic, optimizer state
+or loss.  A population's chunk holds several runs (shares); each run's part of a group is padded
+on its own, with its own scratch row, so each run's rows sit at fixed positions of the step and
+its regularizer and optimizer act on a fixed slice (runs of one partition, as a paper's column of
+methods is, take the same shapes as one run).
 
 The figures a benchmark reports come from here too (:func:`lock_step_profile`).
 """
@@ -46,13 +49,17 @@ class Group:
     samples.
 
     ``rows`` (host, sorted) are the real rows; ``index`` and ``starts`` (device, ``[G]``) are the
-    rows to gather and where each row's batch starts in the round's sample order, padded to G with
-    the scratch row and start 0 when the plan is bucketed (``G == len(rows)`` otherwise)."""
+    rows to gather and where each row's batch starts in the round's sample order.  ``parts`` gives,
+    for each share (run) with rows in the group, ``(share, position, width)``: its rows are
+    ``index[position:position + width]``.  In a bucketed plan each share's part is padded to
+    :func:`bucket` rows with that share's scratch row (start 0), and ``index`` counts rows as the
+    static layout stores them: share n's clients and then its scratch row, share after share."""
 
     size: int
     rows: np.ndarray
     index: torch.Tensor
     starts: torch.Tensor
+    parts: tuple[tuple[int, int, int], ...]
 
     @property
     def padded(self) -> int:
@@ -78,12 +85,14 @@ class RoundPlan:
     Args:
       shapes: per row (client of the chunk, in order), ``(n_k, B, E_k)``.
       device: where the index tensors live (the training set's device).
-      bucketed: pad every group to :func:`bucket` rows, padding with the scratch row ``m``.
+      bucketed: pad each share's part of every group to :func:`bucket` rows with its scratch row.
+      spans: the shares' rows, ``[(lo, hi), ...]`` in order (a population's runs); None: one share.
     """
 
     def __init__(self, shapes: list[tuple[int, int, int]], device: torch.device | str = "cpu",
-                 bucketed: bool = False):
+                 bucketed: bool = False, spans: list[tuple[int, int]] | None = None):
         self.m = m = len(shapes)
+        self.spans = spans = [(0, m)] if spans is None else list(spans)
         n = np.array([s[0] for s in shapes], dtype=np.int64)
         b = np.array([s[1] for s in shapes], dtype=np.int64)
         e = np.array([s[2] for s in shapes], dtype=np.int64)
@@ -95,7 +104,7 @@ class RoundPlan:
         self.bucketed = bucketed
         steps = np.array(self.steps, dtype=np.int64)
         pe = np.maximum(per_epoch, 1)
-        plan: list[tuple[list[tuple[int, np.ndarray, np.ndarray]], np.ndarray, np.ndarray]] = []
+        plan: list[tuple[list, np.ndarray, np.ndarray]] = []
         flat_index, flat_starts = [], []
         for s in range(int(steps.max()) if m else 0):
             active = np.flatnonzero(steps > s)
@@ -105,15 +114,9 @@ class RoundPlan:
             groups = []
             for size in np.unique(sizes):  # nearly always one: every active client's full batch
                 pick = sizes == size
-                rows, begin = active[pick], starts[pick]
-                width = bucket(len(rows), m) if bucketed else len(rows)
-                if bucketed and width > len(rows):
-                    rows_padded = np.concatenate([rows, np.full(width - len(rows), m)])
-                    begin = np.concatenate([begin, np.zeros(width - len(rows), dtype=np.int64)])
-                else:
-                    rows_padded = rows
-                groups.append((int(size), rows, len(flat_index)))
-                flat_index.append(rows_padded)
+                rows, index, begin, parts = self._parts(active[pick], starts[pick])
+                groups.append((int(size), rows, len(flat_index), parts))
+                flat_index.append(index)
                 flat_starts.append(begin)
             starting = active[i == 0]
             plan.append((groups, starting, s // pe[starting] == 0))
@@ -125,10 +128,33 @@ class RoundPlan:
         bounds = np.concatenate([[0], np.cumsum([len(x) for x in flat_index])]).tolist()
         ends = np.concatenate([[0], np.cumsum([len(rows) for _, rows, _ in plan])]).tolist()
         self.lock_steps: list[LockStep] = [
-            LockStep(tuple(Group(size, rows, index[bounds[k]:bounds[k + 1]], starts[bounds[k]:bounds[k + 1]])
-                           for size, rows, k in groups), epoch_rows, first,
+            LockStep(tuple(Group(size, rows, index[bounds[k]:bounds[k + 1]], starts[bounds[k]:bounds[k + 1]], parts)
+                           for size, rows, k, parts in groups), epoch_rows, first,
                      epoch_index[ends[s]:ends[s + 1]], epoch_first[ends[s]:ends[s + 1]])
             for s, (groups, epoch_rows, first) in enumerate(plan)]
+
+    def _parts(self, rows: np.ndarray, starts: np.ndarray):
+        """A group's rows split by share: ``(rows, index, starts, parts)`` (:class:`Group`)."""
+        if len(self.spans) == 1 and not self.bucketed:
+            return rows, rows, starts, ((0, 0, len(rows)),)
+        cuts = np.searchsorted(rows, [edge for span in self.spans for edge in span]).reshape(-1, 2)
+        index, begin, parts, position = [], [], [], 0
+        for n, ((lo, hi), (i0, i1)) in enumerate(zip(self.spans, cuts.tolist())):
+            if i0 == i1:
+                continue
+            if not self.bucketed:
+                index.append(rows[i0:i1])
+                begin.append(starts[i0:i1])
+                parts.append((n, position, i1 - i0))
+                position += i1 - i0
+                continue
+            width = bucket(i1 - i0, hi - lo)
+            pad = width - (i1 - i0)
+            index.append(np.concatenate([rows[i0:i1] + n, np.full(pad, hi + n, dtype=np.int64)]))  # scratch: hi + n
+            begin.append(np.concatenate([starts[i0:i1], np.zeros(pad, dtype=np.int64)]))
+            parts.append((n, position, width))
+            position += width
+        return rows, np.concatenate(index), np.concatenate(begin), tuple(parts)
 
     @property
     def critical_path(self) -> int:
@@ -140,9 +166,11 @@ class RoundPlan:
         """Vmapped calls over the round: a lock-step makes one per group."""
         return sum(len(step.groups) for step in self.lock_steps)
 
-    def shapes(self) -> set[tuple[int, int]]:
-        """The distinct ``(G, b)`` shapes the steps take: what a captured step is keyed by."""
-        return {(g.padded, g.size) for step in self.lock_steps for g in step.groups}
+    def shapes(self) -> set[tuple]:
+        """The distinct step shapes, ``(G, b)`` for one share (each share's width and b for a
+        population): what a captured step is keyed by."""
+        return {(g.padded, g.size) if len(self.spans) == 1 else (tuple(w for _, _, w in g.parts), g.size)
+                for step in self.lock_steps for g in step.groups}
 
 
 def _to_device(parts: list[np.ndarray], device, dtype=np.int64) -> torch.Tensor:
