@@ -110,7 +110,7 @@ class ChunkTraining:
     Args:
       shares: the chunk's parts of one or more runs (:class:`fedrun.client.batched.Share`); the first
         one's engine (model, data, options) serves all.
-      static: the static layout (one share, one cohort; see the module docstring).
+      static: the static layout (module docstring): padded, fixed shapes, state in a workspace.
       graphs: (static layout only) run each step through the workspace's CUDA graphs
         (:class:`fedrun.client.captured.StepGraphs`): captured once per shape, then replayed.
     """
@@ -135,7 +135,6 @@ class ChunkTraining:
         self.stepping = [n for n in self.regularized if self.regs[n].acts_after_step]
         self.epoch_acting = [n for n in self.regularized  # those whose start_epoch does something
                              if type(self.regs[n]).start_epoch is not Regularizer.start_epoch]
-        self.per_epoch = self.plan.per_epoch
         self.augments = [s.engine.local.augment for s in shares]
         self.draws = [torch_generator(shares[self.owner[j]].engine.seed, "augment", shares[self.owner[j]].round_, k)
                       if self.augments[self.owner[j]] else None
