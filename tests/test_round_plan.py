@@ -183,6 +183,10 @@ def test_the_workspace_carries_nothing_from_round_to_round():
     assert all(torch.equal(second.deltas[k], fresh.deltas[k]) for k in fresh.deltas)
     assert all(torch.equal(second.opt_states[k], fresh.opt_states[k]) for k in fresh.opt_states)
     assert torch.equal(second.loss, fresh.loss) and torch.equal(second.extras["reg_loss"], fresh.extras["reg_loss"])
+    # The plan depends only on the rows' (n, B, E): the same clients again reuse it.
+    shapes, spans = [(20, 8, 2), (7, 8, 2), (20, 8, 2)], [(0, 3)]
+    assert engine.plan(shapes, spans, True) is engine.plan(shapes, spans, True)
+    assert engine.plan(shapes, spans, False) is not engine.plan(shapes, spans, True)
 
 
 @functools.cache
@@ -284,7 +288,7 @@ class _Recorder:
                 return "pool"
 
         class Capture:
-            def __init__(self, graph, pool=None):
+            def __init__(self, graph, pool=None, capture_error_mode="global"):
                 self.graph = graph
 
             def __enter__(self):

@@ -57,6 +57,7 @@ from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.lock_step import ChunkTraining
 from fedrun.client.precision import check_engine_options, compile_errors, precision_scope
 from fedrun.client.regularizers import Regularizer
+from fedrun.client.round_plan import RoundPlan
 from fedrun.client.vmap_batchnorm import uses_batch_norm
 from fedrun.errors import check
 from fedrun.params import Params
@@ -74,6 +75,8 @@ MEMORY_SAFETY = 0.7
 CPU_CHUNK = 5
 # choose_chunk's cap when the chunk is measured once for the whole run (calls may differ in m).
 MAX_CHUNK = 2**20
+# Round plans kept per engine (a round in several chunks has one a chunk).
+PLANS = 4
 
 
 class BatchedEngine:
@@ -101,6 +104,7 @@ class BatchedEngine:
         self.capture = check_capture(capture)
         self._fit: int | None = None  # clients that fit in memory at once (clients_per_step="auto")
         self._workspaces = Workspaces()
+        self._plans: dict[tuple, RoundPlan] = {}
         self._said: set[str] = set()  # the one-line notes about capturing already logged
         if precision == "tf32" and train_x.device.type != "cuda":
             log.info("engine.precision=tf32 has no effect on %s (TF32 is a CUDA mode): training in FP32",
@@ -168,6 +172,17 @@ class BatchedEngine:
                       "lock-step runs without graphs")
             return True, False
         return True, True
+
+    def plan(self, shapes: list[tuple[int, int, int]], spans: list[tuple[int, int]], bucketed: bool) -> RoundPlan:
+        """The round plan of a chunk of these ``(n, B, E)`` rows.  A plan depends on nothing else,
+        and a run whose clients all train every round (C = 1, no stragglers) has the same one each
+        round: kept, it costs its tens of milliseconds of host work once, not every round."""
+        key = (tuple(shapes), tuple(spans), bucketed)
+        plan = self._plans.pop(key, None) or RoundPlan(shapes, self.x.device, bucketed, spans)
+        self._plans[key] = plan  # most recent last
+        while len(self._plans) > PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        return plan
 
     def workspace(self, shares: list["Share"]) -> Workspace:
         """The fixed tensors of this chunk's shape, loaded with the round's starting state."""

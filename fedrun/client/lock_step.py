@@ -42,7 +42,7 @@ from fedrun.client.local_training import ClientResults
 from fedrun.client.optim import load_state, state_dict
 from fedrun.client.precision import autocast
 from fedrun.client.regularizers import Regularizer
-from fedrun.client.round_plan import Group, LockStep, RoundPlan
+from fedrun.client.round_plan import Group, LockStep
 from fedrun.client.vmap_batchnorm import FusedClientBatchNorm
 from fedrun.params import Params
 from fedrun.seeding import derive_seed, torch_generator
@@ -128,7 +128,7 @@ class ChunkTraining:
         self.names = list(shares[0].params)
         self.order, shapes = sample_order(shares)
         device = lead.x.device
-        self.plan = RoundPlan(shapes, device, bucketed=static, spans=self.spans)
+        self.plan = lead.plan(shapes, self.spans, static)
         self.steps = torch.tensor(self.plan.steps)
         self.regs = [s.engine.regularizer for s in shares]
         self.regularized = [n for n, reg in enumerate(self.regs) if reg is not None]
