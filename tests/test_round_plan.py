@@ -327,6 +327,7 @@ def test_steps_run_eagerly_twice_then_are_captured_once_and_replayed(monkeypatch
         return fn
 
     graphs = StepGraphs(warmup=2)
+    caplog.set_level(logging.INFO, logger="fedrun.client.captured")
     for _ in range(5):
         graphs.run((4, 50, 0.1), step("a"))
     assert ran == ["a"] * 5  # two warm-ups, the capture's replay, two replays
@@ -334,6 +335,8 @@ def test_steps_run_eagerly_twice_then_are_captured_once_and_replayed(monkeypatch
     graphs.run((1, 50, 0.1), step("b"))
     graphs.run((4, 50, 0.01), step("c"))  # another learning rate: another graph
     assert ran[-2:] == ["b", "c"] and graphs.captures == 1
+    assert caplog.messages == ["engine.capture: the lock-steps are captured as CUDA graphs, one a step shape, and replayed"]
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="fedrun.client.captured"):
         for _ in range(4):
             graphs.run((2, 7, 0.1), step("d", fails=True))

@@ -252,6 +252,8 @@ class StepGraphs:
             return
         self.pool = graph.pool()  # the graphs share one memory pool: they never run at once
         self.graphs[key] = graph
+        if not self.captures:
+            log.info("engine.capture: the lock-steps are captured as CUDA graphs, one a step shape, and replayed")
         self.captures += 1
         graph.replay()
         self.replays += 1
