@@ -3,9 +3,10 @@
 A lent GPU has 15 minutes of device time in all and must not be spent on a typo, so the whole
 script runs here end to end (``GPU_CHECK_DEVICE=cpu``, ``GPU_CHECK_SIZE=tiny``: every step, every
 run, at ``scale=tiny``), on MNIST-format files the test writes, and brings back what the device
-tool would: at most 8 files, at most two folders down, none over 16 MiB.  Its refusals (no wheels,
-an incomplete wheels folder, no data, an unknown stage or step) are single lines before anything
-is written.
+tool would: at most 8 files, at most two folders down, none over 16 MiB.  Its table2 step resumes
+its populations from the archives an earlier draw brought back.  Its refusals (no wheels, an
+incomplete wheels folder, no data, an unknown stage, step or condition) are single lines before
+anything is written.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import REPO_ROOT, _cli_env, data_rows
@@ -53,54 +55,121 @@ def hidden_hydra(tmp_path: Path) -> str:
     return str(tmp_path / "hide")
 
 
-@pytest.mark.slow
-def test_the_draw_runs_end_to_end_and_brings_back_what_the_device_returns(tmp_path):
-    data = mnist_files(tmp_path / "mnist")
-    done = gpu_check(tmp_path, "draw", GPU_CHECK_DATA=str(data))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = tmp_path / "out"
-    # What the device tool brings back: at most 8 plain files, at most 2 folders down, 16 MiB each,
-    # names of letters, digits, '.', '_' and '-'.
+STEPS = ("cuda", "preset", "engines", "balanced", "lockstep", "table2")
+CONDITIONS = ("mnist_iid_b", "mnist_noniid_b", "mnist_iid_ub", "mnist_noniid_ub")
+METHODS = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn")
+# Table 2's MNIST accuracies (%), per condition and method (scripts/paper_targets/fednnnn_table2_accuracy.csv)
+PAPER = {"mnist_iid_b": (99.0, 99.0, 99.1, 99.1, 99.2), "mnist_noniid_b": (98.2, 98.1, 99.0, 99.2, 99.1),
+         "mnist_iid_ub": (99.1, 99.1, 99.2, 99.1, 99.2), "mnist_noniid_ub": (93.5, 87.9, 97.1, 96.9, 98.9)}
+
+
+def returned(out: Path) -> list[str]:
+    """The files under ``out``, checked as the device tool brings them back: at most 8 plain files, at
+    most 2 folders down, 16 MiB each, names of letters, digits, '.', '_' and '-'."""
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert sorted(p.name for p in files) == ["draw.log", "figures.csv", "report.md", "runs.tar.gz"]
+    assert len(files) <= 8
     for p in files:
         assert len(p.relative_to(out).parts) <= 3 and p.stat().st_size <= 16 * 2**20
         assert re.fullmatch(r"[A-Za-z0-9._-]+", p.name)
+    return sorted(p.name for p in files)
 
-    figures = {(r["step"], r["figure"]): r for r in csv.DictReader(open(out / "figures.csv"))}
-    assert {s: figures[s, "status"]["value"] for s in ("cuda", "preset", "engines", "column")} == dict.fromkeys(
-        ("cuda", "preset", "engines", "column"), "ok")
+
+def figures_of(out: Path) -> dict:
+    return {(r["step"], r["figure"]): r for r in csv.DictReader(open(out / "figures.csv"))}
+
+
+@pytest.mark.slow
+def test_the_draw_runs_end_to_end_and_brings_back_what_the_device_returns(tmp_path):
+    data = mnist_files(tmp_path / "mnist")
+    done = gpu_check(tmp_path, "draw", GPU_CHECK_DATA=str(data), GPU_CHECK_RUNS=str(tmp_path / "no-runs"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    assert returned(out) == ["draw.log", "figures.csv", "report.md", "runs.tar.gz", "table2_resume_1.tar.gz"]
+
+    figures = figures_of(out)
+    assert {s: figures[s, "status"]["value"] for s in STEPS} == dict.fromkeys(STEPS, "ok")
     # cuda: tests/test_cuda.py was collected and ran (here every test skips: no CUDA)
     assert int(figures["cuda", "tests_skipped"]["value"]) >= 10 and figures["cuda", "tests_failed"]["value"] == "0"
-    # preset: timed from process start to exit, split per round, accuracy beside Table 2's 98.9
+    # preset and balanced: timed from process start to exit, split per round, accuracy beside Table 2's
     assert float(figures["preset", "wall_s"]["value"]) > 0 and figures["preset", "wall_s"]["target"] == "60"
-    assert figures["preset", "engine"]["value"] == "SequentialEngine"  # engine=auto on a CPU
-    parts = [float(figures["preset", f]["value"]) for f in ("train_s_per_round", "eval_s_per_round",
+    for step, paper in (("preset", "98.9"), ("balanced", "99.1")):
+        assert figures[step, "engine"]["value"] == "SequentialEngine"  # engine=auto on a CPU
+        parts = [float(figures[step, f]["value"]) for f in ("train_s_per_round", "eval_s_per_round",
                                                             "bookkeeping_s_per_round", "round_s")]
-    assert abs(sum(parts[:3]) - parts[3]) < 1e-3
-    assert figures["preset", "final_acc_pct"]["target"] == "98.9" and figures["preset", "rounds_done"]["value"] == "3"
+        assert abs(sum(parts[:3]) - parts[3]) < 1e-3
+        assert figures[step, "final_acc_pct"]["target"] == paper and figures[step, "rounds_done"]["value"] == "3"
     # engines: both engines' training time and the ratio of the two; equal results
     seq, bat = (float(figures["engines", f"{e}_train_s_per_round"]["value"]) for e in ("sequential", "batched"))
     assert float(figures["engines", "train_ratio"]["value"]) == pytest.approx(seq / bat, rel=1e-2)
     assert float(figures["engines", "max_test_acc_diff_pct"]["value"]) == 0.0
-    # column: the five methods as one population, each beside its Table 2 number; the population's
-    # FedNNNN equals the engines step's batched run (population == alone)
-    papers = {"fedavg": "93.5", "fedprox": "87.9", "normnorm": "97.1", "momentum": "96.9", "fednnnn": "98.9"}
-    for method, paper in papers.items():
-        assert figures["column", f"{method}_final_acc_pct"]["target"] == paper
-        assert figures["column", f"{method}_rounds_done"]["value"] == "3"
-    assert float(figures["column", "fednnnn_member_vs_alone_max_test_acc_diff_pct"]["value"]) == 0.0
+    # lockstep: bench_lockstep.py's figures (its synthetic stand-in at tiny size): eq. (1) of round_plan
+    assert int(figures["lockstep", "mnist_noniid_b_critical_path"]["value"]) == 60  # 5 epochs x 600 / 50
+    ub = {k: float(figures["lockstep", f"mnist_noniid_ub_{k}"]["value"]) for k in ("critical_path", "lock_steps",
+                                                                                  "mean_steps", "occupancy")}
+    assert ub["lock_steps"] >= ub["critical_path"] > 10 * ub["mean_steps"] and 0 < ub["occupancy"] <= 1
+    assert float(figures["lockstep", "one_eager_aten_calls"]["value"]) > 10
+    # table2: every condition's five methods as one population, each beside its Table 2 number; the
+    # non-IID UB population's FedNNNN equals the engines step's batched run (population == alone)
+    for condition in CONDITIONS:
+        assert figures["table2", f"{condition}_state"]["value"] == "finished; ok"
+        for method, paper in zip(METHODS, PAPER[condition]):
+            assert figures["table2", f"{condition}_{method}_final_acc_pct"]["target"] == str(paper)
+            assert figures["table2", f"{condition}_{method}_rounds_done"]["value"] == "3"
+    assert float(figures["table2", "fednnnn_member_vs_alone_max_test_acc_diff_pct"]["value"]) == 0.0
     log = (out / "draw.log").read_text()
-    assert "population of 5 runs" in log
+    assert log.count("population of 5 runs (jobs") == 4 and "every run starts at round 1" in log
 
     with tarfile.open(out / "runs.tar.gz") as tar:
         names = tar.getnames()
     runs = {str(Path(n).parent) for n in names if n.endswith("rounds.csv")}
-    assert runs == {"preset", "engines/batched", "engines/sequential", *(f"column/{m}" for m in papers)}
+    table2 = {f"table2/{c}/{m}" for c in CONDITIONS for m in METHODS}
+    assert runs == {"preset", "balanced", "engines/batched", "engines/sequential", *table2}
     assert not [n for n in names if n.endswith(("checkpoint.pt", "output_layer.csv"))]
+    # the resume archive: every run finished, so each keeps only what says so (no checkpoint)
+    with tarfile.open(out / "table2_resume_1.tar.gz") as tar:
+        kept = {n for n in tar.getnames() if tar.getmember(n).isfile()}
+    assert kept == {f"{run}/{f}" for run in table2 for f in ("config.yaml", "rounds.csv", "summary.json", "run.json")}
     report = (out / "report.md").read_text()
-    assert "| fednnnn |" in report and "98.9" in report and "torch " in report
+    assert "| fednnnn | " in report and "(98.9) [3]" in report and "torch " in report
     assert done.stdout.rstrip().endswith(report.rstrip().splitlines()[-1])  # printed at the end
+
+
+@pytest.mark.slow
+def test_table2_resumes_its_populations_from_the_archive_an_earlier_draw_brought_back(tmp_path):
+    """``draw table2`` twice on one condition, each adding a round (``GPU_CHECK_ADD_ROUNDS=1``): the
+    second, given the first's resume archive (as committed under outputs/reproductions/fednnnn_gpu/resume),
+    goes on from the first's round; the earlier rows are the first's, timing columns apart."""
+    data = mnist_files(tmp_path / "mnist")
+    env = dict(GPU_CHECK_DATA=str(data), GPU_CHECK_CONDITIONS="mnist_noniid_ub", GPU_CHECK_ADD_ROUNDS="1")
+    first = gpu_check(tmp_path, "draw", "table2", GPU_CHECK_RUNS=str(tmp_path / "no-runs"), **env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    out = tmp_path / "out"
+    assert returned(out) == ["draw.log", "figures.csv", "report.md", "runs.tar.gz", "table2_resume_1.tar.gz"]
+    with tarfile.open(out / "table2_resume_1.tar.gz") as tar:
+        tar.extractall(tmp_path / "first", filter="data")
+    sweep = tmp_path / "first" / "table2" / "mnist_noniid_ub"
+    assert sorted(p.name for p in sweep.iterdir()) == sorted(METHODS)
+    for method in METHODS:  # unfinished: each run whole, checkpoint included
+        assert (sweep / method / "checkpoint.pt").is_file() and not (sweep / method / "summary.json").exists()
+    reached = data_rows(sweep / "fednnnn" / "rounds.csv")
+    assert 1 <= reached < 3 and figures_of(out)["table2", "mnist_noniid_ub_state"]["value"].endswith("stopped as asked")
+
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    (out / "table2_resume_1.tar.gz").rename(committed / "table2_resume_1.tar.gz")
+    second = gpu_check(tmp_path, "draw", "table2", GPU_CHECK_RUNS=str(committed), OUT=str(tmp_path / "out2"), **env)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    log = (tmp_path / "out2" / "draw.log").read_text()
+    assert "table2: continuing from 1 resume archive(s)" in log and "(5 checkpoints)" in log
+    assert log.count(f"resuming after round {reached}") == 5
+    with tarfile.open(tmp_path / "out2" / "table2_resume_1.tar.gz") as tar:
+        tar.extractall(tmp_path / "second", filter="data")
+    for method in METHODS:
+        before = pd.read_csv(sweep / method / "rounds.csv")
+        after = pd.read_csv(tmp_path / "second" / "table2" / "mnist_noniid_ub" / method / "rounds.csv")
+        assert len(after) > len(before)
+        timing = ["train_s", "eval_s", "wall_s"]
+        pd.testing.assert_frame_equal(after.iloc[: len(before)].drop(columns=timing), before.drop(columns=timing))
 
 
 def test_a_rerun_of_one_step_runs_only_that_step(tmp_path):
@@ -113,7 +182,7 @@ def test_a_rerun_of_one_step_runs_only_that_step(tmp_path):
 
 @pytest.mark.parametrize("case", ["no wheels", "incomplete wheels", "no data", "unknown stage", "unknown step",
                                   "no stage", "no CUDA", "no niidbench job", "unknown partition", "unknown reading",
-                                  "too many chains"])
+                                  "too many chains", "unknown condition", "bad add-rounds"])
 def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
     data = str(mnist_files(tmp_path / "mnist"))
     env, args = {"GPU_CHECK_DATA": data}, ["draw"]
@@ -121,7 +190,10 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
                 "incomplete wheels": "lacks antlr4_python3_runtime-4.9.3-py3-none-any.whl",
                 "no data": "lacks train-images-idx3-ubyte.gz",
                 "unknown stage": "stage must be one of prepare, draw,",
-                "unknown step": "unknown step 'colum'; choose from cuda, preset, engines, column",
+                "unknown step": "unknown step 'colum'; choose from cuda, preset, engines, balanced, lockstep, table2",
+                "unknown condition": "unknown condition 'mnist_iid'; choose from mnist_iid_b, mnist_noniid_b, "
+                                     "mnist_iid_ub, mnist_noniid_ub (comma-separated)",
+                "bad add-rounds": "--add-rounds must be a number of rounds, 0 or more (got '-1')",
                 "no stage": "usage: bash",
                 "no CUDA": "torch sees no CUDA device here",
                 "no niidbench job": "usage: bash scripts/bench/gpu_check.sh niidbench JOB [JOB ...]",
@@ -142,6 +214,10 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
         args = ["drw"]
     elif case == "unknown step":
         args = ["draw", "colum"]
+    elif case == "unknown condition":
+        env["GPU_CHECK_CONDITIONS"] = "mnist_iid_b,mnist_iid"
+    elif case == "bad add-rounds":
+        env["GPU_CHECK_ADD_ROUNDS"] = "-1"
     elif case == "no stage":
         args = []
     elif case.startswith(("no niidbench", "unknown partition", "unknown reading", "too many")):
@@ -204,3 +280,36 @@ def test_the_regularizers_stage_times_both_gradients_and_finds_the_same_bits(tmp
     rows = [line for line in log.splitlines() if line.startswith(("FedProx", "SCAFFOLD", "FedLap"))]
     assert len(rows) == 3 and all(line.endswith("the same bits") for line in rows), log
     assert "10 clients x 64 images" in log
+
+
+def test_resume_archives_are_split_under_the_size_limit_and_taken_back_whole(tmp_path):
+    """resume_runs.pack_parts (table2's state): run folders, never split, into as few archives under
+    the limit as they need (an estimate too low is halved until it fits), earlier archives removed,
+    the files asked left out; take() brings every run back."""
+    import resume_runs  # scripts/bench/ is on the tests' path
+
+    rng = np.random.default_rng(0)
+    root, out = tmp_path / "work", tmp_path / "out"
+    runs = [f"table2/mnist_iid_b/{m}" for m in ("fedavg", "fedprox", "normnorm", "momentum")]
+    for run in runs:
+        (root / run).mkdir(parents=True)
+        (root / run / "checkpoint.pt").write_bytes(rng.bytes(300_000))  # floats: incompressible
+        (root / run / "clients.csv").write_bytes(rng.bytes(200_000))  # estimated at a third: too low
+        (root / run / "rounds.csv").write_text("round\n1\n")
+    done = root / runs[-1]
+    leave_out = {done / "checkpoint.pt", done / "clients.csv"}
+    out.mkdir()
+    (out / "table2_resume_7.tar.gz").write_bytes(b"an earlier state")
+    written, left = resume_runs.pack_parts(root, runs, out, "table2", leave_out, max_files=4, limit=1_000_000)
+    assert left == [] and 2 <= len(written) <= 4
+    assert sorted(p.name for p in out.iterdir()) == [f"table2_resume_{i}.tar.gz" for i in range(1, len(written) + 1)]
+    assert all(p.stat().st_size <= 1_000_000 for p in written)
+    assert resume_runs.take(out, "table2", tmp_path / "back") == 3  # the done run keeps no checkpoint
+    for run in runs:
+        kept = sorted(p.name for p in (tmp_path / "back" / run).iterdir())
+        assert kept == (["rounds.csv"] if run == runs[-1] else ["checkpoint.pt", "clients.csv", "rounds.csv"])
+    # one file allowed: the runs that do not fit are named, not packed
+    written, left = resume_runs.pack_parts(root, runs, out, "table2", leave_out, max_files=1, limit=1_000_000)
+    with tarfile.open(written[0]) as tar:
+        packed = {str(Path(n).parent) for n in tar.getnames() if n.endswith("rounds.csv")}
+    assert len(written) == 1 and left and sorted(packed | set(left)) == sorted(runs) and not packed & set(left)

@@ -1,8 +1,10 @@
-"""The speed scripts: scripts/bench/bench.py (partial rounds projected to K clients, the profile) and
+"""The speed scripts: scripts/bench/bench.py (partial rounds projected to K clients, the profile),
+scripts/bench/bench_lockstep.py (the presets' lock-steps, counted and timed) and
 scripts/bench/precision_check.py (a whole run per engine mode, compared with FP32).  CPU, offline."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -76,6 +78,43 @@ def test_bench_rejects_bad_arguments_in_one_line():
     if not torch.cuda.is_available():
         done = script("bench.py", "small", "--device", "cuda")
         assert done.returncode == 2 and "--device cuda: this machine has no CUDA device" in done.stderr
+
+
+def test_bench_lockstep_counts_the_presets_lock_steps_and_times_a_step(tmp_path):
+    """``bench_lockstep.py --tiny``: the structural figures of both presets' partitions, which can be
+    checked by hand (eq. 1 of fedrun.client.round_plan), and every measured column present; no timing
+    is asserted."""
+    done = script("bench_lockstep.py", "--tiny", "--device", "cpu", "--json", str(tmp_path / "lockstep.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out, figures = done.stdout, json.loads((tmp_path / "lockstep.json").read_text())
+    assert "synthetic MNIST-shaped stand-in (60,000 images" in out
+    assert figures["data"] == "synthetic" and figures["chunk"] == 5 and figures["width"] == 2  # CPU chunk; --tiny
+    ub, b = (figures["workloads"][f"fednnnn_mnist_noniid_{c}"] for c in ("ub", "b"))
+    for w in (ub, b):
+        assert (w["clients"], w["epochs"], w["batch_size"]) == (100, 5, 50)
+        assert w["critical_path"] == w["epochs"] * math.ceil(w["largest"] / w["batch_size"])
+        assert w["critical_path"] <= w["lock_steps"] <= w["total_steps"]
+        assert w["mean_steps"] == w["total_steps"] / w["clients"] and 0 < w["occupancy"] <= 1
+        assert math.isfinite(w["floor_eager_s"])  # a figure, not checked: timings on a shared CPU are noise
+    # balanced: 600 images each, 12 batches x 5 epochs, every lock-step full; unbalanced: the largest
+    # client's steps are far more than the mean's (sec. 5.1 iv: the largest holds about 19% of N)
+    assert (b["largest"], b["smallest"], b["critical_path"], b["total_steps"]) == (600, 600, 60, 6000)
+    assert b["occupancy"] == 1.0 and b["lock_steps"] == 20 * 60  # 20 chunks of 5, each 60 lock-steps
+    assert ub["largest"] > 10_000 and ub["critical_path"] > 10 * ub["mean_steps"]
+    measured = figures["measured"]
+    modes = ("eager", "captured") if figures["capture"] else ("eager",)
+    assert set(measured) == {f"{shape}_{mode}" for shape in ("one", "full") for mode in modes}
+    # operators a lock-step: counted, so exact (the long round's less the short one's)
+    assert all(math.isfinite(m["ms"]) and m["aten_calls"] > 10 for m in measured.values())
+    assert "aten calls" in out and out.count("floor a round (eager)") == 2
+    if not figures["capture"]:
+        assert "capture columns left out" in out
+    else:
+        assert math.isfinite(ub["floor_captured_s"]) and "captured/eager" in out
+    bad = script("bench_lockstep.py", "fednnnn_mnist_iid")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "bench_lockstep: unknown workload 'fednnnn_mnist_iid'; choose from fednnnn_mnist_noniid_ub, "
+        "fednnnn_mnist_noniid_b"]
 
 
 def test_op_families_sort_operators():

@@ -4,13 +4,26 @@
 # A GPU is lent for 15 minutes of device time in all (the machine's start, the copy of the working
 # tree, every call and idle wait count), so one loan runs one stage: `draw`.  It does in at most
 # 9 minutes on one H100 what matters most (scripts/bench/gpu_draw.py):
-#   draw [STEP ...]  cuda     tests/test_cuda.py: engines on CUDA == each other and the CPU, auto
-#                             chunk, TF32/bf16 bounds, a population, a CLI run         (<= 150 s)
-#                    preset   FedNNNN's MNIST non-IID-UB preset, 100 rounds, whole MNIST,
-#                             engine=auto: wall time, per-round split, accuracy vs Table 2 (<= 150 s)
-#                    engines  the same workload 3 rounds, batched vs sequential: the ratio (<= 90 s)
-#                    column   Table 2's column (5 methods) as one population, 100 rounds (the rest)
-#                    Name steps to rerun only those (e.g. `draw column`), with GPU_CHECK_BUDGET=<s>.
+#   draw [STEP ...]  cuda     tests/test_cuda.py with FEDRUN_TEST_CAPTURE=on: engines on CUDA, captured
+#                             lock-steps included, == each other and the CPU, auto chunk, TF32/bf16
+#                             bounds, a population, a CLI run                                    (<= 120 s)
+#                    preset   FedNNNN's MNIST non-IID-UB preset, 100 rounds, whole MNIST, whole process,
+#                             engine=auto engine.capture=auto: wall time, per-round split, accuracy
+#                             vs Table 2                                                         (<= 120 s)
+#                    engines  the same workload 3 rounds, batched vs sequential: the ratio      (<= 75 s)
+#                    balanced the balanced preset (mnist_noniid_b), the preset's figures         (<= 60 s)
+#                    lockstep bench_lockstep.py: both presets' lock-steps, critical path, shapes,
+#                             occupancy; ms and kernels a lock-step, eager vs captured; floors  (<= 45 s)
+#                    table2   Table 2's 4 MNIST conditions, each its 5 methods as one population,
+#                             100 rounds, resumed across loans (below)                  (the rest, >= 100 s)
+#                    Name steps to rerun only those (e.g. `draw table2`), with GPU_CHECK_BUDGET=<s>.
+#   table2's runs go on from loan to loan: it comes back with table2_resume_1.tar.gz (and _2 ... at
+#   most 4, each under 15 MiB: the whole state of the table; a finished run keeps no checkpoint).
+#   Committed under outputs/reproductions/fednnnn_gpu/resume/, replacing every earlier
+#   table2_resume_*.tar.gz there, they travel with the checkout and the next draw unpacks them and
+#   resumes each run from its last round (scripts/bench/resume_runs.py: niidbench's mechanism).
+#   GPU_CHECK_RUNS=<folder> takes the archives from elsewhere, GPU_CHECK_CONDITIONS=mnist_iid_b,...
+#   trains only those conditions, GPU_CHECK_ADD_ROUNDS=N stops each population N rounds on.
 #
 # Later loans (one stage each, each within 9 minutes; synthetic data or the carried MNIST):
 #   bench [WORKLOAD...]  bench.py small, fednnnn_mnist, fednnnn_cifar10 (or the workloads named, e.g.
@@ -44,7 +57,9 @@
 # Environment: GPU_CHECK_DEVICE=cuda|cpu (cpu: the CPU check, tests/test_gpu_check.py),
 # GPU_CHECK_SIZE=full|tiny, GPU_CHECK_SPLIT=population|run (niidbench: a job's runs as one population, or
 # one process a run), GPU_CHECK_DATA (default .gpudata/mnist), GPU_CHECK_WHEELS (default .whl),
-# GPU_CHECK_BUDGET (seconds, default 540), PYTHON (default python3).
+# GPU_CHECK_BUDGET (seconds, default 540), GPU_CHECK_RUNS (the runs to go on with: niidbench's folder of
+# runs or archives, the draw's folder of table2 archives), GPU_CHECK_CONDITIONS and GPU_CHECK_ADD_ROUNDS
+# (the draw's table2, above), PYTHON (default python3).
 set -uo pipefail
 stage=${1:-}
 usage="usage: bash $0 prepare|draw|bench|regularizers|chunks|modes|accuracy|bookkeeping|population|niidbench"
@@ -286,14 +301,10 @@ niidbench)
     # A folder of run folders is copied; a folder of niidbench_resume_*.tar.gz archives is unpacked.
     carried=${GPU_CHECK_RUNS:-.gpuruns}
     [ -n "${GPU_CHECK_RUNS:-}" ] || [ -d "$carried" ] || carried=$RESUME
+    # scripts/bench/resume_runs.py: the resume archives' one mechanism (the draw's table2 step uses it too).
     if [ -d "$carried" ]; then
-        archives=("$carried"/niidbench_resume_*.tar.gz)
-        if [ -f "${archives[0]}" ]; then
-            for a in "${archives[@]}"; do tar -xzf "$a" -C "$out" || fail "niidbench: $a could not be unpacked"; done
-        else
-            cp -r "$carried"/. "$out"/
-        fi
-        echo "niidbench: continuing the $(find "$out" -name checkpoint.pt | wc -l) checkpointed runs carried in $carried"
+        found=$($py scripts/bench/resume_runs.py take niidbench "$carried" "$out" 2>&1) || fail "niidbench: $found"
+        echo "niidbench: continuing the $found checkpointed runs carried in $carried"
     fi
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/niidbench_device.log"
     $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/niidbench_device.log"
@@ -319,12 +330,8 @@ niidbench)
             [ -d "$out/runs/$d" ] && dirs+=("$d")
         done
         [ ${#dirs[@]} -gt 0 ] || continue
-        archive=$out/niidbench_resume_${chain//[:+]/_}.tar.gz
-        tar -czf "$archive" -C "$out/runs" "${dirs[@]}"
-        if [ "$(stat -c %s "$archive")" -gt $((15 * 1048576)) ]; then
-            echo "niidbench: $chain's runs with their checkpoints take over 15 MiB: not returned; they start afresh next time"
-            rm -f "$archive"
-        fi
+        $py scripts/bench/resume_runs.py pack "$out/runs" "$out/niidbench_resume_${chain//[:+]/_}.tar.gz" "${dirs[@]}" \
+            || echo "niidbench: $chain's runs with their checkpoints take over 15 MiB: not returned; they start afresh next time"
     done
     pack "$out/runs" "$out/niidbench.tar.gz"
     echo "niidbench: $(( $(date +%s) - t0 )) s wall in all"
