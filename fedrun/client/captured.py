@@ -241,8 +241,7 @@ class StepGraphs:
             return
         graph = torch.cuda.CUDAGraph()
         try:
-            # thread_local: a CUDA call of another thread (a dashboard's) does not void the capture.
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool):
                 fn()  # recorded, not run
         except Exception as e:  # noqa: BLE001 - any refusal: eager from here on
             self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

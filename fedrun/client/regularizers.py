@@ -208,9 +208,11 @@ class LayerAdaptive(Regularizer):
             total += lam.double().sum(1)
             count += lam.shape[1]
             state["coef"][name][rows] = self._coefficient(lam).view(state["coef"][name][rows].shape)
-        later = ~first
-        state["lambda_sum"][rows[later]] += total[later] / count
-        state["epochs"][rows[later]] += 1
+        # Epochs after the first count toward lambda_mean; added as zeros for the first ones, not
+        # selected with a boolean mask, which would wait for the GPU (a mask's size is data).
+        later = (~first).to(total.dtype)
+        state["lambda_sum"].index_add_(0, rows, later * (total / count))
+        state["epochs"].index_add_(0, rows, later)
 
     def penalty(self, state, stacked, anchor, rows):
         return 0.5 * sum((state["coef"][k][rows] * (stacked[k] - anchor[k]).pow(2)).flatten(1).sum(1)
