@@ -16,6 +16,8 @@ are one line saying so.
 from __future__ import annotations
 
 import inspect
+import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,20 +28,97 @@ from fedrun.errors import ConfigError, DataError, check, first_line
 from fedrun.seeding import derive_seed, torch_generator
 
 
+# The suffixes of data files and the builder that reads each (a file given as dataset.load.path).
+FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
+                 ".arrow": "arrow", ".txt": "text"}
+# The builders of local files, where datasets does not list them (its _PACKAGED_DATASETS_MODULES).
+BUILDERS = {"arrow", "csv", "imagefolder", "json", "pandas", "parquet", "text", "webdataset"}
+
+
 def _require(module: str, setting: str, value: str):
+    if module == "datasets":  # its import logs "PyTorch version ... available" at INFO: a second stderr line
+        logging.getLogger("datasets").setLevel(max(logging.getLogger("datasets").getEffectiveLevel(),
+                                                   logging.WARNING))
     try:
         return __import__(module)
     except ImportError:
         raise ConfigError(setting, value, f"needs the {module} package: pip install 'fedrun[huggingface]'") from None
 
 
+def _looks_local(path: str) -> bool:
+    """Whether ``path`` names a local file or folder rather than a Hub dataset, whose ids are
+    ``owner/name`` (``ylecun/mnist``): a bare name (a relative folder), an absolute, home or
+    dotted path, a deeper one, or a data file's name.  Such a path is never sent to the Hub,
+    which would retry it for half a minute before failing."""
+    return ("/" not in path or path.startswith(("/", "~", "./", "../")) or "\\" in path or path.count("/") > 1
+            or Path(path).suffix.lower() in FILE_BUILDERS)
+
+
+def _plain(value):
+    """``data_files`` as plain dicts and lists: ``datasets`` reads an OmegaConf DictConfig (what
+    the command line's ``{train: a.parquet}`` arrives as) as a list of its keys."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _data_paths(value) -> list[str]:
+    """The paths of (plain) ``data_files``: a path, a list, or ``{split: path or list}``."""
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _data_paths(v)]
+    if isinstance(value, list):
+        return [p for v in value for p in _data_paths(v)]
+    return [str(value)]
+
+
+def _check_local(path: str, data_dir: str | None, data_files) -> None:
+    """What can be refused before ``datasets`` reads (and caches) anything, or asks the Hub: a
+    builder without its files or with files that do not exist, and a local path that is not a
+    folder save_to_disk wrote (:func:`_load` reads those)."""
+    import datasets.packaged_modules
+
+    if path in (getattr(datasets.packaged_modules, "_PACKAGED_DATASETS_MODULES", None) or BUILDERS):
+        if data_dir is None and not data_files:
+            raise ConfigError("dataset.load.path", path, "is a builder of local files: name them with dataset.load."
+                              "data_files=<file, or {train: ..., test: ...}> or dataset.load.data_dir=<folder>")
+        base = Path(data_dir).expanduser() if data_dir is not None else Path()
+        if data_dir is not None and not base.is_dir():
+            raise ConfigError("dataset.load.data_dir", data_dir, "no such folder")
+        for file in _data_paths(data_files or []):
+            pattern = any(c in file for c in "*?[") or "://" in file  # a glob or a URL: datasets resolves it
+            if not pattern and not (base / Path(file).expanduser()).exists():
+                where = f" in {data_dir}" if data_dir else ""
+                raise ConfigError("dataset.load.data_files", file, f"no such file{where}")
+        return
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        # load_dataset would guess a builder from the folder's files (text for .txt) and write its
+        # cache before fedrun checks a column.
+        raise ConfigError("dataset.load.path", path, "is a folder that save_to_disk did not write (no "
+                          "dataset_dict.json or dataset_info.json): for a folder of data files name their builder, "
+                          f"e.g. dataset.load.path=imagefolder dataset.load.data_dir={path}")
+    if folder.is_file():
+        builder = FILE_BUILDERS.get(folder.suffix.lower(), "parquet")
+        raise ConfigError("dataset.load.path", path, f"is a file: name its builder and the file, e.g. "
+                          f"dataset.load.path={builder} dataset.load.data_files={path}")
+    if _looks_local(path):
+        raise ConfigError("dataset.load.path", path, "no such file or folder (a local path, so the Hub is not "
+                          "asked): a folder save_to_disk wrote, a builder (imagefolder, parquet, csv, json) with "
+                          "dataset.load.data_files, or a Hub name (owner/name)")
+
+
 def _load(path: str, name: str | None, data_dir: str | None, data_files):
-    """A ``DatasetDict``: a folder that ``save_to_disk`` wrote, else ``load_dataset``'s."""
+    """A ``DatasetDict``: a folder that ``save_to_disk`` wrote, else ``load_dataset``'s (a Hub
+    name, or a builder of local files), checked first by :func:`_check_local`."""
     datasets = _require("datasets", "dataset", "huggingface")
     folder = Path(path).expanduser()
     if folder.is_dir() and ((folder / "dataset_dict.json").is_file() or (folder / "dataset_info.json").is_file()):
         loaded = datasets.load_from_disk(str(folder))
         return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    data_files = _plain(data_files)
+    _check_local(path, data_dir, data_files)
     try:
         return datasets.load_dataset(path, name, data_dir=data_dir, data_files=data_files)
     except Exception as e:  # noqa: BLE001 - the library's many errors (no network, no such dataset), in one line
@@ -47,9 +126,27 @@ def _load(path: str, name: str | None, data_dir: str | None, data_files):
                         f"{first_line(e)})") from None
 
 
-def _images(column, channels: int, image_size: int, split: str) -> torch.Tensor:
+def _labels(values: list, split: str, path: str) -> torch.Tensor:
+    """Integer labels as int64, each checked: numpy's cast would cut 3.7 to 3 and read true as 1,
+    and a missing label (None) would fail with a bare TypeError."""
+    y = np.asarray(values)
+    if y.dtype.kind in "iu" or (y.dtype.kind == "f" and np.all(np.mod(y, 1) == 0)):
+        return torch.from_numpy(y.astype(np.int64))
+    i, v = next((i, v) for i, v in enumerate(values) if isinstance(v, (bool, np.bool_)) or not isinstance(
+        v, (int, float, np.integer, np.floating)) or not float(v).is_integer())
+    raise DataError(f"dataset.load.label_column: the {split} label of example {i} of {path} is {v!r}: labels are "
+                    "integers 0..C-1")
+
+
+def _images(column, channels: int, image_size: int, split: str, path: str) -> torch.Tensor:
     """``[N, C, H, W]`` float32 in [0, 1] from a column of PIL images or arrays (uint8 0..255, or
-    floats already in [0, 1])."""
+    floats already in [0, 1]), every pixel checked: a NaN, or floats of 0..255 that the scale
+    would leave as they are, would reach the normalization, which names no example."""
+    column = list(column)  # datasets 4's lazy Column decodes its images on each pass
+    missing = next((i for i, v in enumerate(column) if v is None), None)
+    if missing is not None:
+        raise DataError(f"dataset.load.image_column: the {split} image of example {missing} of {path} is missing "
+                        "(None): every example needs its image")
     arrays = [np.asarray(v) for v in column]
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
@@ -72,6 +169,15 @@ def _images(column, channels: int, image_size: int, split: str) -> torch.Tensor:
                           f"dataset.image_size={x.shape[2]}" if x.ndim == 4 and x.shape[2] == x.shape[3] else
                           f"the {split} images' shape is {x.shape[1:]}: fedrun needs square images")
     scale = 255.0 if np.issubdtype(x.dtype, np.integer) else 1.0
+    if x.dtype.kind not in "iufb":
+        raise DataError(f"dataset.load.image_column: the {split} images of {path} hold {x.dtype} values: pixels "
+                        "are numbers (integers 0..255, or floats in [0, 1])")
+    if x.dtype.kind != "b":
+        bad = ~np.isfinite(x) | (x < 0) | (x > (255 if scale == 255.0 else 1))
+        if bad.any():
+            i = int(np.argwhere(bad)[0][0])
+            raise DataError(f"dataset.load.image_column: the {split} image of example {i} of {path} holds "
+                            f"{x[bad][0]:g}: pixels are integers 0..255, or floats in [0, 1]")
     return torch.from_numpy(x.astype(np.float32) / scale)
 
 
@@ -107,6 +213,11 @@ def hf_dataset(path: str | None = None, name: str | None = None, data_dir: str |
         if column is not None and column not in train.column_names:
             raise ConfigError(setting, column, f"is not a column of {path}; it has: {', '.join(train.column_names)}")
     test = loaded[test_split] if test_split is not None and test_split in loaded else None
+    for setting, column in ((s + "image_column", image_column), (s + "label_column", label_column),
+                            (s + "client_column", client_column)):
+        if test is not None and column is not None and column not in test.column_names:  # a bare KeyError later
+            raise ConfigError(setting, column, f"is not a column of {path}'s {test_split} split; it has: "
+                              f"{', '.join(test.column_names)}")
     if test is None:
         check(0 < test_fraction < 1, s + "test_fraction", test_fraction, "must be in (0, 1)")
         n_test = min(max(int(round(test_fraction * len(train))), 1), len(train) - 1)
@@ -119,12 +230,21 @@ def hf_dataset(path: str | None = None, name: str | None = None, data_dir: str |
         names = {c: i for i, c in enumerate(sorted({str(v) for v in train[client_column]} |
                                                   {str(v) for v in test[client_column]}))}
     for split, part in (("training", train), ("test", test)):
-        x = _images(part[image_column], channels, image_size, split)
-        y = torch.as_tensor(np.asarray(part[label_column], dtype=np.int64))
-        groups = None if names is None else torch.as_tensor([names[str(v)] for v in part[client_column]])
+        clients = None if client_column is None else list(part[client_column])
+        if clients is not None and None in clients:  # str(None) would make a client named "None"
+            raise DataError(f"dataset.load.client_column: the {split} example {clients.index(None)} of {path} has no "
+                            "client (None): every example names the client that holds it")
+        x = _images(part[image_column], channels, image_size, split, path)
+        y = _labels(list(part[label_column]), split, path)
+        groups = None if names is None else torch.as_tensor([names[str(v)] for v in clients])
         tensors.append((x, y, groups))
     (train_x, train_y, train_groups), (test_x, test_y, test_groups) = tensors
     classes = classes or int(max(train_y.max(), test_y.max())) + 1
+    for split, y in (("training", train_y), ("test", test_y)):  # ClassLabel writes -1 for a missing label
+        outside = torch.nonzero((y < 0) | (y >= classes)).flatten()
+        if len(outside):
+            raise DataError(f"dataset.load.label_column: the {split} label of example {int(outside[0])} of {path} is "
+                            f"{int(y[outside[0]])}: labels are integers 0..{classes - 1}")
     return RawData(train_x, train_y, test_x, test_y, classes, train_groups, test_groups)
 
 
