@@ -199,15 +199,15 @@ class ChunkTraining:
         # Dropout masks: one stream per chunk (fedrun.client.batched's docstring), reproducible from the seed.
         share = self.shares[0]
         torch.manual_seed(derive_seed(self.lead.seed, "forward-batched", share.round_, share.clients[0]))
-        for s, lock_step in enumerate(self.plan.lock_steps):
-            self.start_epochs(s, lock_step)
+        for lock_step in self.plan.lock_steps:
+            self.start_epochs(lock_step)
             for group in lock_step.groups:
                 if self.static:
                     self._static_step(group)
                 else:
                     self.step(group, group.index, self._batch(group), group.padded == self.m)
 
-    def start_epochs(self, s: int, lock_step: LockStep) -> None:
+    def start_epochs(self, lock_step: LockStep) -> None:
         """Regularizers that act when a client starts a local epoch (FedLap's lambda), for the plan's
         rows (device views: no copy from the host here)."""
         if not self.epoch_acting or not len(lock_step.epoch_rows):
