@@ -86,3 +86,58 @@ def ensure_console() -> logging.Handler | None:
     handler.addFilter(ConsoleFilter())
     own.addHandler(handler)
     return handler
+
+
+class _HoldBack(logging.Filter):
+    """A console handler's filter that holds back its records until a run starts (see
+    :func:`held_until_started`); ``state`` is shared by every console handler's filter."""
+
+    def __init__(self, handler: logging.Handler, state: dict):
+        super().__init__()
+        self.handler, self.state, self.held = handler, state, []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.state["released"]:
+            return True
+        if record.name == self.state["started"]:
+            self.state["release"]()
+            return True
+        self.held.append(record)
+        return False
+
+    def flush_held(self) -> None:
+        held, self.held = self.held, []
+        for record in held:  # in their order, before the record that released them
+            self.handler.handle(record)
+
+
+@contextlib.contextmanager
+def held_until_started(started: str = "fedrun.harness.federated_run", on_release=None):
+    """While inside, what the console would show before a run starts (the job's thread count, a
+    warning, the folder its data is read from) is held back: shown, in order, with the run's own
+    first line (a record of the logger ``started``) or at a normal end, after ``on_release()``
+    (which prints what the command held back itself); dropped when the job ends with an error
+    before, so a refusal is its one line alone on stderr."""
+    root = logging.getLogger()
+    filters: list[_HoldBack] = []
+
+    def release() -> None:
+        if state["released"]:
+            return
+        state["released"] = True
+        if on_release is not None:
+            on_release()
+        for hold in filters:
+            hold.flush_held()
+
+    state = {"released": False, "started": started, "release": release}
+    filters += [_HoldBack(h, state) for h in root.handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    for hold in filters:
+        hold.handler.addFilter(hold)
+    try:
+        yield
+        release()
+    finally:
+        for hold in filters:
+            hold.handler.removeFilter(hold)

@@ -48,17 +48,31 @@ def conf_options(group: str) -> list[str]:
 
 def writable_folder(setting: str, folder: Path, shown: str | None = None) -> None:
     """One line naming ``setting`` (its value ``shown``, default the folder) unless ``folder`` is,
-    or can be made, a folder this process writes to: a folder made and removed at once in its
-    nearest existing parent, which is what permissions, read-only mounts and /proc allow; nothing
-    is left behind."""
+    or can be made, a folder this process writes to.  A folder that exists (a run resumed, a
+    sweep's folder, a script's output folder) is asked first (permissions, a read-only mount);
+    then, there or in the nearest existing parent, a folder is made and removed at once, which is
+    what /proc and other special file systems refuse whatever the permissions say (root may write
+    anywhere by them).  Nothing is left behind, and the probed folder's mtime is put back, so a
+    refused command leaves it as it was."""
     shown = str(folder) if shown is None else shown
     if folder.exists() and not folder.is_dir():
         raise ConfigError(setting, shown, "is a file, not a folder; choose another")
+    if folder.is_dir():
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(setting, shown, f"cannot be written: {folder} does not let this process write (no "
+                              "permission)")
+        if hasattr(os, "statvfs") and os.statvfs(folder).f_flag & getattr(os, "ST_RDONLY", 1):
+            raise ConfigError(setting, shown, f"cannot be written: {folder} is on a read-only file system")
     existing = next(p for p in [folder, *folder.absolute().parents] if p.exists())
+    before = existing.stat()
     try:
         Path(tempfile.mkdtemp(prefix=".fedrun-check-", dir=existing)).rmdir()
     except OSError as e:
         raise ConfigError(setting, shown, f"cannot be written: {existing} refuses a new folder ({e.strerror})") from None
+    try:  # the probe leaves no trace: the parent's mtime as it was
+        os.utime(existing, ns=(before.st_atime_ns, before.st_mtime_ns))
+    except OSError:
+        pass
 
 
 def writable_file(setting: str, path: Path, shown: str | None = None) -> None:

@@ -12,6 +12,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -138,6 +139,57 @@ SETTINGS = [
     (["hyperparams.lrr=0.1"], ["hyperparams.lrr=0.1", "unknown setting; did you mean lr? hyperparams has:"]),
     (["aggregator.betta=0.5"], ["aggregator.betta=0.5", "did you mean beta?"]),
     (["model=mnist_cn"], ["model=mnist_cn", "did you mean mnist_cnn?"]),
+    # The setting the user wrote, not a copy the error was found on (dataset.load.num_classes:
+    # ${..num_classes}, dataset.load.root: ${data_root}), nor another setting its check ran first.
+    (["dataset.num_classes=1e1"], ["dataset.num_classes=10.0: must be an integer"]),
+    (["dataset.channels=1.5"], ["dataset.channels=1.5: must be an integer"]),
+    (["dataset.image_size=abc"], ["dataset.image_size=abc: must be an integer"]),
+    (["data_root=null"], ["data_root=null: must be a string"]),
+    (["mode=centralized", "hyperparams.client_fraction=7"], ["hyperparams.client_fraction=7: must be in (0, 1]"]),
+    # A group's list form (several dashboards), and several values without -m.
+    (["logger=[nosuch]"], ["logger=[nosuch]: nosuch is an unknown option", "mlflow, none, tensorboard"]),
+    (["logger=[tensorboard,nosuch]"], ["logger=[tensorboard,nosuch]: nosuch is an unknown option"]),
+    (["logger=[]"], ["logger=[]: chooses no option", "logger=none"]),
+    (["logger=[none,tensorboard]"], ["logger=[none,tensorboard]", "logger=none alone, or logger=[tensorboard]"]),
+    (["logger=tensorboard,mlflow"], ["logger=tensorboard,mlflow: sweeps several values", "add -m",
+                                     "logger=[tensorboard,mlflow]"]),
+    (["seed=0,1"], ["seed=0,1: sweeps several values", "add -m"]),
+    (["hyperparams.lr=interval(0.1,1)"], ["hyperparams.lr=interval(0.1,1): sweeps several values", "add -m"]),
+    # Flags: one line, not argparse's usage block.
+    (["--help=true"], ["--help=true: --help takes no value"]),
+    (["--cfg=bad"], ["--cfg", "invalid choice: 'bad'"]),
+    (["--nosuchflag"], ["unrecognized arguments: --nosuchflag"]),
+    (["--config-dir=/nonexistent/fedrun_conf"], ["--config-dir=/nonexistent/fedrun_conf: not a folder"]),
+    # Hydra's composition errors: the override they are about, not every override of the line.
+    (["hydra.run.dir=null"], ["hydra.run.dir=null: cannot be set", "not Optional"]),
+    (["+seed=1"], ["+seed=1: seed is a setting already: write seed=1"]),
+    (["~nosuch"], ["~nosuch: the config has no nosuch to remove"]),
+    (["=1"], ["=1: names no setting"]),
+    # A warning of a setting without effect is not printed above a refusal.
+    (["hydra/launcher=population", "hyperparams.lr=-1"], ["hyperparams.lr=-1: must be > 0"]),
+    (["hyperparams=5"], ["hyperparams=5: choose an option of the hyperparams group", "default"]),
+    # Hydra's grammar reads a non-ASCII character only inside quotes: the setting named, and how to quote it.
+    (["hydra.run.dir=outputs/\u00fc_run"], ["hydra.run.dir=outputs/\u00fc_run", "only inside quotes",
+                                             "'hydra.run.dir=\"outputs/\u00fc_run\"'"]),
+    (["seed=\u00fc"], ["seed=\u00fc", "only inside quotes"]),
+    # Sweeps: what Hydra's sweeper cannot run is one line before the sweep (not its traceback), and
+    # a sweep of no job is an error.
+    (["-m", "hyperparams.lr=interval(0.1,1)"], ["hyperparams.lr=interval(0.1,1): is a range a sampler draws from",
+                                                "the basic sweeper runs listed values"]),
+    (["-m", "hyperparams.lr=range(0.1,1,0)"], ["hyperparams.lr=range(0.1,1,0): range(start,stop,step) needs a step "
+                                               "other than 0"]),
+    (["-m", "seed=range(0,3,0)"], ["seed=range(0,3,0): range(start,stop,step) needs a step other than 0"]),
+    (["-m", "seed=choice()"], ["seed=choice(): cannot be read as a Hydra override", "empty choice"]),
+    (["-m", "aggregator=glob(nomatch*)"], ["aggregator=glob(nomatch*): matches no option of aggregator",
+                                           "no job", "fedavg"]),
+    (["-m", "+hydra.launcher.chunk=2", "seed=0,1"], ["hydra.launcher.chunk=2: unknown setting of BasicLauncher"]),
+    (["-m", "hydra.launcher.chunk=2", "seed=0,1"], ["hydra.launcher.chunk=2: unknown setting"]),
+    (["-m", "hydra/launcher=population", "+hydra.launcher.chunk=2", "seed=0,1"],
+     ["hydra.launcher.chunk=2: unknown setting of PopulationLauncher", "max_runs"]),
+    (["-m", "seed=0,1", "+hydra.sweeper.chunk=2"], ["hydra.sweeper.chunk=2: unknown setting of BasicSweeper",
+                                                   "max_batch_size"]),
+    (["-m", "seed=0,1", "hydra.sweep.dir=outputs/\u00fc"], ["hydra.sweep.dir=outputs/\u00fc", "only inside quotes"]),
+    (["-m", "--nosuchflag", "seed=0,1"], ["unrecognized arguments: --nosuchflag"]),
 ]
 if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None:  # fedrun[sweeps]
     SETTINGS += [
@@ -184,6 +236,12 @@ def data_files(tmp_path_factory) -> dict[str, str]:
     files["finished_run"] = str(run)
     (d / "empty_root").mkdir()
     files["empty_root"] = str(d / "empty_root")
+    # MNIST's four files where they are looked for, none of them an IDX file: the loader finds
+    # them (and says which folder it reads) before it reads one.
+    (d / "garbage_root" / "MNIST" / "raw").mkdir(parents=True)
+    for name in IDX_NAMES:
+        (d / "garbage_root" / "MNIST" / "raw" / name).write_bytes(b"not an IDX file\n")
+    files["garbage_root"] = str(d / "garbage_root")
     # A dataset config of one's own that forgets a setting without a default (fedrun.data.datasets.DatasetConfig).
     (d / "own" / "dataset").mkdir(parents=True)
     (d / "own" / "dataset" / "no_channels.yaml").write_text(
@@ -298,6 +356,10 @@ def data_cases(f: dict[str, str]) -> list[tuple[list[str], list[str]]]:
         ([*BASE, "dataset=mnist", "data_root="], ["data_root=''", "is empty (FEDRUN_DATA set to nothing?)"]),
         ([*BASE, "dataset=cifar10", "data_root="], ["data_root=''", "is empty"]),
         ([*BASE, "dataset=mnist"], ["data_root=''", "is empty"], {"FEDRUN_DATA": ""}),
+        ([*BASE, "dataset=mnist", "data_root=null"], ["data_root=null: must be a string"]),
+        # The error alone on stderr: no "[INFO] ... reading <folder>" (nor the job's thread count) above it.
+        ([*BASE, "dataset=mnist", "dataset.load.download=false", f"data_root={f['garbage_root']}", "threads=1"],
+         [f"{f['garbage_root']}/MNIST/raw/train-images-idx3-ubyte: not an IDX file"]),
         # A resume trusts nothing edited since its checkpoint, and reads no link, pipe or device.
         *[([*TINY, f"hydra.run.dir={f[name]}", "resume=true"], [f"{f[name]}/{csv}.csv", "its first",
            "are not those the checkpoint records (edited since)"])
@@ -387,7 +449,64 @@ NO_EFFECT = [
     (["aggregator=fednova", "hyperparams.momentum=0.9", "hyperparams.optimizer_state=local"],
      ["hyperparams.optimizer_state=local: aggregator=fednova counts each client's steps from a zero momentum buffer"]),
     (["hydra/launcher=population"], ["fedrun: warning: hydra/launcher=population: has no effect without -m"]),
+    # Capped at what can run (the cores, the clients a round), said once.
+    (["engine=parallel", "engine.workers=1000"], ["engine.workers=1000: more than can run at once"]),
 ]
+
+
+def test_help_of_a_sweep_describes_its_first_job(tmp_path):
+    """``--help -m`` with swept settings: the help of the sweep's first job, on stdout, exit 0."""
+    cases = [([*TINY, "--help", "-m", "seed=3,4", "aggregator=fedavg,fedprox"], []),
+             ([*TINY, "-m", "--help", "hyperparams.lr=range(0.1,0.3,0.1)"], [])]
+    results = run_catalogue(cases, tmp_path)
+    for result in results:
+        assert result["code"] == 0 and not result["stderr"], result["stderr"][-2000:]
+        assert "Config groups" in result["stdout"] and not any(result["cwd"].iterdir())
+    first, second = (r["stdout"] for r in results)
+    assert "*fedavg" in first and re.search(r"^\s+seed=3\s", first, re.M)
+    assert re.search(r"^\s+hyperparams\.lr=0\.1\s", second, re.M)
+
+
+@pytest.mark.parametrize("call,what", [
+    (lambda fedrun: fedrun.run(TINY, run_dir=123), "run_dir=123: must be a folder's path"),
+    (lambda fedrun: fedrun.run(TINY, run_dir=""), "run_dir='': must be a folder's path"),
+    (lambda fedrun: fedrun.run("dataset=synthetic"), "overrides='dataset=synthetic': must be a list of key=value"),
+    (lambda fedrun: fedrun.run([*TINY, 7]), "must be a list of key=value strings"),
+    (lambda fedrun: fedrun.run([*TINY, "-m", "seed=0,1"]), "overrides=-m: is a flag of the fedrun command"),
+    (lambda fedrun: fedrun.run([*TINY, "seed=0,1"]), "seed=0,1: sweeps several values"),
+])
+def test_the_python_api_refuses_in_one_line(call, what, tmp_path, monkeypatch):
+    """``fedrun.run`` raises the command's one-line errors (FedrunError), never a TypeError from
+    deep inside, and creates nothing."""
+    import fedrun
+    from fedrun.errors import FedrunError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FedrunError) as error:
+        call(fedrun)
+    assert what in str(error.value) and "\n" not in str(error.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_workers_and_threads_are_capped_at_what_can_run(tmp_path):
+    """engine.workers=1000 for a round of 2 clients: no more processes than the cores and the
+    clients a round, said once (console and fedrun.log); threads=1000: no more threads than cores,
+    said once.  The runs go on."""
+    cores = len(os.sched_getaffinity(0))
+    run, threaded = tmp_path / "run", tmp_path / "threaded"
+    workers_run, threads_run = run_catalogue(
+        [([*TINY, "engine=parallel", "engine.workers=1000", f"hydra.run.dir={run}"], []),
+         ([*TINY, "threads=1000", f"hydra.run.dir={threaded}"], [])], tmp_path)
+    assert workers_run["code"] == 0, workers_run["stderr"][-2000:]
+    workers = int(re.search(r"ParallelEngine, (\d+) single-threaded worker processes", workers_run["stderr"]).group(1))
+    assert workers == min(2, cores)
+    warned = [line for line in workers_run["stderr"].splitlines() if "engine.workers=1000: more than can run" in line]
+    assert len(warned) == 1 and f"{workers} worker process(es) instead" in warned[0]
+    assert (run / "fedrun.log").read_text().count("engine.workers=1000: more than can run at once") == 1
+    assert threads_run["code"] == 0, threads_run["stderr"][-2000:]
+    warned = [line for line in threads_run["stderr"].splitlines() if "threads=1000: more than the" in line]
+    assert len(warned) == 1 and f"{cores} thread(s) instead" in warned[0]
+    assert f"{cores} CPU thread(s) for this job" in threads_run["stderr"]
 
 
 def test_settings_without_effect_are_one_warning_line_and_the_run_goes_on(tmp_path):

@@ -329,6 +329,7 @@ def test_natural_clients_without_test_data_of_their_own_are_one_warning_and_the_
     assert others_run["code"] == 0, others_run["stderr"][-2000:]
     shown = [line for line in others_run["stderr"].splitlines() if warning in line]
     assert len(shown) == 1 and "[WARNING]" in shown[0], others_run["stderr"][-2000:]  # once, on one line
+    assert (runs[0] / "fedrun.log").read_text().count(warning) == 1  # and in the run's log
     assert "own_test_acc/own_test_loss and rounds.csv's client_acc_mean/_std/_worst10 stay empty" in shown[0]
     clients, rounds = pd.read_csv(runs[0] / "clients.csv"), pd.read_csv(runs[0] / "rounds.csv")
     assert len(clients) == 4 and clients["own_test_acc"].isna().all()  # 2 clients x 2 rounds
@@ -338,13 +339,15 @@ def test_natural_clients_without_test_data_of_their_own_are_one_warning_and_the_
     assert pd.read_csv(runs[1] / "clients.csv")["own_test_acc"].notna().all()
 
 
-def test_the_warning_is_one_record_when_the_partition_is_built(caplog):
-    from fedrun.data.partition import client_test_rows
+def test_the_warning_is_one_note_of_the_run_when_no_client_has_test_rows():
+    from types import SimpleNamespace
+
+    from fedrun.harness.federated_run import Federation, _client_tests
 
     parts = [np.array([0, 1]), np.array([2])]  # clients 0 and 1; the test split holds only client 2's
-    with caplog.at_level("WARNING", logger="fedrun.data.partition"):
-        rows = client_test_rows(parts, np.array([0, 0, 1]), np.array([2, 2]))
-        assert [len(r) for r in rows] == [0, 0]
-        client_test_rows(parts, np.array([0, 0, 1]), np.array([1, 2]))  # client 1 has a test row: no warning
-    assert [r.getMessage()[:74] for r in caplog.records] == [
+    data = SimpleNamespace(train_groups=np.array([0, 0, 1]), test_groups=np.array([2, 2]))  # what it reads
+    tests, every, notes = _client_tests(parts, data, Federation(), "cpu")
+    assert [len(t) for t in tests] == [0, 0] and [n[:74] for n in notes] == [
         "partition=natural: none of the 2 clients kept has test examples of its own"]
+    data.test_groups = np.array([1, 2])  # client 1 has a test row: no note
+    assert _client_tests(parts, data, Federation(), "cpu")[2] == ()

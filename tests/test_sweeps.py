@@ -106,7 +106,12 @@ def test_a_bad_value_anywhere_in_a_sweep_is_one_line_before_any_job(tmp_path):
         precheck_sweep([*TINY, "hyperparams.lr=0.1,-1", "seed=0,1"])
     with pytest.raises(ConfigError, match=r"^hydra/launcher=joblb: unknown option;"):
         precheck_sweep([*TINY, "hydra/launcher=joblb", "seed=0,1"])
-    precheck_sweep([*TINY, "seed=range(0,3)", "aggregator.beta=interval(0.5,1.0)", "aggregator=fednnnn"])
+    precheck_sweep([*TINY, "seed=range(0,3)", "aggregator=fednnnn"])
+    # interval(...) is a sampler's to draw from: the basic sweeper would end in a traceback.
+    with pytest.raises(ConfigError, match=r"^aggregator\.beta=interval\(0\.5,1\.0\): is a range a sampler draws"):
+        precheck_sweep([*TINY, "seed=range(0,3)", "aggregator.beta=interval(0.5,1.0)", "aggregator=fednnnn"])
+    if has("hydra_optuna_sweeper"):
+        precheck_sweep([*TINY, "hydra/sweeper=optuna", "aggregator.beta=interval(0.5,1.0)", "aggregator=fednnnn"])
 
 
 def test_a_rerun_sweep_lists_only_its_own_failures(tmp_path):

@@ -129,8 +129,30 @@ class ParallelEngine:
         self.backend, self.address = backend, address
         # Ray: one actor per core of the cluster's by default, as Ray counts them once joined.
         self.workers = resolve_workers(workers) if backend == "processes" or workers != "auto" else None
+        self._asked = workers  # as set: auto, or a number (fit says so when it lowers a number)
         self._shared: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self._pool: _Pool | None = None
+
+    def fit(self, per_round: int) -> str | None:
+        """Cap the workers, before they start, at what can run at once: the cores this process
+        may use (forked processes; a Ray cluster counts its own) and the clients a round trains
+        (a worker more would idle, each a copy of the run's process: engine.workers=1000 on 2
+        cores forked 1,000 for a round of 2 clients).  The results are the same whatever the
+        number.  Returns the one line that says so when a number the user set is lowered (the
+        run logs it once, at its start), else None (``auto`` is fitted quietly)."""
+        if self.workers is None or self._pool is not None:
+            return None
+        cores = available_cores() if self.backend == "processes" else None
+        fitted = max(1, min(self.workers, per_round, cores or self.workers))
+        if fitted == self.workers:
+            return None
+        asked, self.workers = self.workers, fitted
+        if self._asked == "auto":
+            return None
+        why = [f"{cores} core(s) this process may use" if cores is not None and cores < asked else None,
+               f"{per_round} client(s) a round" if per_round < asked else None]
+        return (f"engine.workers={asked}: more than can run at once; {fitted} worker process(es) instead "
+                f"({' and '.join(w for w in why if w)})")
 
     # ---------------------------------------------------------------- the data the workers hold
 

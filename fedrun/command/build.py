@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import re
@@ -80,17 +81,52 @@ def build(cfg: DictConfig) -> dict:
     Every setting is type-checked first (:mod:`fedrun.command.settings`); the objects (:data:`OBJECTS`,
     each a ``_target_`` node) are then built, their constructors checking ranges and choices.
     The dataset node is completed in place with :class:`fedrun.data.datasets.DatasetConfig`'s defaults.
+    An error about a copy of a setting (``dataset.load.num_classes: ${..num_classes}``) names the
+    setting it copies, the one the user wrote (:func:`as_written`).
     """
+    try:
+        return _build(cfg)
+    except ConfigError as e:
+        raise as_written(cfg, e) from None
+
+
+# A value that only copies another setting: ${key}, ${.key} (same node), ${..key} (the parent's) ...
+_COPY = re.compile(r"^\$\{(\.*)([A-Za-z_][\w.]*)\}$")
+
+
+def written_as(cfg: DictConfig, key: str) -> str:
+    """The setting ``key`` copies (following a chain of copies), or ``key`` itself: where a user
+    set the value an error found at ``key`` (``dataset.load.root: ${data_root}`` -> ``data_root``)."""
+    for _ in range(10):  # a chain of copies, never a loop
+        parent, _, leaf = key.rpartition(".")
+        try:
+            node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False) if parent else cfg
+            raw = node._get_node(leaf)._value() if isinstance(node, DictConfig) and leaf in node else None
+        except Exception:  # noqa: BLE001 - a key the config does not hold as a node: as it is
+            return key
+        match = _COPY.match(raw) if isinstance(raw, str) else None
+        if not match:
+            return key
+        dots, target = match.groups()
+        base = parent.split(".") if parent else []
+        base = base[:len(base) - (len(dots) - 1)] if dots else []  # ${.k}: this node, ${..k}: its parent ...
+        key = ".".join([*base, target])
+    return key
+
+
+def as_written(cfg: DictConfig, error: ConfigError) -> ConfigError:
+    """``error`` about the setting the user wrote when it was found on a copy of it."""
+    source = written_as(cfg, str(error.setting))
+    return error if source == error.setting else ConfigError(source, error.value, error.allowed)
+
+
+def _build(cfg: DictConfig) -> dict:
     complete_dataset(cfg)
     check_one_source(cfg)
     values = resolved(cfg)
     settings.validate(values)
     hp, ds = values["hyperparams"], values["dataset"]
     _check_dataset(ds)
-    if values["centralized"]:  # mode=centralized: one learner holding all the training data
-        for key, one in (("num_clients", 1), ("client_fraction", 1.0)):
-            check(hp[key] == one, f"hyperparams.{key}", hp[key], f"mode=centralized trains one learner on all the "
-                  f"data (hyperparams.{key}={one}); use mode=federated for {key}={hp[key]}")
     check(all(0 <= t <= 1 for t in values["targets"]), "targets", values["targets"], "accuracies, each in [0, 1]")
     check_objective(values["objective"])
     last = LAST_N.match(values["objective"])
@@ -113,6 +149,12 @@ def build(cfg: DictConfig) -> dict:
         check(isinstance(k, int) and 1 <= k <= ds["num_classes"], "partition.classes_per_client", k,
               f"must be between 1 and {ds['num_classes']} (the dataset's classes)")
     objects = {name: _instantiate(cfg[name], name) for name in OBJECTS}
+    # After the objects' own range checks: hyperparams.client_fraction=7 is out of range in any mode,
+    # which names the setting the user wrote better than a conflict with the mode.
+    if values["centralized"]:  # mode=centralized: one learner holding all the training data
+        for key, one in (("num_clients", 1), ("client_fraction", 1.0)):
+            check(hp[key] == one, f"hyperparams.{key}", hp[key], f"mode=centralized trains one learner on all the "
+                  f"data (hyperparams.{key}={one}); use mode=federated for {key}={hp[key]}")
     engines.check(objects["engine"])
     _instantiate(cfg.model, "model")  # its constructor's own checks (model.init=xavier), before any data or job
     if hasattr(objects["logger"], "check"):  # a dashboard's folder or store
@@ -275,7 +317,8 @@ def federated_run(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list
                         objects["aggregator"], objects["local"], objects["federation"], objects["participation"],
                         make_engine, seed=objects["seed"], device=objects["device"], resume=bool(cfg.resume),
                         targets=tuple(cfg.targets), config=config, dashboard=objects["logger"],
-                        objective=str(cfg.objective), notes=tuple(objects["notes"]))
+                        objective=str(cfg.objective), notes=tuple(objects["notes"]),
+                        data_digest=getattr(data, "source_digest", None), data_source=data_source(cfg))
 
 
 def check_partition(cfg: DictConfig, data: dict) -> None:
@@ -304,7 +347,46 @@ def data_key(cfg: DictConfig) -> str:
 
 
 def _prepare_data(cfg: DictConfig, objects: dict):
-    """The dataset loaded, checked against the config's shape, normalized and on the device."""
+    """The dataset loaded, checked against the config's shape, normalized and on the device; its
+    ``source_digest`` is :func:`data_digest` of the data as loaded."""
+    try:
+        prepared = _prepare(cfg, objects)
+    except ConfigError as e:  # a loader's error about a copy (dataset.load.num_classes): the user's setting
+        raise as_written(cfg, e) from None
+    return prepared
+
+
+def data_digest(raw) -> str:
+    """SHA-256 of a dataset as loaded (every tensor of :class:`fedrun.data.datasets.RawData`, with
+    its shape and type), before any normalization: a checkpoint records it, so a resume refuses
+    data changed since the run stopped (a table edited).  The loaded values, not the normalized
+    ones: those depend on the thread count the statistics were summed with, which a resume may change."""
+    digest = hashlib.sha256()
+    for field in dataclasses.fields(raw):
+        value = getattr(raw, field.name)
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().contiguous()
+            digest.update(f"{field.name}:{value.dtype}:{tuple(value.shape)};".encode())
+            digest.update(value.view(-1).view(torch.uint8).numpy() if value.numel() else b"")
+        else:
+            digest.update(f"{field.name}={value!r};".encode())
+    return digest.hexdigest()
+
+
+def data_source(cfg: DictConfig) -> str:
+    """The dataset and the file settings of its loader as written (``dataset=table
+    (dataset.load.path=rows.csv)``, ``dataset=mnist (data_root=data)``): what a data refusal names."""
+    load = OmegaConf.select(cfg, "dataset.load")
+    files = []
+    if isinstance(load, DictConfig):
+        for key in load:
+            value = OmegaConf.select(load, key, throw_on_resolution_failure=False)
+            if isinstance(value, str) and key != "_target_" and Path(value).expanduser().exists():
+                files.append(f"{written_as(cfg, f'dataset.load.{key}')}={value}")
+    return f"dataset={cfg.dataset.name}" + (f" ({', '.join(files)})" if files else "")
+
+
+def _prepare(cfg: DictConfig, objects: dict):
     raw = _load_data(cfg)
     check_labels(raw, cfg.dataset.num_classes)
     shape = tuple(raw.train_x.shape[1:])
@@ -316,10 +398,12 @@ def _prepare_data(cfg: DictConfig, objects: dict):
                           f"the loaded images are {'x'.join(map(str, shape))}: fedrun's models take square images")
     mean = None if cfg.dataset.mean is None else list(cfg.dataset.mean)
     std = None if cfg.dataset.std is None else list(cfg.dataset.std)
-    return prepare(raw, mean, std, objects["validation"], objects["seed"], objects["device"],
-                   cfg.dataset.max_train, cfg.dataset.max_test,
-                   normalize=OmegaConf.select(cfg, "dataset.normalize", default="per_channel"),
-                   per_class=OmegaConf.select(cfg, "dataset.per_class", default=None))
+    prepared = prepare(raw, mean, std, objects["validation"], objects["seed"], objects["device"],
+                       cfg.dataset.max_train, cfg.dataset.max_test,
+                       normalize=OmegaConf.select(cfg, "dataset.normalize", default="per_channel"),
+                       per_class=OmegaConf.select(cfg, "dataset.per_class", default=None))
+    prepared.source_digest = data_digest(raw)  # travels with the data a population shares (datasets)
+    return prepared
 
 
 def _load_data(cfg: DictConfig):

@@ -23,11 +23,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.command import resolvers  # noqa: F401  (registers ${fedrun.num_clients:...}, used by the scale presets)
-from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, did_you_mean, disk_full,
-                           exit_with, first_line)
+from fedrun.errors import (ConfigError, FedrunError, Interrupted, NoSpaceError, Terminated, UsageError, did_you_mean,
+                           disk_full, exit_with, first_line)
+from fedrun.logs import held_until_started
 from fedrun.paths import conf_dir, conf_options, writable_folder
-from fedrun.command.sweeps import (forget_failures, job_failed, last_sweep, record_failure, remove_if_empty,
-                                   sweep_failures, sweep_jobs, sweep_table, write_sweep_tables)
+from fedrun.command.sweeps import (forget_failures, forget_sweep, job_failed, last_sweep, record_failure,
+                                   remove_if_empty, sweep_failures, sweep_jobs, sweep_table, write_sweep_tables)
 
 # hydra/launcher=population: its config registers on import; main() registers its class.
 from hydra_plugins.fedrun_population_launcher.population_launcher import PopulationLauncher
@@ -53,9 +54,13 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    _thread_budget(cfg, hydra_cfg)
     try:
-        summary = _guarded(run_dir, lambda: run(cfg, run_dir, hydra_cfg.runtime.choices, hydra_cfg.overrides.task))
+        # Lines before the run starts (threads, the data folder read) shown only once it does: a
+        # job refused while loading its data or checking its run directory prints its one line alone.
+        with held_until_started(on_release=_print_held):
+            _thread_budget(cfg, hydra_cfg)
+            summary = _guarded(run_dir, lambda: run(cfg, run_dir, hydra_cfg.runtime.choices,
+                                                    hydra_cfg.overrides.task))
         return objective(summary, run_dir, cfg.objective)
     except FedrunError as e:
         if hydra_cfg.mode == RunMode.MULTIRUN and not isinstance(e, Interrupted):
@@ -81,6 +86,13 @@ def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
     if threads is not None:
         import torch
 
+        from fedrun.client.parallel import available_cores
+
+        cores = available_cores()
+        if threads > cores:  # threads=1000 on 2 cores: no faster, and each thread a stack of its own
+            log.warning("threads=%d: more than the %d core(s) this process may use; %d thread(s) instead",
+                        threads, cores, cores)
+            threads = cores
         torch.set_num_threads(threads)
         log.info("%d CPU thread(s) for this job", threads)
 
@@ -115,17 +127,27 @@ def precheck(overrides: list[str], sweep: bool = False, swept: list[str] | None 
     from fedrun.command.build import build
     from fedrun.harness.rundir import check_sweep_folder, refuse_existing_run
 
+    _check_group_lists(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
             cfg = compose("config", overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        missing = re.search(r"Could not find '([^']+)/([^']+)'", str(e))
+        # "Could not load": an option of a list (logger=[tensorboard,nosuch])
+        missing = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", str(e))
         if missing:  # an option no folder of the search path has (conf/, hydra.searchpath, -cd)
-            raise _unknown_option(missing.group(1), missing.group(2), str(e)) from None
+            error = _unknown_option(missing.group(1), missing.group(2), str(e))
+            listed = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == error.setting
+                           and o.split("=", 1)[1].startswith("[")), None)
+            if listed is not None:  # the list as the user wrote it, and which of its options is unknown
+                error = ConfigError(error.setting, listed, f"{missing.group(2)} is an {error.allowed}")
+            raise error from None
         message = first_line(e, limit=1000)
         match = re.search(r"Could not override '([^']+)'", message)
         if match:
             raise _unknown_key(match.group(1), overrides) from None
+        bad = _bad_override(overrides) or _named_override(overrides, e)
+        if bad is not None:
+            raise bad from None
         raise ConfigError("overrides", " ".join(overrides), message) from None
     chosen = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == "centralized"), None)
     if chosen is not None:
@@ -136,26 +158,35 @@ def precheck(overrides: list[str], sweep: bool = False, swept: list[str] | None 
         _check_launcher(cfg)
         _check_subdir(cfg, swept or [])
         check_sweep_folder(folder)  # before Hydra writes multirun.yaml into it
-    else:
-        launcher = OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/launcher")
-        if launcher not in (None, "basic") and launcher not in _WARNED:
-            _WARNED.add(launcher)  # a launcher only launches a sweep's jobs: a single run ignores it
-            print(f"fedrun: warning: hydra/launcher={launcher}: has no effect without -m (a single run); "
-                  "add -m to launch a sweep", file=sys.stderr)
+    launcher = OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/launcher")
     with open_dict(cfg):
         del cfg["hydra"]
     build(cfg)
     if not sweep and not cfg.resume:
         refuse_existing_run(folder)
+    # Printed when the run starts (_print_held): a refusal, here or in the job, is its one line alone on stderr.
+    if not sweep and launcher not in (None, "basic") and launcher not in _WARNED:
+        _WARNED.add(launcher)  # a launcher only launches a sweep's jobs: a single run ignores it
+        _HELD.append(f"fedrun: warning: hydra/launcher={launcher}: has no effect without -m (a single run); "
+                     "add -m to launch a sweep")
 
 
 _WARNED: set = set()  # the launcher warnings printed by this process (precheck runs once per run)
+_HELD: list[str] = []  # warning lines of the checks, printed once the run starts
+
+
+def _print_held() -> None:
+    """Print the warnings the checks held back (:data:`_HELD`), once."""
+    while _HELD:
+        print(_HELD.pop(0), file=sys.stderr)
 
 
 def _check_launcher(cfg: DictConfig) -> None:
     """The population launcher's and the Optuna sweeper's own settings, before Hydra writes the
     sweep's multirun.yaml (Optuna with no trial ends in a traceback of its own)."""
     choices = OmegaConf.select(cfg, "hydra.runtime.choices", default={})
+    for part in ("launcher", "sweeper"):  # +hydra.launcher.chunk=2: Hydra's 5-line block when it builds one
+        _check_plugin_keys(OmegaConf.select(cfg, f"hydra.{part}"), f"hydra.{part}")
     if choices.get("hydra/launcher") == "population":
         runs = OmegaConf.select(cfg, "hydra.launcher.max_runs")
         if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
@@ -166,6 +197,29 @@ def _check_launcher(cfg: DictConfig) -> None:
             value = OmegaConf.select(cfg, f"hydra.sweeper.{key}")
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"hydra.sweeper.{key}", value, "must be an integer >= 1")
+
+
+def _check_plugin_keys(node, path: str) -> None:
+    """Every key of a launcher's or sweeper's node is an argument of its ``_target_`` (one that
+    takes any keyword, as joblib's and submitit's do, is theirs to check)."""
+    import inspect
+
+    from fedrun.command.settings import HYDRA_KEYS, locate
+
+    if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
+        return
+    try:
+        params = inspect.signature(locate(node["_target_"])).parameters
+    except Exception:  # noqa: BLE001 - a plugin that cannot be imported: Hydra says so
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    settable = [name for name in params if name != "self"]
+    for key in node:
+        if key not in settable and key not in HYDRA_KEYS:
+            value = OmegaConf.to_container(node, resolve=False)[key]
+            raise ConfigError(f"{path}.{key}", value, f"unknown setting of {node['_target_'].rsplit('.', 1)[-1]}; "
+                              f"{did_you_mean(key, settable)}its settings are: {', '.join(settable) or 'none'}")
 
 
 # What makes every job's folder its own in hydra.sweep.subdir: the job's number or its overrides.
@@ -219,6 +273,80 @@ def _output_folder(cfg: DictConfig, sweep: bool) -> Path:
     return folder
 
 
+def _bad_override(overrides: list[str], sweep: bool = False) -> ConfigError | None:
+    """The override a failure of Hydra's is about, as one line naming it (None: none found): a
+    value Hydra's grammar cannot read (a non-ASCII character outside quotes, an empty
+    ``choice()``), or, without ``-m``, several values (``seed=0,1``, ``range(...)``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for text in overrides:
+        key, _, value = text.partition("=")
+        try:
+            parsed = parser.parse_overrides([text])[0]
+        except HydraException as e:
+            odd = next((c for c in text if ord(c) > 127), None)
+            if odd is not None:  # Hydra's grammar takes non-ASCII characters in quoted values only
+                return ConfigError(key.lstrip("+~"), value, f"Hydra reads a character such as {odd!r} only inside "
+                                   f"quotes: write '{key}=\"{value}\"' (the shell's quotes around Hydra's)")
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            why = next((line for line in lines if not line.startswith(("Error parsing override", "See https"))),
+                       lines[0] if lines else type(e).__name__)
+            return ConfigError(key.lstrip("+~"), value, f"cannot be read as a Hydra override ({why})")
+        if parsed.is_sweep_override() and not sweep:
+            many = (f"; {key} options in one run are written as a list: {key}=[{value}]"
+                    if key == "logger" and "," in value and "(" not in value else "")
+            return ConfigError(key.lstrip("+~"), value, f"sweeps several values, one job each: add -m to run the "
+                               f"sweep (fedrun -m ...){many}")
+    return None
+
+
+def _named_override(overrides: list[str], error: BaseException) -> FedrunError | None:
+    """The override a composition error of Hydra's is about (its text, or its key quoted, in the
+    message), in one line with the cause, instead of every override of the command line: ``+seed=1``
+    (a setting there already), ``~nosuch`` (none to remove), ``hydra.run.dir=null``, ``hyperparams=5``."""
+    message = str(error)
+    for text in overrides:
+        key, _, value = text.partition("=")
+        bare = key.lstrip("+~")
+        if not bare:
+            return UsageError(f"{text}: names no setting; write key=value")
+        if "Config group override must be" in message and (CONF_DIR / bare).is_dir() and \
+                value not in conf_options(bare) and not value.startswith("["):
+            return ConfigError(bare, value, f"choose an option of the {bare} group: {', '.join(conf_options(bare))}")
+        if text not in message and f"'{bare}'" not in message:
+            continue
+        if "Could not append" in message:
+            why = f"{bare} is a setting already: write {bare}={value} (a + adds one the config does not have)"
+        elif "Could not delete" in message:
+            why = f"the config has no {bare} to remove"
+        else:
+            why = f"cannot be set ({first_line(error.__cause__ or error)})"
+        return UsageError(f"{text}: {why}")
+    return None
+
+
+def _check_group_lists(overrides: list[str]) -> None:
+    """A config group given as a list (``logger=[tensorboard,mlflow]``, whose options merge)
+    chooses at least one option, and ``none`` (no dashboard) alone: ``logger=[]`` would remove
+    the group, ``logger=[none,tensorboard]`` is tensorboard whatever none says."""
+    for text in overrides:
+        key, _, value = text.partition("=")
+        group = key.lstrip("+~")
+        if not (value.startswith("[") and value.endswith("]")) or "/" in group or not (CONF_DIR / group).is_dir():
+            continue
+        options = [v.strip() for v in value[1:-1].split(",") if v.strip()]
+        if not options:
+            raise ConfigError(group, value, f"chooses no option: choose one ({group}=none for none)"
+                              if "none" in conf_options(group) else f"chooses no option: choose one of: "
+                              f"{', '.join(conf_options(group))}")
+        if "none" in options and len(options) > 1:
+            others = [o for o in options if o != "none"]
+            raise ConfigError(group, value, f"none chooses no {group}, the others some: choose {group}=none alone, "
+                              f"or {group}=[{','.join(others)}]")
+
+
 def _unknown_option(path: str, value: str, message: str) -> ConfigError:
     """``group=option`` that Hydra cannot find: one line with the options Hydra lists (those of
     every folder on the search path), or fedrun's own for a nested group Hydra gives none for."""
@@ -244,19 +372,21 @@ def precheck_sweep(overrides: list[str]) -> None:
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException:
+    except HydraException:  # a value Hydra's grammar cannot read (choice(), a non-ASCII character)
+        bad = _bad_override(overrides, sweep=True)
+        if bad is not None:
+            raise bad from None
         return
     prefix = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~"}
-    fixed, swept = [], []
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    swept = []
     for o in parsed:
         if not o.is_sweep_override():
-            fixed.append(o.input_line)
-            continue
-        try:
-            values = list(o.sweep_string_iterator())
-        except HydraException:  # interval(...): the sweeper's to sample
             continue
         key = prefix.get(o.type, "") + o.key_or_group + (f"@{o.package}" if o.package else "")
+        values = _sweep_values(o, key, fixed)
+        if values is None:  # interval(...) under a sampling sweeper (Optuna): the sweeper's to sample
+            continue
         if not values:
             raise ConfigError(key, o.input_line.split("=", 1)[-1], "sweeps no value: give at least one "
                               "(range(a,b) runs a, a+1, ..., b-1)")
@@ -268,6 +398,45 @@ def precheck_sweep(overrides: list[str]) -> None:
         for value in values[1:]:
             precheck(fixed + firsts[:i] + [f"{key}={value}"] + firsts[i + 1:], sweep=True, swept=varied)
     _check_partitions(fixed, swept)
+
+
+def _sweep_values(o, key: str, fixed: list[str]) -> list[str] | None:
+    """The values a sweep override runs, as Hydra's basic sweeper will (None: ``interval(...)``
+    for a sweeper that samples it); what it cannot sweep is one line naming it, not the
+    traceback Hydra's sweeper would end in: ``interval(...)`` with the basic sweeper, a ``range``
+    of step 0, a ``glob`` that matches no option (a sweep of no job).  ``fixed``: the sweep's
+    other, single-valued overrides (the sweeper chosen, the search path)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.types import Glob, IntervalSweep, RangeSweep
+    from hydra.errors import HydraException
+
+    value = o.input_line.split("=", 1)[-1]
+    if isinstance(o.value(), IntervalSweep):
+        try:  # the sweeper the sweep runs with (an experiment's defaults may choose it)
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
+                sweeper = compose("config", overrides=fixed, return_hydra_config=True).hydra.runtime.choices.get(
+                    "hydra/sweeper")
+        except Exception:  # noqa: BLE001 - the sweep's precheck names what is wrong with the overrides
+            return None
+        if sweeper == "basic":
+            raise ConfigError(key, value, "is a range a sampler draws from (hydra/sweeper=optuna); the basic sweeper "
+                              "runs listed values: a,b,c or range(start,stop,step)")
+        return None
+    if isinstance(o.value(), Glob):  # matched against the group's options, as Hydra's sweeper does
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
+            options = GlobalHydra.instance().config_loader().get_group_options(o.key_or_group, overrides=fixed)
+        values = o.value().filter(options)
+        if not values:
+            raise ConfigError(key, value, f"matches no option of {o.key_or_group}, so the sweep would run no job; "
+                              f"its options: {', '.join(options) or 'none'}")
+        return values
+    try:
+        return list(o.sweep_string_iterator())
+    except (HydraException, ValueError) as e:  # range(0.1,1,0): Python's range() refuses step 0
+        step = o.value().step if isinstance(o.value(), RangeSweep) else None
+        raise ConfigError(key, value, "range(start,stop,step) needs a step other than 0" if step == 0 else
+                          f"cannot be swept: {first_line(e)}") from None
 
 
 # Settings a run's partition depends on: a sweep over any of them has its partitions built first.
@@ -333,19 +502,30 @@ def main() -> None:
     configs) on the search path; other flags (``--help``, ``--cfg`` ...) go to Hydra as they
     are.  After a sweep, every failed job is listed and the exit code is the first failure's."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    forget_sweep()  # a sweep of an earlier call in this process (fedrun.run, a test's driver) is not this one's
+    _HELD.clear()  # nor the warnings of one that was refused
     args = sys.argv[1:]
     words = _nested_completion(args)
     if words is not None:
         print(" ".join(words))
         return
+    try:
+        _check_flags(args)
+    except FedrunError as e:
+        exit_with(e, e.exit_code)
     overrides, config_dirs = _split_config_dirs(args)
+    missing = next((d for d in config_dirs if not Path(d).is_dir()), None)
+    if missing is not None:  # Hydra: a warning, then its block ("Additional config directory ... not found")
+        exit_with(f"--config-dir={missing}: not a folder; name the folder of your own config groups "
+                  "(docs/sweeps.md)", 2)
+    sweep = any(a in ("-m", "--multirun") for a in overrides)
     if any(a in ("--help", "-h") for a in overrides):  # fedrun's own: settings described, internal ones hidden
         try:
-            print(_help([a for a in overrides if not a.startswith("-")], config_dirs), end="")
+            given = [a for a in overrides if not a.startswith("-")]
+            print(_help(_first_values(given) if sweep else given, config_dirs), end="")
         except FedrunError as e:
             exit_with(e, e.exit_code)
         return
-    sweep = any(a in ("-m", "--multirun") for a in overrides)
     overrides = [a for a in overrides if a not in ("-m", "--multirun")]
     if not any(a.startswith("-") for a in overrides):  # --help, --cfg ...: Hydra's alone
         if config_dirs and not any(o.startswith("hydra.searchpath=") for o in overrides):
@@ -370,10 +550,14 @@ def main() -> None:
     except SystemExit as e:  # Hydra exits 1 after printing a job's JobFailed line
         code = e.code if isinstance(e.code, int) else 1
     failed = sweep_failures(last_sweep()) if last_sweep() is not None else []
-    if last_sweep() is not None and code and not failed and not sweep_jobs(last_sweep()):
-        # The sweeper (or launcher) stopped before any job: a table of 0 jobs would hide it.
-        print("fedrun: error: no job of the sweep ran: Hydra's sweeper stopped before the first one (its error "
-              "is above)", file=sys.stderr)
+    if last_sweep() is not None and not failed and not sweep_jobs(last_sweep()):
+        # The sweeper (or launcher) stopped before any job, or had none to run: a table of 0 jobs
+        # would hide it, and a sweep of no job is no success.
+        remove_if_empty(last_sweep())
+        if code:
+            exit_with("no job of the sweep ran: Hydra's sweeper stopped before the first one (its error is above)",
+                      code)
+        exit_with("no job of the sweep ran: its sweeper had no job to run", 2)
     elif last_sweep() is not None:
         print("\n".join(sweep_table(last_sweep())))
         # The same table for a paper or a README, before the failure notes it reads are removed.
@@ -387,6 +571,43 @@ def main() -> None:
         exit_with(f"{len(failed)} job(s) of the sweep failed (listed above)", failed[0]["exit_code"])
     if code:
         sys.exit(code)
+
+
+def _check_flags(args: list[str]) -> None:
+    """The command line's flags as Hydra's own parser reads them, refused in one line (argparse
+    prints its whole usage block first): ``--help=true``, ``--cfg=bad``, ``--nosuch``.  fedrun
+    takes ``-m`` anywhere (Hydra only first)."""
+    from hydra._internal.utils import get_args_parser
+
+    from fedrun.errors import ArgumentParser
+
+    if "--version" in args:  # Hydra's to print
+        return
+    parser = get_args_parser()
+    parser.error = ArgumentParser.error.__get__(parser)  # a UsageError, one line, instead of usage and exit
+    given = [a for a in args if a not in ("-m", "--multirun")]
+    flag = next((a for a in given if re.match(r"^(--help|-h|--hydra-help|--resolve|--run|-r)=", a)), None)
+    if flag is not None:  # argparse's "ignored explicit argument 'true'" names no fix
+        name, _, value = flag.partition("=")
+        raise UsageError(f"{flag}: {name} takes no value; write {name} alone")
+    parser.parse_intermixed_args(given)  # the flags wherever they are (fedrun takes -cd DIR anywhere too)
+
+
+def _first_values(overrides: list[str]) -> list[str]:
+    """A sweep's overrides with each swept setting at its first value: the job ``--help -m``
+    describes (the sweep's first)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    out = []
+    for text in overrides:
+        try:
+            parsed = OverridesParser.create().parse_overrides([text])[0]
+            values = list(parsed.sweep_string_iterator()) if parsed.is_sweep_override() else None
+        except (HydraException, ValueError):  # the help's compose names what is wrong with it
+            values = None
+        out.append(f"{text.split('=', 1)[0]}={values[0]}" if values else text)
+    return out
 
 
 def _help(overrides: list[str], config_dirs: list[str]) -> str:
@@ -458,14 +679,25 @@ def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | os
     from fedrun.command.build import run
     from fedrun.logs import ensure_console
 
-    if isinstance(overrides, (str, bytes)):
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple)) or \
+            not all(isinstance(o, str) for o in overrides):
         raise ConfigError("overrides", repr(overrides), "must be a list of key=value strings, "
                           "e.g. fedrun.run(['aggregator=fedavg', 'hyperparams.rounds=5'])")
-    overrides = [str(o) for o in overrides]
+    if run_dir is not None and (not isinstance(run_dir, (str, os.PathLike)) or not os.fspath(run_dir).strip()):
+        # Path(123) is a TypeError; Path("") the working directory, where a run's files would land among the user's
+        raise ConfigError("run_dir", repr(run_dir), "must be a folder's path (a str or pathlib.Path), e.g. "
+                          "fedrun.run([...], run_dir='runs/a'), or None for hydra.run.dir's")
+    overrides = list(overrides)
+    flag = next((o for o in overrides if o.startswith("-")), None)
+    if flag is not None:  # -m, --cfg ...: the command's, which Hydra's override grammar cannot read
+        raise ConfigError("overrides", flag, "is a flag of the fedrun command; fedrun.run runs one job from "
+                          "key=value overrides (a sweep: fedrun -m on the command line)")
     if run_dir is not None:
         overrides = [o for o in overrides if not o.startswith("hydra.run.dir=")]
         overrides.append(f"hydra.run.dir={_quoted(Path(run_dir).expanduser().resolve())}")
+    _HELD.clear()
     precheck(overrides)
+    _print_held()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # resolves ${hydra:...} in the run directory's name

@@ -145,6 +145,13 @@ def last_sweep() -> Path | None:
     return _SWEEP_DIR
 
 
+def forget_sweep() -> None:
+    """Forget the sweep an earlier command of this process launched (:func:`last_sweep`): a
+    command in the same process (``fedrun.run``, a driver of many command lines) is not its sweep."""
+    global _SWEEP_DIR
+    _SWEEP_DIR = None
+
+
 def remove_if_empty(run_dir: Path) -> None:
     """Hydra creates the job's directory before fedrun runs; a job refused before writing anything
     leaves nothing behind: the empty directory and the empty parents Hydra made for it go (up to

@@ -28,7 +28,6 @@ So the conditions of the papers combine freely:
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 from numbers import Integral, Real
 
@@ -36,8 +35,6 @@ import numpy as np
 
 from fedrun.errors import ConfigError, DataError, check
 from fedrun.seeding import numpy_rng
-
-log = logging.getLogger(__name__)
 
 SIZES = ("balanced", "powerlaw")
 
@@ -833,11 +830,4 @@ def client_test_rows(parts: list[np.ndarray], train_groups, test_groups) -> list
     order = np.argsort(test_groups, kind="stable")
     sorted_ids = test_groups[order]
     starts, ends = np.searchsorted(sorted_ids, ids, side="left"), np.searchsorted(sorted_ids, ids, side="right")
-    if not (ends > starts).any():
-        # The per-client columns would stay empty for the whole run without a word (the test
-        # split's clients are others: writers missing from LEAF's test files, a dataset.max_test
-        # subset): said once, when the run is built; not refused, the run's global scores stand.
-        log.warning("partition=natural: none of the %d clients kept has test examples of its own (no test example "
-                    "carries their ids): clients.csv's own_test_acc/own_test_loss and rounds.csv's client_acc_mean/"
-                    "_std/_worst10 stay empty", len(parts))
     return [order[a:b].astype(np.int64) for a, b in zip(starts, ends)]

@@ -18,9 +18,18 @@ or for the whole model:
 Definition 1 assumes equally sized learners, so both are plain (unweighted) means over the
 round's learners.  The "universal set" is the trainable parameters (BatchNorm scales and shifts
 included, running statistics not).  Computed in float64: late in training the cosines are
-within 1e-8 of 1 and float32 would round the distances away.  Every cosine comes from Gram
-matrices: in a run, those of the updates (:func:`fedrun.diagnostics.nwda.layer_grams`, shared with N and E),
-``<w + dw_j, w + dw_k> = |w|^2 + <w, dw_j> + <w, dw_k> + <dw_j, dw_k>``.
+within 1e-8 of 1 and float32 would round the distances away.
+
+In a run no m x m matrix is formed (:func:`round_divergence`, O(m d)): with the learners' unit
+vectors ``v_k = z_k / |z_k|`` and their mean ``v``, ``sum_{i<j} |v_i - v_j|^2 = K sum_k |v_k - v|^2``,
+so PD-Ls is a spread around the mean direction::
+
+    zeta = 1 - (1/K) sum_k |v_k|^2 + (sum_k |v_k|^2 - K |v|^2) / (K - 1)   (= K (1 - |v|^2) / (K - 1))
+
+from the learners' norms (streamed with N and E, :class:`fedrun.diagnostics.nwda.RoundSums`,
+``|w + dw_k|^2 = |w|^2 + 2 <w, dw_k> + |dw_k|^2``) and one more pass for ``|v|^2``; PD-VL needs
+only each learner's dot with the reference.  :func:`parameter_divergence` takes the Gram matrices
+of given learners instead (:func:`fedrun.diagnostics.nwda.layer_grams`).
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ import numpy as np
 import torch
 
 from fedrun.models.layers import Layer
-from fedrun.diagnostics.nwda import LayerGrams, layer_grams
+from fedrun.diagnostics.nwda import LayerGrams, RoundSums, layer_grams
 from fedrun.params import Params
 from fedrun.seeding import torch_generator
 
@@ -84,11 +93,51 @@ def divergence_from_grams(grams: torch.Tensor, k: int, with_reference: bool, eps
     return Divergence(ls[:-1], float(ls[-1]), vl[:-1], float(vl[-1]))
 
 
-def round_divergence(grams: LayerGrams) -> Divergence:
-    """A round's divergence from the updates' :func:`fedrun.diagnostics.nwda.layer_grams` taken with the
-    global model (and the vanilla reference's update as the extra row): the learners' Gram
-    matrices are expanded from them exactly, so no learner's ``w + dw_k`` is ever built."""
-    return divergence_from_grams(grams.learners(), grams.clients, grams.updates.shape[1] > grams.clients)
+def round_divergence(grams: RoundSums | LayerGrams, eps: float = 1e-30) -> Divergence:
+    """A round's divergence from its :class:`fedrun.diagnostics.nwda.RoundSums` (streamed, O(m d):
+    the module's spread form) or from the updates' :func:`fedrun.diagnostics.nwda.layer_grams`, both
+    taken with the global model (and the vanilla reference's update as the extra one): the learners'
+    inner products are expanded from the updates' exactly, so no learner's ``w + dw_k`` is ever built."""
+    if isinstance(grams, RoundSums) and grams.single:  # one learner: the 1 x 1 Gram path (RoundSums.single)
+        grams = grams.grams()
+    if isinstance(grams, LayerGrams):
+        return divergence_from_grams(grams.learners(), grams.clients, grams.updates.shape[1] > grams.clients, eps)
+    return streamed_divergence(grams, eps)
+
+
+def streamed_divergence(sums: RoundSums, eps: float = 1e-30) -> Divergence:
+    """PD-Ls and PD-VL per layer and for the model without a Gram matrix (the module's spread form):
+    the learners' norms from :meth:`~fedrun.diagnostics.nwda.RoundSums.sums`, the squared norm of
+    their mean unit vector from one more pass (:meth:`~fedrun.diagnostics.nwda.RoundSums.mean_direction`).
+    A zero vector's cosine is 0 (distance 1), as in :func:`divergence_from_grams`."""
+    s, k = sums.sums(), sums.clients
+    layer_sq = s.learner_sq().clamp_min(0)  # [k, L]
+    sq = torch.cat([layer_sq, layer_sq.sum(1, keepdim=True)], 1)  # [k, L + 1]: the layers, then the model
+    raw = sq.sqrt()
+    norms = raw.clamp_min(eps)
+    units = (raw / norms).square()  # |v_k|^2: 1, or 0 for a zero vector
+    nan = torch.full((sq.shape[1],), float("nan"), dtype=sq.dtype, device=sq.device)
+    if k > 1:
+        inverse = 1 / (k * norms)  # [k, L + 1]
+        scales = torch.stack([inverse[:, :-1], inverse[:, -1:].expand_as(inverse[:, :-1])])  # [2, k, L]
+        mean_sq = sums.mean_direction(scales)  # [2, L]: per layer; the model's mean direction, by layer
+        mean_sq = torch.cat([mean_sq[0], mean_sq[1].sum(0, keepdim=True)])  # [L + 1]: |v|^2
+        total = units.sum(0)
+        ls = 1 - total / k + (total - k * mean_sq) / (k - 1)
+    else:
+        ls = nan
+    if s.extra_dot is not None:
+        ref_sq = s.reference_sq().clamp_min(0)
+        ref_norms = torch.cat([ref_sq, ref_sq.sum(0, keepdim=True)]).sqrt().clamp_min(eps)  # [L + 1]
+        dots = s.reference_dot()
+        dots = torch.cat([dots, dots.sum(1, keepdim=True)], 1)  # [k, L + 1]
+        vl = (1 - dots / (ref_norms[None, :] * norms)).mean(0)
+    else:
+        vl = nan
+    ls, vl = torch.stack([ls, vl]).cpu()  # one transfer for the round's divergence
+    if s.extra_dot is None:
+        return Divergence(ls[:-1], float(ls[-1]))
+    return Divergence(ls[:-1], float(ls[-1]), vl[:-1], float(vl[-1]))
 
 
 def parameter_divergence(client_params: Mapping[str, torch.Tensor], layers: list[Layer], reference: Params | None = None,

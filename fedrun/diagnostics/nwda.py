@@ -9,12 +9,17 @@ With client updates ``dw_k = w_k - w_t`` stacked as ``[m, *shape]`` tensors and 
 * the server step ``|| w_{t+1} - w_t ||`` eq. (24), which differs from N once the server rescales
   or adds momentum.
 
-Everything derives from one Gram matrix of the updates per layer (:func:`layer_grams`), so the
-same numbers are available per layer, per layer type (the FC and conv curves of Figs. 8-9) and
-for the whole model, and parameter divergence (:mod:`fedrun.diagnostics.divergence`) reads the same matrices.
+In a run, everything streams over the updates' columns in float64 blocks (:class:`RoundSums`), in
+O(m d) time and O(m L) memory: the clients' squared norms per layer, the weighted mean update and
+each client's dot with it (N, E, the angles), and the sums parameter divergence reads
+(:mod:`fedrun.diagnostics.divergence`).  Only a rule that compares clients pairwise (Krum) asks
+for the per-layer Gram matrices of the updates (:func:`layer_grams`, m^2 d multiply-adds), and
+only then are they built.  The same numbers are available per layer, per layer type (the FC and
+conv curves of Figs. 8-9) and for the whole model.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -139,13 +144,21 @@ def nwda(deltas: Params, weights: torch.Tensor, layers: list[Layer], grams: Laye
       deltas: client updates ``w_k - w_t``, stacked ``[m, *shape]`` per parameter name.
       weights: ``[m]`` aggregation weights ``p_k`` summing to one.
       layers: the model's layers (:func:`fedrun.models.layers.layers`).
-      grams: the updates' :class:`LayerGrams` if already computed (the simulation computes them
-        once a round for these norms and for parameter divergence).
+      grams: the round's :class:`RoundSums` (the simulation shares them with parameter
+        divergence), or the updates' :class:`LayerGrams` where already built; None: streamed here.
 
-    With ``D_l`` the updates' Gram matrix of layer l: ``||dw_{k,l}||^2 = D_l[k, k]``,
-    ``<dw_{k,l}, sum_j p_j dw_{j,l}> = (D_l p)_k`` and ``N_l^2 = p^T D_l p``.
+    Streamed (:meth:`RoundSums.stats`, O(m d)): ``||dw_{k,l}||^2``, the float64 mean update
+    ``mu_l = sum_j p_j dw_{j,l}`` block by block, ``<dw_{k,l}, mu_l>`` and ``N_l = ||mu_l||``.
+    From a Gram matrix ``D_l`` of layer l: ``||dw_{k,l}||^2 = D_l[k, k]``,
+    ``<dw_{k,l}, mu_l> = (D_l p)_k`` and ``N_l^2 = p^T D_l p``.
     """
-    grams = layer_grams(deltas, layers) if grams is None else grams
+    if grams is None or isinstance(grams, RoundSums):  # streamed: no m x m matrix
+        return (RoundSums(deltas, layers) if grams is None else grams).stats(weights)
+    return _gram_stats(grams, weights)
+
+
+def _gram_stats(grams: LayerGrams, weights: torch.Tensor) -> NormStats:
+    """:class:`NormStats` from the updates' Gram matrices (:func:`nwda`)."""
     gram = grams.client_updates()  # [L, m, m]
     weights = weights.to(gram.device, torch.float64)
     sq = gram.diagonal(dim1=1, dim2=2).T  # [m, L]
@@ -155,3 +168,170 @@ def nwda(deltas: Params, weights: torch.Tensor, layers: list[Layer], grams: Laye
     client_norms = sq.sum(1).sqrt()
     return NormStats(N=float(layer_N.pow(2).sum().sqrt()), E=float(weights @ client_norms),
                      layer_N=layer_N, layer_E=layer_E, client_norms=client_norms, client_sq=sq, client_dot=dot)
+
+
+# Values (clients x columns) converted to float64 at a time by the streamed sums (RoundSums): bounds
+# their working memory (32 MiB) whatever m and the layer's size.
+STREAM_CHUNK = 2**22
+
+
+def _columns(stacked: Params, layers: list[Layer], params: Params | None, extra: Params | None, chunk: int):
+    """``(layer index, block [m, c], w [c] or None, extra [c] or None)`` over every column of every
+    layer's parameters, ``chunk // m`` columns at a time, in float64 (products of float32 values are
+    exact in float64; only the sums round)."""
+    first = stacked[next(iter(stacked))]
+    m, f64 = first.shape[0], torch.float64
+    width = max(chunk // m, 1)
+    for i, layer in enumerate(layers):
+        for name in layer.params:
+            x = stacked[name].reshape(m, -1)
+            w = params[name].reshape(-1) if params is not None else None
+            e = extra[name].reshape(-1) if extra is not None else None
+            for start in range(0, x.shape[1], width):
+                end = start + width
+                yield (i, x[:, start:end].to(f64), None if w is None else w[start:end].to(f64),
+                       None if e is None else e[start:end].to(f64))
+
+
+@dataclass
+class ClientSums:
+    """One streamed pass over the round's m stacked updates (:meth:`RoundSums.sums`), per layer, in
+    float64: ``sq[k, l] = ||dw_{k,l}||^2``; with the global model ``w``, ``with_model[k, l] =
+    <w_l, dw_{k,l}>`` and ``model_sq[l] = ||w_l||^2``; with an extra (reference) update ``e``,
+    ``extra_dot[k, l] = <e_l, dw_{k,l}>``, ``extra_sq[l] = ||e_l||^2`` and ``extra_model[l] =
+    <w_l, e_l>``."""
+
+    sq: torch.Tensor  # [m, L]
+    with_model: torch.Tensor | None = None  # [m, L]
+    model_sq: torch.Tensor | None = None  # [L]
+    extra_dot: torch.Tensor | None = None  # [m, L]
+    extra_sq: torch.Tensor | None = None  # [L]
+    extra_model: torch.Tensor | None = None  # [L]
+
+    def learner_sq(self) -> torch.Tensor:
+        """``[m, L]``: ``||w_l + dw_{k,l}||^2``, expanded in float64 as :meth:`LayerGrams.learners`'s diagonal."""
+        a = self.with_model
+        return self.sq + a + a + self.model_sq
+
+    def reference_sq(self) -> torch.Tensor:
+        """``[L]``: ``||w_l + e_l||^2``."""
+        a = self.extra_model
+        return self.extra_sq + a + a + self.model_sq
+
+    def reference_dot(self) -> torch.Tensor:
+        """``[m, L]``: ``<w_l + e_l, w_l + dw_{k,l}>``, as :meth:`LayerGrams.learners`'s last row."""
+        return self.extra_dot + self.extra_model + self.with_model + self.model_sq
+
+
+class RoundSums:
+    """A round's stacked updates ``[m, *shape]`` and what its diagnostics read of them, each computed
+    when first asked for, in float64 blocks of columns (``chunk`` values at a time):
+
+    * :meth:`stats` (N, E, the client norms and angles: :class:`NormStats`) and :meth:`sums`
+      (:class:`ClientSums`, which parameter divergence also reads): one pass, O(m d);
+    * :meth:`mean_direction`: one more pass for PD-Ls, O(m d) (:func:`fedrun.diagnostics.divergence.round_divergence`);
+    * :meth:`client_updates`: the per-layer Gram matrices ``[L, m, m]`` of the updates, m^2 d
+      multiply-adds and ``L m^2`` float64 of memory, built only for a rule that reads them (Krum).
+
+    ``params`` is the global model ``w`` (for the learners' ``w + dw_k``), ``extra`` one more update
+    ``[*shape]`` (PD-VL's reference learner) that takes part in none of the clients' statistics.
+    """
+
+    def __init__(self, stacked: Params, layers: list[Layer], params: Params | None = None,
+                 extra: Params | None = None, chunk: int = STREAM_CHUNK):
+        self.stacked, self.layers, self.params, self.extra, self.chunk = stacked, layers, params, extra, chunk
+        first = stacked[next(iter(stacked))]
+        self.clients, self.device = first.shape[0], first.device
+        self._sums: ClientSums | None = None
+        self._grams: LayerGrams | None = None
+
+    @property
+    def single(self) -> bool:
+        """One client: its 1 x 1 Gram matrix (:meth:`grams`) costs what the streamed sums cost, O(d),
+        and the statistics come from it as on the Gram path, to the bit.  A single client's angle to
+        the mean update (itself) is ``arccos(1 +- 1 ulp)``, 0 or ~1.5e-8 by rounding alone: only the
+        same sums in the same order print the same digits."""
+        return self.clients == 1
+
+    def sums(self) -> ClientSums:
+        if self._sums is None:
+            self._stream(None)
+        return self._sums
+
+    def stats(self, weights: torch.Tensor) -> NormStats:
+        """:class:`NormStats` with the weights ``p`` (the base weights): ``N_l = ||sum_k p_k dw_{k,l}||``
+        from the float64 mean update itself, formed block by block, and each client's dot with it
+        (``(D_l p)_k`` of :func:`nwda`), in the pass that gives :meth:`sums` if that has not run yet."""
+        weights = weights.to(self.device, torch.float64)
+        if self.single:
+            return _gram_stats(self.grams(), weights)
+        sq, dot, mean_sq = self._stream(weights)
+        return _norm_stats(sq, dot, mean_sq, weights)
+
+    def _stream(self, weights: torch.Tensor | None):
+        """One pass: :class:`ClientSums` (unless already computed) and, with ``weights``, the
+        clients' dots with the weighted mean update and its squared norm per layer."""
+        m, L, f64 = self.clients, len(self.layers), torch.float64
+        zeros = functools.partial(torch.zeros, dtype=f64, device=self.device)
+        fresh = self._sums is None
+        if fresh:
+            has_w, has_e = self.params is not None, self.extra is not None
+            s = ClientSums(zeros(m, L), *((zeros(m, L), zeros(L)) if has_w else (None, None)),
+                           *((zeros(m, L), zeros(L), zeros(L) if has_w else None) if has_e else (None, None, None)))
+        dot = zeros(m, L) if weights is not None else None
+        mean_sq = zeros(L) if weights is not None else None
+        params, extra = (self.params, self.extra) if fresh else (None, None)
+        for i, block, w, e in _columns(self.stacked, self.layers, params, extra, self.chunk):
+            if fresh:
+                s.sq[:, i] += torch.bmm(block.unsqueeze(1), block.unsqueeze(2)).reshape(m)  # row-wise dots
+                if w is not None:
+                    s.with_model[:, i] += block @ w
+                    s.model_sq[i] += w @ w
+                if e is not None:
+                    s.extra_dot[:, i] += block @ e
+                    s.extra_sq[i] += e @ e
+                    if w is not None:
+                        s.extra_model[i] += w @ e
+            if weights is not None:
+                mean = weights @ block  # [c]: the weighted mean update's columns
+                dot[:, i] += block @ mean
+                mean_sq[i] += mean @ mean
+        if fresh:
+            self._sums = s
+        return self._sums.sq, dot, mean_sq
+
+    def mean_direction(self, scales: torch.Tensor) -> torch.Tensor:
+        """``[G, L]``: for each of G scalings ``scales[g]`` ``[m, L]`` of the learners, the squared
+        norm per layer of ``sum_k scales[g, k, l] (w_l + dw_{k,l})`` (PD-Ls' mean direction: with
+        ``scales = 1 / (m ||w + dw_k||)`` the mean of the learners' unit vectors)."""
+        g_count = scales.shape[0]
+        scales = scales.to(self.device, torch.float64)
+        total = scales.sum(1)  # [G, L]: the coefficient of w
+        out = torch.zeros(g_count, len(self.layers), dtype=torch.float64, device=self.device)
+        for i, block, w, _ in _columns(self.stacked, self.layers, self.params, None, self.chunk):
+            mean = scales[:, :, i] @ block  # [G, c]
+            if w is not None:
+                mean += total[:, i:i + 1] * w
+            out[:, i] += (mean * mean).sum(1)
+        return out
+
+    def grams(self) -> LayerGrams:
+        """The updates' :func:`layer_grams` (with the model and the extra update): m^2 d multiply-adds."""
+        if self._grams is None:
+            self._grams = layer_grams(self.stacked, self.layers, self.params, self.extra)
+        return self._grams
+
+    def client_updates(self) -> torch.Tensor:
+        """``[L, m, m]``: the clients' block of :meth:`grams` (what Krum reads, as :meth:`LayerGrams.client_updates`)."""
+        return self.grams().client_updates()
+
+
+def _norm_stats(sq: torch.Tensor, dot: torch.Tensor, mean_sq: torch.Tensor, weights: torch.Tensor) -> NormStats:
+    """:class:`NormStats` from the clients' squared norms and dots with the mean update ``[m, L]``
+    and the mean update's squared norm per layer ``[L]``."""
+    layer_N = mean_sq.clamp_min(0).sqrt()
+    layer_E = weights @ sq.sqrt()
+    client_norms = sq.sum(1).sqrt()
+    return NormStats(N=float(layer_N.pow(2).sum().sqrt()), E=float(weights @ client_norms),
+                     layer_N=layer_N, layer_E=layer_E, client_norms=client_norms, client_sq=sq, client_dot=dot)
+

@@ -29,12 +29,12 @@ from fedrun.diagnostics.evaluation import client_scores, client_summary, eval_ba
 from fedrun.models.layers import layers as model_layers
 from fedrun.client.local_training import LocalTraining, OptimizerStates
 from fedrun.logs import FILE_ONLY, ROUND_LINE
-from fedrun.diagnostics.nwda import layer_grams
+from fedrun.diagnostics.nwda import RoundSums
 from fedrun.params import split_state
 from fedrun.client.participation import Participation
 from fedrun.data.partition import class_counts, client_ids, client_test_rows, fingerprint
 from fedrun.harness.recorder import Recorder, RoundRecord
-from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run, settings_digest
+from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run
 from fedrun.seeding import clients_per_round, sample_clients
 from fedrun.client.sequential import SequentialEngine
 
@@ -111,12 +111,16 @@ class FederatedRun:
                  local: LocalTraining, federation: Federation, participation: Participation = Participation(),
                  make_engine: Callable = SequentialEngine, seed: int = 0, device="cpu", resume: bool = False,
                  targets: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99), config: dict | None = None,
-                 dashboard=None, objective: str | None = None, notes: tuple[str, ...] = ()):
+                 dashboard=None, objective: str | None = None, notes: tuple[str, ...] = (),
+                 data_digest: str | None = None, data_source: str = "the dataset"):
         self.run_dir, self.data, self.aggregator, self.local = Path(run_dir), data, aggregator, local
         self.federation, self.participation, self.seed, self.device = federation, participation, seed, device
         self.resume, self.targets, self.config, self.dashboard = resume, targets, config, dashboard
         self.objective = objective  # the summary's value a sweep optimizes (fedrun.results.objective)
         self.notes = tuple(notes)  # settings without effect here (fedrun.command.build.no_effect): warned at the start
+        # The data as loaded (fedrun.command.build.data_digest), recorded in every checkpoint: a data
+        # file changed between a stop and its resume is refused, naming data_source.
+        self.data_digest, self.data_source = data_digest, data_source
         self.population = False  # trained with other runs: its round lines go to its fedrun.log only
         if not resume:
             refuse_existing_run(self.run_dir)  # fail before the work below
@@ -127,10 +131,14 @@ class FederatedRun:
         self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
                                num_classes=data.num_classes, seed=seed, **client_ids(partition, data.train_groups))
         self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
-        self.client_tests, self.client_eval_every = _client_tests(self.parts, data, federation, device)
+        self.client_tests, self.client_eval_every, notes = _client_tests(self.parts, data, federation, device)
+        self.notes += notes
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
         self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
+        if hasattr(self.engine, "fit"):  # the parallel engine: no more workers than can run (cores, clients a round)
+            fitted = self.engine.fit(federation.per_round)
+            self.notes += (fitted,) if fitted else ()
         if hasattr(self.engine, "share"):  # the parallel engine's workers evaluate on the splits they hold
             for x, y in ((data.test_x, data.test_y), (data.val_x, data.val_y)):
                 if x is not None:
@@ -153,12 +161,15 @@ class FederatedRun:
         self.dir = RunDirectory.open(self.run_dir, self.resume)
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
-                                     self.device, settings_digest(self.config), self.payload)
-            self.dir.write_config(self.config, self.resume)  # first: on resume, refuses settings that differ
+                                     self.device, config=self.config, payload=self.payload, data=self.data_digest,
+                                     data_source=self.data_source)
+            if self.resume:  # every check before a byte is written: a refused resume leaves the run as it was
+                self.dir.check_config(self.config)  # settings that differ from config.yaml's
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
             self.finished = self.recorder.resume(ckpt, self.federation.rounds)
             if self.finished is not None:
                 return self
+            self.dir.write_config(self.config, self.resume)  # a new run's; a resumed run's only where it is missing
             self.dir.start_log()
             if ckpt is not None:
                 self.params, self.buffers = ckpt["params"], ckpt["buffers"]
@@ -267,12 +278,12 @@ class FederatedRun:
 
     def aggregate(self, r: RoundRecord) -> None:
         """Step 3: the new global model."""
-        # Every inner product of the round's diagnostics comes from one pass over the updates:
-        # N and E, the clients' angles, the learners' divergence.
+        # The round's diagnostics stream over the updates, O(m d) (fedrun.diagnostics.nwda.RoundSums):
+        # N and E, the clients' angles and the learners' norms in one pass, PD-Ls in one more.
         reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}
-        grams = layer_grams(r.results.deltas, self.layers, self.params, reference)
-        r.divergence, r.learners = round_divergence(grams), LearnerParams(self.params, r.results.deltas)
-        r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, grams)
+        sums = RoundSums(r.results.deltas, self.layers, self.params, reference)
+        r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, sums)
+        r.divergence, r.learners = round_divergence(sums), LearnerParams(self.params, r.results.deltas)
         check_finite(r.outcome, r.results.loss, r.round, self.aggregator.name)
         self.opt.finish(r.clients, r.results.opt_states, r.outcome.stats_weights)
         self.params, self.buffers = r.outcome.sent, r.outcome.buffers
@@ -344,10 +355,18 @@ def _duration(seconds) -> str:
     return f"{minutes} min {rest} s"
 
 
-def _client_tests(parts, data: FederatedData, federation: Federation, device) -> tuple[list | None, int]:
-    """Each client's own test rows on the device (None without them) and how often they are
-    scored (:attr:`Federation.client_eval_every`, its null resolved)."""
+def _client_tests(parts, data: FederatedData, federation: Federation, device) -> tuple[list | None, int, tuple]:
+    """Each client's own test rows on the device (None without them), how often they are scored
+    (:attr:`Federation.client_eval_every`, its null resolved), and the run's notes about them."""
     rows = client_test_rows(parts, data.train_groups, data.test_groups)
+    notes = ()
+    if rows is not None and not any(len(r) for r in rows):
+        # The per-client columns would stay empty for the whole run without a word (the test
+        # split's clients are others: writers missing from LEAF's test files, a dataset.max_test
+        # subset): warned when the run starts; not refused, the run's global scores stand.
+        notes = (f"partition=natural: none of the {len(parts)} clients kept has test examples of its own (no test "
+                 "example carries their ids): clients.csv's own_test_acc/own_test_loss and rounds.csv's "
+                 "client_acc_mean/_std/_worst10 stay empty",)
     every = federation.client_eval_every
     if every is None:
         every = federation.eval_every if rows is not None else 0
@@ -355,8 +374,8 @@ def _client_tests(parts, data: FederatedData, federation: Federation, device) ->
           "needs each client's own test data: partition=natural on a dataset with a per-client test split "
           "(dataset=femnist, dataset=table, or dataset=huggingface with a client column); 0: off")
     if rows is None or every == 0:
-        return None, every
-    return [torch.as_tensor(r, dtype=torch.long, device=device) for r in rows], every
+        return None, every, notes
+    return [torch.as_tensor(r, dtype=torch.long, device=device) for r in rows], every, notes
 
 
 def build_model(make_model: Callable[[], nn.Module], data: FederatedData, device) -> nn.Module:

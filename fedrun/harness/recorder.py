@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ from fedrun.harness.objective import objective as objective_value
 from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.models.layers import Layer
 from fedrun.params import Params
-from fedrun.harness.rundir import open_run_file, write_atomic
+from fedrun.harness.rundir import differences, listed, open_run_file, settings_digest, settings_text, write_atomic
 
 if TYPE_CHECKING:  # rundir reads CSV headers; the recorder only holds the open directory
     from fedrun.harness.rundir import RunDirectory
@@ -59,10 +60,15 @@ CLIENT_COLUMNS = ["round", "client", "examples", "weight", "update_norm", "angle
                   "loss", "steps", "epochs", "straggler", "dropped", "reg_loss", "lambda_mean", "own_test_acc",
                   "own_test_loss"]
 CLIENT_LAYER_COLUMNS = ["round", "client", "layer", "update_norm", "angle", "smoothed_angle", "weight"]
-# What a checkpoint holds (Recorder.checkpoint), checked before a resume trusts it.  Also
-# ``bytes_total``, checked once the CSVs are known to be this version's (an earlier fedrun's
-# checkpoint lacks it, and its rounds.csv the bytes columns: the header says so more clearly).
+# What a checkpoint holds (Recorder.checkpoint), every key checked before a resume trusts it.
 CHECKPOINT_KEYS = ("round", "params", "buffers", "aggregator", "optimizer_state", "step_sum", "partition", "offsets")
+# The checkpoint's format, recorded in it as ``version``.  1: fedrun 0.1.0 before it was numbered
+# (no ``version``); 2: with the data's digest and the settings themselves.  A checkpoint of this
+# version must hold every field it is written with (CHECKPOINT_KEYS and VOUCHING_KEYS): one that
+# lost its digests, settings or data digest is refused, never trusted less (a checkpoint without
+# digests would let a resume append to edited CSVs, one without settings continue other settings).
+CHECKPOINT_VERSION = 2
+VOUCHING_KEYS = ("bytes_total", "digests", "settings", "values", "data", "run")
 COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
            "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
 
@@ -229,17 +235,26 @@ class Recorder:
       fingerprint: the partition's fingerprint, stored in the checkpoint and the summary.
       dashboard: mirrors every round's values to TensorBoard or MLflow (:mod:`fedrun.harness.dashboards`), or None.
       device: the run's device, named in ``run.json`` (:mod:`fedrun.harness.provenance`).
-      settings: :func:`fedrun.harness.rundir.settings_digest` of the run's config, recorded in every
-        checkpoint and checked by a resume (None: no config, nothing checked).
+      config: the run's config; its settings (:func:`fedrun.harness.rundir.settings_text`) and their
+        digest are recorded in every checkpoint and checked by a resume (None: no config).
       payload: what one client's exchange of a round costs (:func:`fedrun.diagnostics.communication.method_payload`),
         for the ``bytes_*`` columns (None: left empty).
+      data: a digest of the data the run trains on (``fedrun.command.build``: the dataset as loaded),
+        recorded in every checkpoint, so a data file changed since the run stopped is refused on
+        resume; ``data_source`` names that data in the refusal (``dataset=table (dataset.load.path=...)``).
     """
 
     def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
-                 device="cpu", settings: str | None = None, payload: communication.Payload | None = None):
+                 device="cpu", config: dict | None = None, payload: communication.Payload | None = None,
+                 data: str | None = None, data_source: str = "the dataset"):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
         self.dashboard, self.device = dashboard, device
-        self.settings = settings  # the run's settings digest (fedrun.harness.rundir.settings_digest), or None
+        self.values = settings_text(config)  # the run's settings as JSON, or None
+        self.settings = settings_digest(config)  # their digest (fedrun.harness.rundir.settings_digest), or None
+        self.data, self.data_source = data, data_source
+        # The run's own id, made when it starts, in run.json's sessions and every checkpoint: a
+        # checkpoint copied in from another run is named as such on resume (Recorder.resume).
+        self.run_id: str | None = None
         self.types = np.array([layer.type for layer in layers])
         self.sizes = [sum(params[p].numel() for p in layer.params) for layer in layers]
         self.output_layer = output_layer(layers)
@@ -258,30 +273,45 @@ class Recorder:
         process completed (nothing to do), else None."""
         if ckpt is None:
             return None
-        if "aggregator" not in ckpt:
-            raise RunDirectoryError(f"{self.run.checkpoint_path}: written by an earlier fedrun version; resume it "
-                                    "with that version, or start a new run directory (nothing was written)")
-        missing = [key for key in CHECKPOINT_KEYS if key not in ckpt]
-        if missing or not isinstance(ckpt["offsets"], dict) or not isinstance(ckpt["round"], int):
-            raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint (missing or damaged: "
-                                    f"{', '.join(missing) or 'offsets or round'}); restore it or start a new run "
+        self._check_fields(ckpt)
+        done, config = ckpt["round"], self.path / "config.yaml"
+        complete = done >= rounds and (self.path / "summary.json").is_file()
+        # What the checkpoint says its rounds ran with against this run's: the first that differs.
+        same = {"settings": ckpt["settings"] == self.settings, "data": ckpt["data"] == self.data,
+                "partition": ckpt["partition"] == self.fingerprint}
+        differs = next((what for what, equal in same.items() if not equal), None)
+        ids = set(run_ids(self.sessions()))
+        vouched = {} if ids else self.run.vouched(COLUMNS, ckpt["offsets"], ckpt["digests"])
+        if (ids and ckpt["run"] not in ids) or (vouched and not any(vouched.values())):
+            # Another run's id than run.json's (without run.json: not one CSV is what it records):
+            # the checkpoint is the odd one out, not config.yaml or the data that disagree with it.
+            why = f"; its {differs} {'differs' if differs == 'partition' else 'differ'} from this run's" \
+                if differs else ""
+            whose = (f"it is run {ckpt['run']}'s, and {provenance.RUN_FILE} here records run {', '.join(sorted(ids))}"
+                     if ids else f"it records none of the CSVs here ({', '.join(f'{n}.csv' for n in vouched)})")
+            raise RunDirectoryError(f"{self.run.checkpoint_path}: not this run's checkpoint: {whose}{why} (copied "
+                                    "from another run?); restore this run's own checkpoint.pt or start a new run "
                                     "directory (nothing was written)")
-        if ckpt.get("partition") != self.fingerprint:
-            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt.get('partition')}) differs "
-                              f"from this config's ({self.fingerprint}); use the run's original settings")
-        recorded = ckpt.get("settings")  # absent from checkpoints of fedrun before it was recorded
-        if recorded is not None and self.settings is not None and recorded != self.settings:
+        self.run_id = ckpt["run"]
+        if differs == "settings":
+            if not config.exists():  # config.yaml gone: the overrides are all there is to compare
+                changed = self._changed(ckpt["values"])
+                raise ConfigError("resume", "true", f"the settings differ from those the checkpoint's {done} rounds "
+                                  f"ran with{' in: ' + listed(changed) if changed else ''} ({config.name}, which "
+                                  "recorded them, is missing); resume with the run's original overrides (nothing "
+                                  "was written)")
             # The settings equal config.yaml's (checked first), so config.yaml is not what the checkpoint ran.
-            raise RunDirectoryError(f"{self.path / 'config.yaml'}: its settings are not those the checkpoint's "
-                                    f"{ckpt['round']} rounds ran with (edited since); restore it or start a new "
-                                    "run directory (nothing was written)")
-        digests = ckpt.get("digests")
-        complete = ckpt["round"] >= rounds and (self.path / "summary.json").is_file()
-        self.run.check_csvs(COLUMNS, ckpt["offsets"], digests if isinstance(digests, dict) else None, complete)
-        if not isinstance(ckpt.get("bytes_total"), int):  # the CSVs are this version's, the checkpoint not
-            raise RunDirectoryError(f"{self.run.checkpoint_path}: not a fedrun checkpoint of this version (missing "
-                                    "or damaged: bytes_total); restore it or start a new run directory (nothing "
-                                    "was written)")
+            raise RunDirectoryError(f"{config}: its settings are not those the checkpoint's {done} rounds ran "
+                                    "with (edited since); restore it or start a new run directory (nothing was "
+                                    "written)")
+        if differs == "data":  # the same settings, other data: a file the settings name was changed
+            raise RunDirectoryError(f"{self.data_source}: its data are not those the checkpoint's {done} rounds "
+                                    "trained on (a data file changed since the run stopped); restore the data or "
+                                    "start a new run directory (nothing was written)")
+        if differs == "partition":
+            raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt['partition']}) differs "
+                              f"from this config's ({self.fingerprint}); use the run's original settings")
+        self.run.check_csvs(COLUMNS, ckpt["offsets"], ckpt["digests"], complete)
         self.step_sum, self.bytes_total = ckpt["step_sum"], ckpt["bytes_total"]
         if complete:
             try:
@@ -301,9 +331,11 @@ class Recorder:
         if self.dashboard is not None:  # first: a store it cannot reach leaves no results behind
             self.dashboard.start(self.path, config, first_round)
         sessions = self.sessions()
+        # The run's id: the checkpoint's it resumes from, else an earlier session's, else a new one.
+        self.run_id = self.run_id or next(reversed(run_ids(sessions)), None) or uuid.uuid4().hex[:16]
         # A sweep's job says which sweep ran it: the sweep's closing table lists its own jobs by it.
         sweep = {"sweep": os.environ[provenance.SWEEP_ID]} if os.environ.get(provenance.SWEEP_ID) else {}
-        sessions.append({**provenance.describe(self.device), **sweep, "started": provenance.now(),
+        sessions.append({**provenance.describe(self.device), **sweep, "run": self.run_id, "started": provenance.now(),
                          "first_round": first_round})
         write_json(sessions, self.path / provenance.RUN_FILE)
         write_partition(self.path / "partition.csv", class_counts)
@@ -358,12 +390,61 @@ class Recorder:
     def checkpoint(self, t: int, params: Params, buffers: Params, aggregator_state: dict,
                    optimizer_state: object) -> None:
         """Everything needed to continue after round t, with the CSVs' sizes at this point."""
-        atomic_save({"round": t, "params": params, "buffers": buffers, "aggregator": aggregator_state,
-                     "optimizer_state": optimizer_state, "step_sum": self.step_sum, "bytes_total": self.bytes_total,
-                     "partition": self.fingerprint,
+        atomic_save({"version": CHECKPOINT_VERSION, "round": t, "params": params, "buffers": buffers,
+                     "aggregator": aggregator_state, "optimizer_state": optimizer_state, "step_sum": self.step_sum,
+                     "bytes_total": self.bytes_total, "partition": self.fingerprint,
                      "offsets": {name: lg.size() for name, lg in self.logs.items()},
                      "digests": {name: lg.digest() for name, lg in self.logs.items()},
-                     "settings": self.settings}, self.run.checkpoint_path)
+                     "settings": self.settings, "values": self.values, "data": self.data, "run": self.run_id},
+                    self.run.checkpoint_path)
+
+    def _check_fields(self, ckpt: dict) -> None:
+        """The checkpoint is of this fedrun's version and holds every field that version writes
+        (:data:`CHECKPOINT_VERSION`): a downgraded one, a field removed (``digests``, ``settings``),
+        is refused in one line, never resumed with fewer checks."""
+        path, version = self.run.checkpoint_path, ckpt.get("version")
+        core = [key for key in CHECKPOINT_KEYS if key not in ckpt]
+        if core:  # not even a checkpoint of an earlier fedrun
+            raise RunDirectoryError(f"{path}: not a fedrun checkpoint (missing or damaged: {', '.join(core)}); "
+                                    "restore it or start a new run directory (nothing was written)")
+        if version is None or (isinstance(version, int) and not isinstance(version, bool)
+                               and version < CHECKPOINT_VERSION):
+            which = "records no version" if version is None else f"is of version {version}"
+            raise RunDirectoryError(f"{path}: {which}, and this fedrun writes and resumes version "
+                                    f"{CHECKPOINT_VERSION} (written by an earlier fedrun, or fields removed since); "
+                                    "resume it with the fedrun that wrote it, or start a new run directory (nothing "
+                                    "was written)")
+        if version != CHECKPOINT_VERSION:
+            raise RunDirectoryError(f"{path}: of version {version}, not {CHECKPOINT_VERSION} (written by a newer "
+                                    "fedrun?); resume it with that fedrun, or start a new run directory (nothing was "
+                                    "written)")
+        missing = [key for key in VOUCHING_KEYS if key not in ckpt]
+        offsets, digests = ckpt["offsets"], ckpt.get("digests")
+        if not missing:
+            missing = [key for key, ok in (
+                ("round", isinstance(ckpt["round"], int) and not isinstance(ckpt["round"], bool)),
+                ("bytes_total", isinstance(ckpt["bytes_total"], int)),
+                ("run", isinstance(ckpt["run"], str)),
+                ("offsets", isinstance(offsets, dict) and all(isinstance(v, int) for v in offsets.values())),
+                # A digest for every CSV it records the size of: a CSV without one would go unchecked.
+                ("digests", isinstance(digests, dict) and isinstance(offsets, dict)
+                 and all(isinstance(digests.get(name), str) for name in offsets)),
+                # This run has settings and data digests to compare: a checkpoint without them is damaged.
+                ("settings", (ckpt["settings"] is None) == (ckpt["values"] is None)
+                 and (ckpt["settings"] is not None or self.settings is None)),
+                ("data", ckpt["data"] is not None or self.data is None),
+            ) if not ok]
+        if missing:
+            raise RunDirectoryError(f"{path}: not a whole fedrun checkpoint (missing or damaged: {', '.join(missing)}; "
+                                    "every checkpoint this fedrun writes holds them); restore it or start a new run "
+                                    "directory (nothing was written)")
+
+    def _changed(self, values: str | None) -> list[str]:
+        """The settings (dotted) that differ between the checkpoint's (JSON) and this run's."""
+        try:
+            return differences(json.loads(values), json.loads(self.values))
+        except (TypeError, ValueError):  # either is None: no config on one side
+            return []
 
     def sessions(self) -> list[dict]:
         """``run.json``: the processes that ran this run's rounds, oldest first (:mod:`fedrun.harness.provenance`)."""
@@ -408,6 +489,11 @@ class Recorder:
         if self.dashboard is not None:
             self.dashboard.close(out)
         return out
+
+
+def run_ids(sessions: list) -> list[str]:
+    """The run ids ``run.json``'s sessions record (:attr:`Recorder.run_id`), oldest first."""
+    return [s["run"] for s in sessions if isinstance(s, dict) and isinstance(s.get("run"), str)]
 
 
 def write_partition(path: Path, counts: np.ndarray) -> None:

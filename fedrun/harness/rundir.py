@@ -224,14 +224,40 @@ def _settings(config: dict) -> dict:
     return out
 
 
-def settings_digest(config: dict | None) -> str | None:
-    """SHA-256 of a run's settings (``config`` without the :data:`RESUMABLE_DIFFERENCES`), as the
-    checkpoint records them: a resume whose settings hash otherwise ran other settings than the
-    rounds before it (``config.yaml`` edited to match new overrides)."""
+def settings_text(config: dict | None) -> str | None:
+    """A run's settings (``config`` without the :data:`RESUMABLE_DIFFERENCES`) as canonical JSON,
+    as the checkpoint records them (so a refused resume can name the settings that differ)."""
     if config is None:
         return None
-    text = json.dumps(_settings(config), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return json.dumps(_settings(config), sort_keys=True, default=str)
+
+
+def settings_digest(config: dict | None) -> str | None:
+    """SHA-256 of a run's settings (:func:`settings_text`), as the checkpoint records them: a
+    resume whose settings hash otherwise ran other settings than the rounds before it
+    (``config.yaml`` edited to match new overrides)."""
+    text = settings_text(config)
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
+def differences(old, new, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two nested dicts of settings (a key only one
+    holds counts), sorted: what a refusal names (``hyperparams.lr, local.lr``)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return [] if old == new else [prefix.rstrip(".") or "the settings"]
+    found = []
+    for key in sorted(set(old) | set(new), key=str):
+        if old.get(key, _ABSENT) != new.get(key, _ABSENT):
+            found += differences(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}.")
+    return found
+
+
+_ABSENT = object()  # a key one side of differences() lacks
+
+
+def listed(keys: list[str], most: int = 4) -> str:
+    """``a, b, c`` (and ``... (7 in all)`` past ``most``): a list of settings in one line."""
+    return ", ".join(keys[:most]) + (f", ... ({len(keys)} in all)" if len(keys) > most else "")
 
 
 def prefix_digest(path: Path, size: int) -> str:
@@ -472,6 +498,9 @@ class RunDirectory:
             recorded = offsets.get(name)
             if recorded is None:
                 continue
+            if path.exists() and not path.is_file():  # a folder of that name: nothing to append to
+                raise RunDirectoryError(f"{path}: not a file, but the checkpoint records {recorded} bytes of it; "
+                                        "restore it or start a new run directory (nothing was written)")
             if not path.exists():
                 if path.with_name(path.name + ".gz").is_file():  # fedrun.results.compress_csvs
                     if complete:
@@ -495,30 +524,57 @@ class RunDirectory:
                                         "records (edited since); restore it or start a new run directory "
                                         "(nothing was written)")
 
-    def write_config(self, config: dict | None, resume: bool) -> None:
-        """Write ``config.yaml``; on resume, refuse a config that differs from the run's own."""
-        if config is None:
-            return
+    def vouched(self, columns: dict[str, list[str]], offsets: dict[str, int],
+                digests: dict[str, str]) -> dict[str, bool]:
+        """For each CSV a checkpoint records rows of, and which is there with this version's header:
+        whether it starts with the bytes the checkpoint records (a shorter one does not).  A
+        checkpoint of this run vouches for some of its CSVs; one copied from another run for none
+        (their rows differ), which tells a swapped checkpoint from an edited config.yaml."""
+        found = {}
+        for name, cols in columns.items():
+            path, recorded = self.path / f"{name}.csv", offsets.get(name)
+            if not isinstance(recorded, int) or recorded <= len(",".join(cols)) + 1 or name not in digests:
+                continue  # no row recorded: every run's header is the same
+            if not path.is_file() or not header_matches(path, cols):
+                continue  # gone, gzipped or of another version: check_csvs says which
+            found[name] = path.stat().st_size >= recorded and prefix_digest(path, recorded) == digests[name]
+        return found
+
+    def check_config(self, config: dict | None) -> None:
+        """On resume, refuse a config that differs from the run's ``config.yaml`` (when it has one).
+        Nothing is written here: a resume writes ``config.yaml`` (:meth:`write_config`) only once
+        every check has passed, so a refused one never leaves a config.yaml of other settings
+        behind (which would refuse every later resume with the run's own)."""
         path = self.path / "config.yaml"
-        if resume and path.exists():
-            try:
-                old = yaml.safe_load(path.read_bytes()) or {}
-            except (yaml.YAMLError, ValueError) as e:
-                raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
-            if not isinstance(old, dict):
-                raise RunDirectoryError(f"{path}: not a mapping of settings ({type(old).__name__}); restore it "
-                                        "or start a new run directory")
-            moved = moved_targets(old)
-            if moved:
-                was, now = moved[0]
-                raise RunDirectoryError(f"{path}: names {was}, a module path of fedrun's earlier layout (now "
-                                        f"{now}); this run cannot be resumed by this fedrun (fedrun.results and "
-                                        "fedrun-plot still read it): start a new run directory")
-            old, new = _settings(old), _settings(config)
-            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            if diff:
-                raise ConfigError("resume", "true", f"the settings differ from the run's config.yaml in: "
-                                  f"{', '.join(diff)}; resume with the original overrides")
+        if config is None or not path.exists():
+            return
+        try:
+            old = yaml.safe_load(path.read_bytes()) or {}
+        except (yaml.YAMLError, ValueError) as e:
+            raise RunDirectoryError(f"{path}: not valid YAML ({first_line(e)})") from None
+        except OSError as e:  # a folder of that name, a file it may not read
+            raise RunDirectoryError(f"{path}: cannot be read ({e.strerror or e}); restore it or start a new run "
+                                    "directory (nothing was written)") from None
+        if not isinstance(old, dict):
+            raise RunDirectoryError(f"{path}: not a mapping of settings ({type(old).__name__}); restore it "
+                                    "or start a new run directory")
+        moved = moved_targets(old)
+        if moved:
+            was, now = moved[0]
+            raise RunDirectoryError(f"{path}: names {was}, a module path of fedrun's earlier layout (now "
+                                    f"{now}); this run cannot be resumed by this fedrun (fedrun.results and "
+                                    "fedrun-plot still read it): start a new run directory")
+        old, new = _settings(old), _settings(config)
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if diff:
+            raise ConfigError("resume", "true", f"the settings differ from the run's config.yaml in: "
+                              f"{', '.join(diff)}; resume with the original overrides")
+
+    def write_config(self, config: dict | None, resume: bool) -> None:
+        """Write ``config.yaml``: a new run's, or a resumed run's where it is missing (after every
+        check of the resume: :meth:`check_config`, the checkpoint's settings)."""
+        path = self.path / "config.yaml"
+        if config is None or (resume and path.exists()):
             return
         text = yaml.safe_dump(config, sort_keys=False)
         write_atomic(path, lambda f: f.write(text))

@@ -12,7 +12,7 @@ import torch
 
 from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.regularizers import Regularizer
-from fedrun.diagnostics.nwda import LayerGrams, NormStats, layer_grams, layer_norms, nwda
+from fedrun.diagnostics.nwda import LayerGrams, NormStats, RoundSums, layer_norms, nwda
 from fedrun.errors import ConfigError, DivergenceError, check
 from fedrun.models.layers import Layer
 from fedrun.params import Params
@@ -101,15 +101,17 @@ class Aggregator:
         return self.correction.inputs(state["correction"], clients)
 
     def apply(self, state: dict, params: Params, results: ClientResults,
-              grams: LayerGrams | None = None) -> tuple[RoundOutcome, dict]:
+              grams: RoundSums | LayerGrams | None = None) -> tuple[RoundOutcome, dict]:
         """Aggregate one round's client results into the next global model.
 
         Args:
           state: from :meth:`init` or the previous round.
           params: the global model ``w_t`` (trainable parameters).
           results: the clients' stacked updates ``w_k - w_t``, final buffers and sizes ``n_k``.
-          grams: the updates' :func:`fedrun.diagnostics.nwda.layer_grams`, when the caller already computed
-            them (the simulation shares them with parameter divergence); computed here otherwise.
+          grams: the round's :class:`fedrun.diagnostics.nwda.RoundSums` (the simulation shares them with
+            parameter divergence) or already built :func:`fedrun.diagnostics.nwda.layer_grams`; None:
+            :class:`~fedrun.diagnostics.nwda.RoundSums` of the updates here.  N and E stream over the
+            updates (O(m d)); the m x m Gram matrices are built only if the rule reads them (Krum).
 
         N and E always use the base weights (``examples`` or ``uniform``), as eq. 4-5 define them,
         so they compare across aggregators; the rule's weights (angle, Krum, ...) then go to the
@@ -123,7 +125,7 @@ class Aggregator:
         # model's device: every weight lives where the updates it multiplies are.
         device = next(iter(results.deltas.values())).device
         base = rule.base(results.num_examples.to(device))
-        grams = layer_grams(results.deltas, layers) if grams is None else grams
+        grams = RoundSums(results.deltas, layers) if grams is None else grams
         stats = nwda(results.deltas, base, layers, grams)
         steps = results.steps if results.effective_steps is None else results.effective_steps
         steps = steps.to(device=device, dtype=torch.float64)

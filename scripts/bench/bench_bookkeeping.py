@@ -12,10 +12,18 @@ tensor): on a GPU each one waits for the device.  Of the bookkeeping, the checkp
 Data is synthetic of MNIST's shape (speed does not depend on pixels); every client holds
 ``--samples`` images and trains one epoch at B = 10 on the sequential engine (``--engine``).
 
+``--paths after,before`` measures each configuration twice in the same process: ``after``, the
+round's diagnostics streamed over the updates in O(m d) (:class:`fedrun.diagnostics.nwda.RoundSums`,
+what a run does), and ``before``, the per-layer m x m Gram matrices of every round
+(:func:`fedrun.diagnostics.nwda.layer_grams`, what every round computed before), side by side;
+``--before-up-to`` skips ``before`` above that many clients a round (m^2 d multiply-adds a round).
+
 Usage::
 
     python scripts/bench/bench_bookkeeping.py                        # FedLap's MLP 784-200-10, K = 100, m = 10 and 100
     python scripts/bench/bench_bookkeeping.py --model mnist_cnn --device cuda --clients 100
+    python scripts/bench/bench_bookkeeping.py --aggregators fedavg --clients 100,1000,5000 --num-clients 5000 \
+        --rounds 3 --paths after,before --before-up-to 1000     # docs/performance.md, "Round bookkeeping"
 """
 from __future__ import annotations
 
@@ -41,6 +49,7 @@ from fedrun.client.local_training import LocalTraining
 from fedrun.models.nets import MLP, MnistCNN
 from fedrun.data.partition import iid
 from fedrun.harness.recorder import Recorder
+from fedrun.diagnostics.nwda import layer_grams
 from fedrun.client.sequential import SequentialEngine
 
 # As conf/engine/*.yaml build them.
@@ -83,7 +92,12 @@ class TransferCounter:
             self.active = was
 
 
-def measure(aggregator: str, clients: int, args, device) -> dict:
+def gram_path(deltas, layers, params=None, extra=None):
+    """``before``: the round's per-layer m x m Gram matrices, which apply and round_divergence also take."""
+    return layer_grams(deltas, layers, params, extra)
+
+
+def measure(aggregator: str, clients: int, args, device, path: str = "after") -> dict:
     k = args.num_clients
     data = prepare(synthetic(num_train=k * args.samples, num_test=500, noise=0.5), None, None, device=device)
     counter = TransferCounter()
@@ -118,6 +132,9 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
     work = Path(tempfile.mkdtemp(prefix="fedrun-bookkeeping-"))  # removed once its rounds.csv is read
     run = work / "run"
     federated_run.evaluate_round, federated_run.sample_clients = paused_evaluate, start_counting
+    sums = federated_run.RoundSums
+    if path == "before":
+        federated_run.RoundSums = gram_path
     Recorder.checkpoint = timed_checkpoint
     try:
         with counter:
@@ -130,13 +147,15 @@ def measure(aggregator: str, clients: int, args, device) -> dict:
         rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
     finally:
         federated_run.evaluate_round, federated_run.sample_clients = evaluate, sample
+        federated_run.RoundSums = sums
         Recorder.checkpoint = checkpoint
         shutil.rmtree(work, ignore_errors=True)
     rest = (rounds.wall_s - rounds.train_s - rounds.eval_s) * 1e3
-    return {"aggregator": aggregator, "clients a round": clients,
-            "train ms": rounds.train_s.mean() * 1e3, "eval ms": rounds.eval_s.mean() * 1e3,
-            "bookkeeping ms": rest.mean(), "median ms": rest.median(),
-            "of it checkpoint ms": sum(saving[1:]) / len(saving[1:]) * 1e3,
+    return {"aggregator": aggregator, "clients a round": clients, "path": path,
+            "train s": rounds.train_s.mean(), "eval s": rounds.eval_s.mean(),
+            "bookkeeping s": rest.mean() / 1e3, "median s": rest.median() / 1e3,
+            "of training": rest.mean() / (rounds.train_s.mean() * 1e3),
+            "of it checkpoint s": sum(saving[1:]) / len(saving[1:]),
             "share of round": rest.sum() / (rounds.wall_s.sum() * 1e3),
             "transfers a round": sum(counter.count.values()) / args.rounds}
 
@@ -153,11 +172,21 @@ def main(argv=None) -> None:
     p.add_argument("--engine", choices=["sequential", "batched"], default="sequential")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--paths", default="after", help="after (streamed sums, a run's), before (m x m Gram matrices), "
+                   "or both comma-separated")
+    p.add_argument("--before-up-to", type=int, default=None, help="measure before only up to this many clients a round")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    rows = [measure(a, int(m), args, device) for m in args.clients.split(",") for a in args.aggregators.split(",")]
+    rows = []
+    for m in map(int, args.clients.split(",")):
+        for a in args.aggregators.split(","):
+            for path in args.paths.split(","):
+                if path == "before" and args.before_up_to is not None and m > args.before_up_to:
+                    continue
+                rows.append(measure(a, m, args, device, path))
+                print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
     table = pd.DataFrame(rows)
     print(f"{args.model}, K = {args.num_clients}, {args.samples} images a client, E = 1, B = 10, "
           f"{args.engine} engine on {device} ({torch.get_num_threads()} threads), rounds 2-{args.rounds}")
