@@ -708,3 +708,23 @@ def test_keras_initialization_of_the_fedlayerwise_cnn():
     assert LocalTraining(optimizer="adam", adam_eps=1e-7).make_optimizer().eps == 1e-7
     with pytest.raises(ConfigError, match="hyperparams.adam_eps=0"):
         LocalTraining(optimizer="adam", adam_eps=0)
+
+
+def test_a_chosen_data_root_without_the_files_says_it_reads_the_systems_copy(tmp_path, caplog, monkeypatch):
+    # Debian's FashionMNIST stands in a system folder; a data_root the user chose holds none.
+    from fedrun.data import datasets
+
+    system = tmp_path / "system"
+    rng = np.random.default_rng(0)
+    for name, n in (("train-images-idx3-ubyte", 20), ("t10k-images-idx3-ubyte", 10)):
+        write_idx(system / f"{name}.gz", rng.integers(0, 256, (n, 28, 28)))
+    for name, n in (("train-labels-idx1-ubyte", 20), ("t10k-labels-idx1-ubyte", 10)):
+        write_idx(system / f"{name}.gz", np.arange(n) % 10)
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("INFO", logger="fedrun.data.datasets"):
+        datasets._mnist_like("FashionMNIST", "FashionMNIST", str(tmp_path / "mine"), False, None, [str(system)])
+        datasets._mnist_like("FashionMNIST", "FashionMNIST", "data", False, None, [str(system)])
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [("WARNING", f"data_root={tmp_path / 'mine'} holds no FashionMNIST ({tmp_path / 'mine'}/FashionMNIST/raw): "
+                                f"reading the system's copy in {system}"),
+                    ("INFO", f"FashionMNIST: reading {system}")]  # the default data root: as before

@@ -269,6 +269,7 @@ def _pair(images: Path, labels: Path, split: str) -> tuple[torch.Tensor, torch.T
 
 
 _DOWNLOAD = "dataset.load.download"
+DEFAULT_ROOT = "data"  # conf/config.yaml's data_root when FEDRUN_DATA is unset
 
 
 def _mnist_like(folder_name: str, torchvision_class: str, root: str, download: bool,
@@ -308,7 +309,13 @@ def _mnist_like(folder_name: str, torchvision_class: str, root: str, download: b
         raise DataError(f"{folder_name} not found: expected {', '.join(names)} (optionally .gz), all four in one "
                         f"of {where}{' (' + '; '.join(partial) + ')' if partial else ''}; {reason}")
     folder, (trx, try_, tex, tey) = chosen
-    log.info("%s: reading %s", folder_name, folder)
+    if str(folder) in system_dirs and str(root) != DEFAULT_ROOT:
+        # A data root the user chose holds no copy: say which copy is read instead, not as a
+        # passing info line (the same dataset, so not refused; the user may have meant their own).
+        log.warning("data_root=%s holds no %s (%s): reading the system's copy in %s", root, folder_name,
+                    folders[0], folder)
+    else:
+        log.info("%s: reading %s", folder_name, folder)
     train_x, train_y = _pair(trx, try_, "training")
     test_x, test_y = _pair(tex, tey, "test")
     for path, y in ((try_, train_y), (tey, test_y)):
