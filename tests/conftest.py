@@ -92,6 +92,31 @@ class OnPartition:
         return getattr(self.engine, name)
 
 
+def refusal_failures(result: dict, expected: list[str], prefix: str = "fedrun: error: ", exit_ok=lambda code: code == 2,
+                     named: str = "names the setting and what is allowed", **extra: bool) -> list[str]:
+    """The checks a one-line refusal fails (empty: it passes them all).  ``result``: a catalogue
+    driver's record of one command (``code``, ``stderr``, ``cwd``).  A refusal exits as
+    ``exit_ok`` accepts, prints no traceback, prints exactly one line starting with ``prefix``
+    that holds every string of ``expected``, and creates nothing in its working folder; ``extra``
+    adds checks of the caller's own (name: passed)."""
+    lines = result["stderr"].strip().splitlines()
+    line = lines[0] if lines else ""
+    checks = {
+        "exit 2" if exit_ok(2) and not exit_ok(1) else "non-zero exit": exit_ok(result["code"]),
+        "no traceback": "Traceback" not in result["stderr"],
+        "one line": len(lines) == 1 and line.startswith(prefix),
+        named: all(s in line for s in expected),
+        "nothing created": not any(result["cwd"].iterdir()),
+        **extra,
+    }
+    return [name for name, ok in checks.items() if not ok]
+
+
+def created_in(result: dict) -> list[str]:
+    """What a command created in its working folder, by name."""
+    return sorted(p.name for p in result["cwd"].iterdir())
+
+
 def on_partition(make, model, x, y, indices, *args, **kwargs) -> OnPartition:
     """``make(model, x, y, *args, **kwargs)`` (an engine class) bound to the partition ``indices``."""
     return OnPartition(make(model, x, y, *args, **kwargs), indices)

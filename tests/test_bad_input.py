@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, _cli_env, edit_same_length, fedrun_ok
+from conftest import TINY, _cli_env, created_in, edit_same_length, fedrun_ok, refusal_failures
 
 DRIVER = Path(__file__).resolve().parent / "cli_driver.py"
 
@@ -420,20 +420,10 @@ def test_every_bad_command_line_is_one_line_before_anything_is_written(data_file
     before = tree(files)
     problems = []
     for (args, expected, *_), result in zip(cases, run_catalogue(cases, tmp_path)):
-        lines = result["stderr"].strip().splitlines()
-        line = lines[0] if lines else ""
-        created = sorted(p.name for p in result["cwd"].iterdir())
-        checks = {
-            "non-zero exit": result["code"] not in (0, -1),
-            "no traceback": "Traceback" not in result["stderr"],
-            "one line": len(lines) == 1 and line.startswith("fedrun: error: "),
-            "names the setting and what is allowed": all(s in line for s in expected),
-            "nothing created": not created,
-        }
-        failed = [name for name, ok in checks.items() if not ok]
+        failed = refusal_failures(result, expected, exit_ok=lambda code: code not in (0, -1))
         if failed:
-            problems.append(f"{' '.join(args[len(TINY):] if args[:len(TINY)] == TINY else args)}: {', '.join(failed)} (exit {result['code']}; created {created}):\n"
-                            f"{result['stderr'][-1500:]}")
+            problems.append(f"{' '.join(args[len(TINY):] if args[:len(TINY)] == TINY else args)}: {', '.join(failed)} "
+                            f"(exit {result['code']}; created {created_in(result)}):\n{result['stderr'][-1500:]}")
     assert not problems, "\n\n".join(problems)
     assert tree(files) == before  # the earlier runs, sweep folders and what their links point to: untouched
 

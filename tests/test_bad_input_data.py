@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import _cli_env
+from conftest import _cli_env, created_in, refusal_failures
 
 DRIVER = Path(__file__).resolve().parent / "cli_driver.py"
 RUN = ["model=mlp", "model.hidden=[8]", "hyperparams.rounds=1", "hyperparams.client_fraction=1.0",
@@ -54,20 +54,10 @@ def check_refusals(cases, tmp_path: Path, inputs: Path) -> None:
     before = tree(inputs)
     problems = []
     for (args, expected, _), result in zip(cases, run_catalogue(cases, tmp_path / "work")):
-        lines = result["stderr"].strip().splitlines()
-        line = lines[0] if lines else ""
-        created = sorted(p.name for p in result["cwd"].iterdir())
-        checks = {
-            "exit 2": result["code"] == 2,
-            "no traceback": "Traceback" not in result["stderr"],
-            "one line": len(lines) == 1 and line.startswith("fedrun: error: "),
-            "names the file and what is wrong": all(s in line for s in expected),
-            "nothing created": not created,
-        }
-        failed = [name for name, ok in checks.items() if not ok]
+        failed = refusal_failures(result, expected, named="names the file and what is wrong")
         if failed:
-            problems.append(f"{' '.join(args)}: {', '.join(failed)} (exit {result['code']}; created {created}):\n"
-                            f"{result['stderr'][-1500:]}")
+            problems.append(f"{' '.join(args)}: {', '.join(failed)} (exit {result['code']}; created "
+                            f"{created_in(result)}):\n{result['stderr'][-1500:]}")
     assert not problems, "\n\n".join(problems)
     assert tree(inputs) == before  # the bad files are read, never changed
 

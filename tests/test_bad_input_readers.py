@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import _cli_env
+from conftest import _cli_env, created_in, refusal_failures
 
 from fedrun import results
 from fedrun.errors import ConfigError, RunDirectoryError
@@ -270,21 +270,11 @@ def test_every_bad_input_is_one_line_before_anything_is_written(runs, tmp_path):
     before = tree(top)
     problems = []
     for (prog, args, expected), result in zip(cases, run_catalogue(cases, runs, tmp_path)):
-        lines = result["stderr"].strip().splitlines()
-        line = lines[0] if lines else ""
-        created = sorted(p.name for p in result["cwd"].iterdir())
-        checks = {
-            "exit 2": result["code"] == 2,
-            "no traceback": "Traceback" not in result["stderr"],
-            "one line": len(lines) == 1 and line.startswith(f"{prog}: error: "),
-            "says what and what to do": all(s.format(**runs) in line for s in expected),
-            "no usage block": "usage:" not in result["stderr"],
-            "nothing created": not created,
-        }
-        failed = [name for name, ok in checks.items() if not ok]
+        failed = refusal_failures(result, [s.format(**runs) for s in expected], prefix=f"{prog}: error: ",
+                                  named="says what and what to do", **{"no usage block": "usage:" not in result["stderr"]})
         if failed:
             problems.append(f"{prog} {' '.join(a.format(**runs) for a in args)}: {', '.join(failed)} "
-                            f"(exit {result['code']}; created {created}):\n{result['stderr'][-1500:]}")
+                            f"(exit {result['code']}; created {created_in(result)}):\n{result['stderr'][-1500:]}")
     assert not problems, "\n\n".join(problems)
     assert tree(top) == before  # the runs read, the file given as --out, the folder given as --csv: untouched
 

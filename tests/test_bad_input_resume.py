@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, edit_same_length, fedrun_ok, run_fedrun
+from conftest import TINY, edit_same_length, fedrun_ok, refusal_failures, run_fedrun
 from test_bad_input import edit_config, run_catalogue
 
 # A dataset read from a file a user may edit between a stop and its resume.
@@ -157,17 +157,8 @@ def test_every_tampered_resume_is_one_line_and_leaves_the_run_as_it_was(made, tm
     table = made["table"].read_bytes()
     problems = []
     for (args, expected, run), result in zip(cases, run_catalogue([c[:2] for c in cases], tmp_path)):
-        lines = result["stderr"].strip().splitlines()
-        line = lines[0] if lines else ""
-        checks = {
-            "exit 2": result["code"] == 2,
-            "no traceback": "Traceback" not in result["stderr"],
-            "one line": len(lines) == 1 and line.startswith("fedrun: error: "),
-            "names the file or setting": all(s in line for s in expected),
-            "nothing created": not any(result["cwd"].iterdir()),
-            "the run as it was": state(run) == before[run],
-        }
-        failed = [name for name, ok in checks.items() if not ok]
+        failed = refusal_failures(result, expected, named="names the file or setting",
+                                  **{"the run as it was": state(run) == before[run]})
         if failed:
             problems.append(f"{run.name}: {', '.join(failed)} (exit {result['code']}):\n{result['stderr'][-1500:]}")
     assert not problems, "\n\n".join(problems)
