@@ -15,34 +15,23 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import _cli_env, created_in, refusal_failures
+from conftest import created_in, refusal_failures
+from test_bad_input import run_catalogue as catalogue
 
-DRIVER = Path(__file__).resolve().parent / "cli_driver.py"
 RUN = ["model=mlp", "model.hidden=[8]", "hyperparams.rounds=1", "hyperparams.client_fraction=1.0",
        "partition=natural", "progress=false"]
 
 
 def run_catalogue(cases, tmp_path: Path) -> list[dict]:
-    """Each case (args, expected, env) in its own empty working folder, all in one driver process."""
-    jobs = []
+    """Each case (args, expected, env) in its own empty working folder below ``tmp_path`` (made
+    here), all in one driver process (tests/test_bad_input.py's catalogue runner)."""
     tmp_path.mkdir(exist_ok=True)
-    for i, (args, _, env) in enumerate(cases):
-        cwd = tmp_path / f"case{i:03d}"
-        cwd.mkdir()
-        jobs.append({"args": args, "cwd": str(cwd), "env": env})
-    proc = subprocess.run([sys.executable, str(DRIVER)], input=json.dumps(jobs), capture_output=True, text=True,
-                          env=_cli_env(), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(results) == len(jobs)
-    return [{**r, "cwd": Path(j["cwd"])} for r, j in zip(results, jobs)]
+    return catalogue(cases, tmp_path)
 
 
 def tree(folder: Path) -> dict:
