@@ -276,7 +276,7 @@ def test_table_csv_stores_run_folders_relative_to_itself(tmp_path):
 
 
 # A path that begins at a machine's root (not part of a relative path or a URL).
-MACHINE_PATH = re.compile(rb"(?<![\w.\-/~])/(work|home|tmp|Users)/")
+MACHINE_PATH = re.compile(rb"(?<![\w.\-/~])/(work|home|tmp|Users|root|mnt|scratch)/")
 
 
 def test_no_machine_paths_in_committed_files():

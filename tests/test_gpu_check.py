@@ -118,6 +118,8 @@ def test_the_draw_runs_end_to_end_and_brings_back_what_the_device_returns(tmp_pa
     assert float(figures["table2", "fednnnn_member_vs_alone_max_test_acc_diff_pct"]["value"]) == 0.0
     log = (out / "draw.log").read_text()
     assert log.count("population of 5 runs (jobs") == 4 and "every run starts at round 1" in log
+    # What comes back is committed: it names no folder of the machine (the run folders, $OUT, the checkout).
+    assert str(tmp_path) not in log and str(REPO_ROOT) not in log and "<work>/" in log
 
     with tarfile.open(out / "runs.tar.gz") as tar:
         names = tar.getnames()

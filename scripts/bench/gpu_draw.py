@@ -607,6 +607,9 @@ def write_back(draw: Draw, header: list[str]) -> None:
     writer.writerows(draw.figures)
     _replace(draw.out / "figures.csv", text.getvalue())
     _replace(draw.out / "report.md", report(draw, header))
+    log = draw.out / "draw.log"
+    if log.is_file():  # between steps: no command is appending to it now
+        _replace(log, without_machine_paths(log.read_text(errors="replace"), draw))
     tmp = draw.out / "runs.tar.gz.part"
     for skip in (SKIP_IN_ARCHIVE, SKIP_IN_ARCHIVE + PER_CLIENT):
         with tarfile.open(tmp, "w:gz") as tar:
@@ -618,6 +621,21 @@ def write_back(draw: Draw, header: list[str]) -> None:
         draw.log(f"runs.tar.gz: {tmp.stat().st_size / 2**20:.1f} MiB with every file, over "
                  f"{MAX_ARCHIVE / 2**20:.0f} MiB: the per-client CSVs are left out")
     tmp.replace(draw.out / "runs.tar.gz")
+
+
+def without_machine_paths(text: str, draw: Draw) -> str:
+    """``text`` with the device's folders named as a reader can place them: the run folders as
+    ``<work>``, the folder that comes back as ``$OUT``, the data as ``<data>``, the resume archives'
+    folder as ``<runs>``, the checkout as ``.``, the interpreter as ``python``; what comes back is committed, and a committed file names no folder of the machine it
+    was made on (tests/test_claims.py::test_no_machine_paths_in_committed_files)."""
+    text = text.replace(draw.python, "python")
+    for folder, name in sorted(((draw.work, "<work>"), (draw.out, "$OUT"), (draw.data, "<data>"),
+                                (Path(draw.runs), "<runs>"), (ROOT, ".")),
+                               key=lambda pair: -len(str(pair[0].resolve()))):  # the longest first: nested folders
+        for spelling in {str(folder), str(folder.resolve())}:
+            if spelling not in (".", ""):
+                text = text.replace(spelling, name)
+    return text
 
 
 def _replace(path: Path, text: str) -> None:
