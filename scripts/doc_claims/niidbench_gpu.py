@@ -179,14 +179,14 @@ def _(data):
     return {"rounds": rounds, "minutes": fmt(ng_speed(data)[0] * rounds / 60, 0)}
 
 
-NG_SPLIT = "niidbench_gpu/h200_2026-11-27b"  # the second loan: #C=2 afresh, one process a run
+NG_SPLIT = "niidbench_gpu/h200_2026-11-27b"  # the second draw: #C=2 afresh, one process a run
 
 
 @claim("niidbench_gpu.split", NG, "all {n} runs reached rounds {lo} to {hi} in the call's {budget} s and none "
        "diverged: the preset's reading trained {g} rounds in every seed (round {g}: {g0}%, {g1}%, {g2}%), "
        "NIID-Bench's {a} (round {a}: {a0}%, {a1}%, {a2}%)")
 def _(data):
-    """The second loan's #C=2 runs (four methods and SCAFFOLD after_step, seeds 0-2, each its own
+    """The second draw's #C=2 runs (four methods and SCAFFOLD after_step, seeds 0-2, each its own
     process): the range of rounds they reached, that none diverged (run.json), and SCAFFOLD's
     accuracy per seed at the last round all three seeds of each reading reached."""
     runs = {m: [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for s in SEEDS] for m in NG_NAMES}
@@ -194,7 +194,7 @@ def _(data):
     every = [r for group in runs.values() for r in group] + after
     last = [max(data.curve(r)) for r in every]
     if any(diverged_at(r) for r in every):
-        raise ValueError("a run of the second loan diverged")
+        raise ValueError("a run of the second draw diverged")
     out = {"n": len(last), "lo": min(last), "hi": max(last), "budget": 550}
     for key, group in (("g", runs["scaffold"]), ("a", after)):
         k = min(max(data.curve(r)) for r in group)
@@ -203,17 +203,17 @@ def _(data):
 
 
 def ng_split_runs(data: Data) -> list[Run]:
-    """The second loan's 15 processes: #C=2's 4 methods x seeds 0-2 and SCAFFOLD's after-step runs."""
+    """The second draw's 15 processes: #C=2's 4 methods x seeds 0-2 and SCAFFOLD's after-step runs."""
     return [data.run(f"{NG_SPLIT}/niidbench/mnist_c2", m, s) for m in NG_NAMES for s in SEEDS] + \
            [data.run(f"{NG_SPLIT}/readings/mnist_c2_after_step", "scaffold", s) for s in SEEDS]
 
 
 @claim("niidbench_gpu.split_speed", NG, "the 15 processes took {lo} to {hi} s a round each, together {split} "
-       "run-rounds a second, where the first loan's populations advanced #C=2's 15 runs at {pop} run-rounds a second "
+       "run-rounds a second, where the first draw's populations advanced #C=2's 15 runs at {pop} run-rounds a second "
        "and 12 IID runs at {iid} besides")
 def _(data):
-    """Second loan: each run's median round (rounds 2..last; one process a run), their range and
-    the sum of 1 / median (run-rounds a second, all 15).  First loan: 12 / the #C=2 population's
+    """Second draw: each run's median round (rounds 2..last; one process a run), their range and
+    the sum of 1 / median (run-rounds a second, all 15).  First draw: 12 / the #C=2 population's
     median round + 3 / the after-step population's, and 12 / the IID population's (all sharing the GPU)."""
     walls = [median_wall(r) for r in ng_split_runs(data)]
     c2, iid = ng_speed(data)
@@ -224,8 +224,8 @@ def _(data):
 
 @claim("niidbench_gpu.calls", NG, "#C=2 alone takes about {calls} calls of 9 minutes (50 rounds at {lo} to {hi} s a round)")
 def _(data):
-    """What #C=2's 50 rounds cost in GPU calls: the fastest median round of the second loan's
-    processes and the first loan's population's median round (s, whole), and 50 rounds at their
+    """What #C=2's 50 rounds cost in GPU calls: the fastest median round of the second draw's
+    processes and the first draw's population's median round (s, whole), and 50 rounds at their
     mean over a call's 540 s of budget, rounded half up."""
     lo, hi = min(median_wall(r) for r in ng_split_runs(data)), ng_speed(data)[0]
     return {"calls": fmt(50 * (lo + hi) / 2 / 540, 0), "lo": fmt(lo, 0), "hi": fmt(hi, 0)}
