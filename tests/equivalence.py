@@ -24,6 +24,7 @@ import contextlib
 import copy
 
 import numpy as np
+import pandas as pd
 import torch
 from conftest import on_partition
 
@@ -105,3 +106,23 @@ def assert_engines_agree(model, local, float32: bool = True, f32_rtol: float = F
     diff = relative_difference(seq.deltas, bat.deltas)
     assert diff < f32_rtol, f"float32 updates differ by {diff:.2e}"
     return seq, bat
+
+
+def assert_whole_runs_agree(tmp_path, aggregator, engine, local, federation) -> None:
+    """Three-round runs of ``aggregator`` on a small synthetic MLP task, on the sequential engine
+    and on ``engine``: their rounds.csv agree to float rounding in accuracy, N, E, server step and
+    training loss."""
+    from fedrun.data.datasets import synthetic
+    from fedrun.data.partition import iid
+    from fedrun.data.preparation import prepare
+    from fedrun.harness.simulation import simulate
+    from fedrun.models.nets import MLP
+
+    data = prepare(synthetic(num_train=240, num_test=60, image_size=12, noise=0.5), None, None)
+    runs = {}
+    for name, make in (("seq", SequentialEngine), ("other", engine)):
+        simulate(tmp_path / name, data, lambda: MLP(image_size=12, hidden=[16]), iid, aggregator, local, federation,
+                 make_engine=make, progress=False)
+        runs[name] = pd.read_csv(tmp_path / name / "rounds.csv")
+    for col in ("test_acc", "N", "E", "server_step", "train_loss"):
+        np.testing.assert_allclose(runs["seq"][col], runs["other"][col], rtol=1e-3, atol=2e-3, err_msg=col)

@@ -18,24 +18,20 @@ import pandas as pd
 import pytest
 import torch
 from conftest import TINY, on_partition, run_fedrun
-from equivalence import F32_RTOL, assert_engines_agree, both_engines, relative_difference
+from equivalence import F32_RTOL, assert_engines_agree, assert_whole_runs_agree, both_engines, relative_difference
 
 from fedrun import aggregators as A
 from fedrun.client import engines
 from fedrun.client.batched import BatchedEngine, choose_chunk, client_bytes
-from fedrun.data.preparation import prepare
-from fedrun.data.datasets import synthetic
 from fedrun.client.engines import auto_engine
 from fedrun.errors import ConfigError
 from fedrun.client.local_training import LocalTraining
 from fedrun.models.nets import MLP, Cifar10CNN, MnistCNN, TFTutorialCNN
 from fedrun.params import split_state
-from fedrun.data.partition import iid
 from fedrun.models.pd_nets import PDNet
 from fedrun.client.regularizers import LayerAdaptive, Proximal
 from fedrun.client.sequential import SequentialEngine
 from fedrun.harness.federated_run import Federation
-from fedrun.harness.simulation import simulate
 
 WITH_BATCHNORM = {"cifar10_cnn_bn"}  # compared in float64 only (tests/equivalence.py says why)
 
@@ -113,16 +109,8 @@ def test_auto_engine_is_sequential_on_a_cpu_and_batched_runs_dropout():
                                         A.fednnnn(0.7, 0.8), A.fedadp(), A.fedlayerwise(), A.fedlap(0.5)],
                          ids=lambda a: a.name)
 def test_whole_runs_match_for_every_aggregator(aggregator, tmp_path):
-    raw = synthetic(num_train=240, num_test=60, image_size=12, noise=0.5)
-    data = prepare(raw, None, None)
-    runs = {}
-    for name, engine in (("seq", SequentialEngine), ("bat", BatchedEngine)):
-        simulate(tmp_path / name, data, lambda: MLP(image_size=12, hidden=[16]), iid, aggregator,
-                 LocalTraining(epochs=1, batch_size=10, lr=0.02), Federation(rounds=3, num_clients=6, client_fraction=0.5),
-                 make_engine=engine, progress=False)
-        runs[name] = pd.read_csv(tmp_path / name / "rounds.csv")
-    for col in ("test_acc", "N", "E", "server_step", "train_loss"):
-        np.testing.assert_allclose(runs["seq"][col], runs["bat"][col], rtol=1e-3, atol=2e-3, err_msg=col)
+    assert_whole_runs_agree(tmp_path, aggregator, BatchedEngine, LocalTraining(epochs=1, batch_size=10, lr=0.02),
+                            Federation(rounds=3, num_clients=6, client_fraction=0.5))
 
 
 def test_batchnorm_engines_agree_exactly_in_float64():
