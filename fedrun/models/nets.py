@@ -1,5 +1,5 @@
 """The FL papers' small models: FedNNNN's MNIST and CIFAR-10 CNNs (Tables 3-4), the FedLayerWise
-CNN, the FedLap models (TensorFlow tutorial CNN, MLP).  The parameter-divergence paper's
+CNN, the FedLap models (TensorFlow tutorial CNN, MLP), LEAF's FEMNIST CNN.  The parameter-divergence paper's
 NetA/B/C and ResNets are in :mod:`fedrun.models.pd_nets`; the grouping of any model's parameters into
 layers is :mod:`fedrun.models.layers`.
 
@@ -84,6 +84,34 @@ class SimpleCNN(nn.Module):
         x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
         x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x.flatten(1))))))
+
+
+class LeafCNN(nn.Module):
+    """LEAF's FEMNIST CNN (Caldas et al., *LEAF: A Benchmark for Federated Settings*, 2018;
+    ``models/femnist/cnn.py`` of github.com/TalwalkarLab/leaf): Conv 5x5 32 'same', ReLU, maxpool 2 |
+    Conv 5x5 64 'same', ReLU, maxpool 2 | FC 3136->2048, ReLU | FC 2048->62.  6,603,710 parameters
+    on 28x28x1 with 62 classes.
+
+    TensorFlow's 'same' padding of a 5x5 kernel at stride 1 is 2 pixels on every side, PyTorch's
+    ``padding=2``.  ``init="keras"`` (the default) is LEAF's: ``tf.layers.conv2d`` and ``dense``
+    draw Glorot-uniform weights and zero biases (:func:`initialize`).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 62,
+                 channels: tuple[int, int] = (32, 64), hidden: int = 2048, init: str = "keras"):
+        super().__init__()
+        c1, c2 = channels
+        self.conv1 = nn.Conv2d(in_channels, c1, 5, padding=2)
+        self.conv2 = nn.Conv2d(c1, c2, 5, padding=2)
+        side = image_size // 2 // 2
+        self.fc1 = nn.Linear(c2 * side * side, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+        initialize(self, init)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
 class TFTutorialCNN(nn.Module):
