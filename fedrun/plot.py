@@ -49,6 +49,7 @@ import textwrap
 from pathlib import Path
 
 from fedrun import results
+from fedrun.data.names import DATASET_NAMES, dataset_label  # noqa: F401 - DATASET_NAMES: the scripts' import
 from fedrun.errors import ArgumentParser, FedrunError, UsageError, print_error
 from fedrun.paths import writable_folder
 
@@ -106,9 +107,6 @@ X_AXES = ("round", "bytes")
 BYTES = "bytes_total"
 # Decimal units of the bytes axis, the largest the data reaches first (1 MB = 10^6 bytes).
 BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("bytes", 1.0))
-DATASET_NAMES = {"mnist": "MNIST", "fmnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "svhn": "SVHN",
-                 "mnist_train10k": "MNIST (10k training images)", "synthetic": "synthetic data",
-                 "femnist": "FEMNIST"}
 
 
 # ----------------------------------------------------------------------------- helpers the plot scripts share
@@ -197,11 +195,10 @@ def _subset(node: dict) -> str | None:
 def _facts(config: dict) -> dict:
     choices, hp = config.get("choices") or {}, config.get("hyperparams") or {}
     node = config.get("dataset") or {}
-    dataset = choices.get("dataset") or node.get("name")
     centralized = choices.get("mode") == "centralized" or config.get("centralized") is True
     k, c = hp.get("num_clients"), hp.get("client_fraction")
     federated = not centralized and k is not None
-    return {"dataset": DATASET_NAMES.get(dataset, dataset), "subset": _subset(node),
+    return {"dataset": dataset_label(config), "subset": _subset(node),
             "mode": "centralized" if centralized else None,
             "partition": _partition(config) if not centralized else None,
             "K": k if federated else None, "C": c if federated else None,

@@ -45,7 +45,9 @@ Which accuracy the paper's Table 2 holds (printed as a footnote under the table)
     the results it has alone on the batched engine (docs/sweeps.md).  ``--smoke`` adds
     ``scale=smoke`` (3 rounds, 2 local epochs, 1000/300 samples: a check that everything runs, not a
     reproduction).  ``--substitute DATASET=OPTION`` runs another ``conf/dataset`` option in place
-    of a dataset that is not available (offline machines): ``cifar10=synthetic`` passes
+    of a dataset that is not available (offline machines): ``cifar10=cifar10_jpeg`` reads all of
+    CIFAR-10 from its JPEG quality-75 copy (shown everywhere as "CIFAR-10 (JPEG q75 copy)"; what
+    the copy costs: docs/reproductions.md); ``cifar10=synthetic`` passes
     ``dataset=synthetic dataset.channels=3 dataset.image_size=32`` (random class templates of
     CIFAR-10's shape, so the CIFAR-10 CNN is unchanged); ``mnist=mnist_train10k`` passes
     ``dataset=mnist_train10k`` (the first 10,000 MNIST training images, 20% held out as test set).
@@ -344,7 +346,8 @@ def parser():
     p, c, r = tables.table_parser(
         "fednnnn_table2.py", __doc__, "Table 2", CSV_NAME, "<cell>/<method>_seed<seed>",
         "Launch one `fedrun -m` per Table 2 column (all methods), then collect.", PAPER_CSV, DATASETS,
-        "run conf/dataset OPTION in place of DATASET (not available offline), e.g. cifar10=synthetic (adds "
+        "run conf/dataset OPTION in place of DATASET (not available offline), e.g. cifar10=cifar10_jpeg (CIFAR-10's "
+        "JPEG q75 copy), cifar10=synthetic (adds "
         "dataset.channels=3 dataset.image_size=32) or mnist=mnist_train10k; repeatable. The runs are marked as "
         "substituted")
     tables.accuracy_option(c, r)

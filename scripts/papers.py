@@ -227,7 +227,9 @@ def setting_deviations(run: Run, hyperparams: dict, data: str | None = None, mod
     ds_cfg = run.config.get("dataset") or {}
     actual, want = ds_cfg.get("name"), data or run.dataset
     if want and actual and actual != want:
-        out.append(f"data substituted: {actual} instead of {want}")
+        # A stand-in with a label of its own is named by it too: "CIFAR-10 (JPEG q75 copy)" is never taken for CIFAR-10.
+        label = ds_cfg.get("label")
+        out.append(f"data substituted: {actual}{f' = {label}' if label else ''} instead of {want}")
     limits = [f"{k}={ds_cfg[k]}" for k in DATA_SIZE_KEYS if ds_cfg.get(k) is not None]
     if limits:
         out.append("data subset " + " ".join(limits))
@@ -311,12 +313,13 @@ def dataset_title(runs, paper: str, labels: dict | None = None) -> str:
     """The dataset a figure's runs read, for its title: the paper's (``paper``, shown by
     ``labels``) when they read it, else what they read in its place (``Fashion-MNIST in place of
     MNIST``), so a substituted figure is never titled with a dataset it did not see."""
-    from fedrun.plot import DATASET_NAMES
+    from fedrun.plot import DATASET_NAMES, dataset_label
 
     labels = labels or {}
     shown = labels.get(paper, DATASET_NAMES.get(paper, paper))
     read = sorted({d for d in (read_dataset(r) for r in runs) if d})
     if not read or read == [paper]:
         return shown
-    return f"{' / '.join(DATASET_NAMES.get(d, d) for d in read)} in place of {shown}"
+    names = sorted({dataset_label(r.config) or read_dataset(r) for r in runs if read_dataset(r)})
+    return f"{' / '.join(names)} in place of {shown}"
 

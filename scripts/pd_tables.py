@@ -39,8 +39,9 @@ are the same run (the paper prints the same numbers for both), so the -A run sta
     ``--optimizers nmom-a,adam-a`` and ``--variants none,bn`` pick a subset; ``--smoke`` adds
     ``scale=smoke`` (``--scale tiny``: 2 rounds on 200 images); ``--seeds 0,1,2`` repeats every
     run; ``--set KEY=VALUE`` adds an override to every run (e.g. ``device=cuda``);
-    ``--substitute cifar10=synthetic`` runs ``dataset=synthetic
-    dataset.channels=3 dataset.image_size=32`` in place of an unavailable dataset (the run keeps
+    ``--substitute cifar10=cifar10_jpeg`` reads CIFAR-10's JPEG quality-75 copy ("CIFAR-10 (JPEG
+    q75 copy)" in every table and title), ``--substitute cifar10=synthetic`` runs ``dataset=synthetic
+    dataset.channels=3 dataset.image_size=32``, in place of an unavailable dataset (the run keeps
     the tag ``tags.dataset=cifar10`` it stands for and is marked as substituted); ``--dry-run``
     prints the plan and the commands.
     Cost at the paper's scale: a federated NetA-Baseline run is 200-300 rounds of 10 x 100 local
@@ -656,7 +657,8 @@ def parser() -> argparse.ArgumentParser:
         "pd_tables.py", __doc__, "Tables 4-10", CSV_NAME,
         "<dataset>/<setting>/<network>_<optimizer>[_<variant>]_seed<seed>",
         "Launch the missing runs of the chosen tables as `fedrun -m` sweeps, then collect.", PAPER_CSV, DATASETS,
-        "run conf/dataset OPTION in place of DATASET, e.g. cifar10=synthetic (adds dataset.channels=3 "
+        "run conf/dataset OPTION in place of DATASET, e.g. cifar10=cifar10_jpeg (CIFAR-10's JPEG q75 copy) or "
+        "cifar10=synthetic (adds dataset.channels=3 "
         "dataset.image_size=32); repeatable. Marked as substituted")
     for q in (c, r):
         q.add_argument("--tables", default=None, metavar="N[,N...]", help="which tables, e.g. 4,8 (default: 4-10)")

@@ -53,6 +53,7 @@ class DatasetConfig:
     max_test: Union[int, None] = None  # keep a random subset of the test set
     normalize: str = "per_channel"  # per_channel ((x - mean) / std) | per_image (TF per_image_standardization)
     per_class: Union[int, None] = None  # keep the first n training images of each class
+    label: Union[str, None] = None  # the name titles, tables, run.json and dashboards show; null: from name
 
     @classmethod
     def required(cls) -> list[str]:
@@ -410,8 +411,14 @@ def cifar10(root: str = "data", download: bool = True) -> RawData:
     sets = []
     for train in (True, False):
         make = lambda dl, train=train: cls(root, train=train, download=dl)  # noqa: E731
-        sets.append(_torchvision_or_fail(make, "CIFAR-10", download, folder.parent, folder, expected, files,
-                                         _read_cifar_batch))
+        try:
+            sets.append(_torchvision_or_fail(make, "CIFAR-10", download, folder.parent, folder, expected, files,
+                                             _read_cifar_batch))
+        except DataError as e:
+            if any(p.is_file() for p, _ in files):  # a broken file of one's own: its message says which
+                raise
+            raise DataError(f"{e}; offline, dataset=cifar10_jpeg reads a JPEG copy of CIFAR-10 (shown as "
+                            f"\"CIFAR-10 (JPEG q75 copy)\", not CIFAR-10)") from None
     tr, te = sets
     out = []
     for ds, split in ((tr, "training"), (te, "test")):

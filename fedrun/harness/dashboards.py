@@ -27,6 +27,10 @@ settings its command line set).
   at the end, the CSVs, ``config.yaml`` and ``summary.json`` as artifacts (``pip install
   mlflow-skinny``).
 
+Where the dataset option has a label of its own (a stand-in: ``dataset=cifar10_jpeg`` is "CIFAR-10
+(JPEG q75 copy)"), both dashboards also carry it as ``dataset_label`` (an HParam, an MLflow tag),
+so the stand-in's runs are never filtered or compared as the original's.
+
 A dashboard is any object with ``start(run_dir, config, first_round)``, ``log(round, row,
 layer_rows)`` and ``close(summary)``; a config's ``_target_`` names its factory.  ``config`` is
 the run's resolved config as ``config.yaml`` holds it, with ``choices`` (group -> option) and
@@ -41,6 +45,7 @@ import threading
 import time
 from pathlib import Path
 
+from fedrun.data.names import own_label
 from fedrun.errors import ConfigError, disk_full, first_line
 from fedrun.paths import writable_folder
 
@@ -295,6 +300,7 @@ def run_hparams(config: dict | None, run_dir: str | Path) -> dict:
         return {}
     choices = config.get("choices") or {}
     out = {g: choices[g] for g in GROUPS if choices.get(g) is not None}
+    out["dataset_label"] = own_label(config)  # left out below where the option has no label of its own
     out["seed"] = config.get("seed")
     out.update({f"hyperparams.{k}": _get(config, f"hyperparams.{k}") for k in CORE})
     for group in ("aggregator", "partition"):
@@ -332,6 +338,8 @@ def run_tags(config: dict | None, run_dir: str | Path) -> dict[str, str]:
     config = config or {}
     choices = config.get("choices") or {}
     tags = {g: str(choices[g]) for g in TAGGED_GROUPS if choices.get(g) is not None}
+    if own_label(config):  # a stand-in by its own name ("CIFAR-10 (JPEG q75 copy)"): never taken for the original
+        tags["dataset_label"] = own_label(config)
     if config.get("seed") is not None:
         tags["seed"] = str(config["seed"])
     tags.update(fedrun_version=__version__, run_dir=str(Path(run_dir).resolve()))

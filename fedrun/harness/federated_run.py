@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from fedrun.data.names import dataset_label
 from fedrun.server.aggregator import Aggregator, check_finite
 from fedrun.data.preparation import FederatedData
 from fedrun.diagnostics.communication import method_payload
@@ -191,8 +192,9 @@ class FederatedRun:
         log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(),
                  getattr(self.engine, "summary", type(self.engine).__name__),
                  f"; resuming after round {self.done}" if self.done else "")
-        log.info("%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
-                 f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
+        data = dataset_label(self.config)
+        log.info("%s%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
+                 f" on {data}" if data else "", f.num_clients, f.per_round, f.rounds, self.recorder.fingerprint,
                  sum(p.numel() for p in self.params.values()))
         for note in self.notes:
             log.warning(note)

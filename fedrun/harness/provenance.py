@@ -2,8 +2,9 @@
 
 Every process that runs rounds of a run appends a *session* to the run directory's ``run.json``
 (fedrun's version, the git commit of fedrun's source when it runs from a clone, dirty or not,
-Python, PyTorch and CUDA versions, the device's name, the host, the rounds it started from, its
-start and, when it gets there, its end), so a table reproduced later can say what made each run;
+Python, PyTorch and CUDA versions, the device's name, the host, the data it read by its shown name
+(:func:`fedrun.data.names.dataset_label`), the rounds it started from, its start and, when it gets
+there, its end), so a table reproduced later can say what made each run;
 ``summary.json`` repeats the finishing session's provenance, the run's first start and its end
 (:func:`summary_fields`).  Nothing here is compared on resume: a run may be resumed on another
 machine or version, and run.json says so.
@@ -89,6 +90,6 @@ def summary_fields(sessions: list[dict]) -> dict:
     """What ``summary.json`` says of the processes that ran the run (``run.json``'s entries): the
     last one's provenance, the first one's start, the last one's end, and how many there were."""
     last = sessions[-1] if sessions else {}
-    keep = ("fedrun", "git_commit", "git_dirty", "python", "torch", "cuda", "device", "host")
+    keep = ("fedrun", "git_commit", "git_dirty", "python", "torch", "cuda", "device", "host", "dataset")
     return {"provenance": {k: last.get(k) for k in keep}, "started": sessions[0].get("started") if sessions else None,
             "finished": last.get("finished"), "processes": len(sessions)}

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from fedrun.data.names import dataset_label
 from fedrun.diagnostics import communication
 from fedrun.harness import provenance
 from fedrun.harness.objective import objective as objective_value
@@ -335,8 +336,10 @@ class Recorder:
         self.run_id = self.run_id or next(reversed(run_ids(sessions)), None) or uuid.uuid4().hex[:16]
         # A sweep's job says which sweep ran it: the sweep's closing table lists its own jobs by it.
         sweep = {"sweep": os.environ[provenance.SWEEP_ID]} if os.environ.get(provenance.SWEEP_ID) else {}
-        sessions.append({**provenance.describe(self.device), **sweep, "run": self.run_id, "started": provenance.now(),
-                         "first_round": first_round})
+        # The data it read, by the name people see (a stand-in such as "CIFAR-10 (JPEG q75 copy)" by its own).
+        data = {"dataset": dataset_label(config)} if dataset_label(config) else {}
+        sessions.append({**provenance.describe(self.device), **data, **sweep, "run": self.run_id,
+                         "started": provenance.now(), "first_round": first_round})
         write_json(sessions, self.path / provenance.RUN_FILE)
         write_partition(self.path / "partition.csv", class_counts)
         self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))
