@@ -17,7 +17,9 @@ One rounding, everywhere: :func:`fmt` rounds half up (0.125 -> 0.13) on the exac
 (``Decimal(str(x))``, never the binary float), and :func:`exact` writes a value that has at most
 two decimals (an accuracy on 2,000 or 10,000 test images, in %) without rounding it at all.  Means,
 differences and ranges are computed on the runs' unrounded values (accuracies read as decimals
-from rounds.csv), never on the rounded cells of a table.
+from rounds.csv), never on the rounded cells of a table.  A bound ("within 0.4 points", "at most
+1.8") is rounded up instead (:func:`bound_up`), so that it holds of the exact values it bounds; and
+a tie is decided on the exact values, never by two figures that print alike.
 
 The sections are those of docs/reproductions.md: ``niidbench`` (the NIID-Bench grid and its
 comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFOLD's divergence),

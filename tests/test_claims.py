@@ -72,6 +72,19 @@ def test_rounding_half_up_by_hand():
         doc_claims.exact(96.555)
 
 
+def test_bounds_round_up_and_ties_are_decided_on_exact_values():
+    """A bound ("within", "at most") holds of the exact value it bounds: rounded up, never half up
+    (0.33 is "within 0.4", not "within 0.3"); values set side by side get the decimals that tell
+    apart the ones that differ (0.5595 and 0.5607 are 0.560 and 0.561, not both 0.56)."""
+    bound_up, apart = doc_claims.bound_up, doc_claims.core.apart
+    assert bound_up(Decimal("0.33")) == "0.4" and bound_up(Decimal("0.33"), 2) == "0.33"
+    assert bound_up(Decimal("1.734")) == "1.8" and bound_up(Decimal("-0.4467")) == "0.5" and bound_up(0.5) == "0.5"
+    assert bound_up(Decimal("5.667"), 0) == "6" and bound_up(0.0) == "0.0"
+    assert doc_claims.fmt(Decimal("0.33"), 1) == "0.3"  # what half up would have claimed
+    assert apart([0.5595, 0.5607], 2) == 3 and apart([Decimal("97.0333"), Decimal("96.9833")]) == 2
+    assert apart([1.0, 1.0, 2.0]) == 1  # equal values may print alike: that tie is real
+
+
 def _copy_runs(tmp_path: Path, folder: str, names: list[str]) -> Path:
     """Copy run folders of outputs/reproductions/<folder> under tmp_path's own outputs/reproductions."""
     for name in names:

@@ -10,7 +10,7 @@ from doc_claims import core, registry  # noqa: F401  (first: what the sections a
 from doc_claims import (  # noqa: F401  (the sections, in the doc's order)
     niidbench, fednova_stragglers, fedlap, fedlayerwise, fedlap_tuned, fednnnn_gpu, niidbench_gpu, niidbench_tuned,
     niidbench_whole)
-from doc_claims.core import DOC, RUNS, Data, exact, fmt, pct  # noqa: F401
+from doc_claims.core import DOC, RUNS, Data, bound_up, exact, fmt, pct  # noqa: F401
 from doc_claims.registry import (  # noqa: F401
     CLAIMS, FEDLAP_SECTIONS, FEDLAYERWISE_SECTIONS, NIIDBENCH_SECTIONS, in_doc, normalized, print_section,
     print_sections, render_section, sections, sections_of, write_marked)

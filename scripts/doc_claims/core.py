@@ -1,11 +1,21 @@
 """What every section's claims are made of: the numbers as text (one rounding, :func:`fmt`; :func:`exact`
-for values that need none) and the runs (:class:`Data`: the run folders under ``outputs/reproductions/``,
-read once, their accuracies as exact decimals)."""
+for values that need none; :func:`bound_up` for bounds; :func:`apart` for values set side by side) and
+the runs (:class:`Data`: the run folders under ``outputs/reproductions/``, read once, their accuracies
+as exact decimals).
+
+How a bound is rounded: a figure that bounds others ("within 0.4 points", "at most 1.8", "up to 7.11")
+is computed on the exact values (the largest exact difference, never one of rounded figures) and then
+rounded *up*, away from what it bounds (:func:`bound_up`: 0.3301 -> 0.4, 0.33 -> 0.33 at two decimals),
+so the stated bound holds of the unrounded values; a bound that is itself a value with no more
+decimals than shown is written as it is (:func:`exact`).  A figure that is a value, not a bound (a
+mean, a difference, the ends of a range "1.1 to 1.8 points"), is rounded half up (:func:`fmt`).
+Ties are decided on the exact values: two figures that print alike after rounding but are not equal
+are either printed with the decimals that tell them apart or not called a tie."""
 from __future__ import annotations
 
 import csv
 import statistics
-from decimal import Decimal, ROUND_HALF_UP
+from decimal import Decimal, ROUND_CEILING, ROUND_HALF_UP
 from pathlib import Path
 from typing import Iterable
 
@@ -18,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (scripts/doc_c
 RUNS = Path("outputs") / "reproductions"  # where the runs are, below a root
 DOC = Path("docs") / "reproductions.md"
 REFERENCE_CSV = Path("scripts") / "paper_targets" / "niidbench_reference_results.csv"  # Flower's numbers
+# Flower's README as merged since: the best round's accuracy, mean +- sd over three runs (MNIST).
+FLOWER_BEST_CSV = Path("scripts") / "paper_targets" / "niidbench_flower_best_rounds.csv"
 HEADING = "Figures quoted in docs/reproductions.md"
 SEEDS = (0, 1, 2)
 # The whole MNIST's training set (the runs read its first 10,000 images: mnist_train10k).
@@ -45,6 +57,27 @@ def fmt(x, digits: int = 1) -> str:
     of every claim."""
     value = dec(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
     return f"{value.copy_abs() if value.is_zero() else value:f}"
+
+
+def bound_up(x, digits: int = 1) -> str:
+    """An upper bound of ``|x|`` with ``digits`` decimals: ``|x|`` rounded up (towards +inf) on its
+    exact decimal value, so "within {bound_up(x)} points" holds of the unrounded ``x``:
+    bound_up(0.3301) == "0.4", bound_up(0.33, 2) == "0.33", bound_up(1.734) == "1.8".  For
+    "within", "at most", "up to", "no more than"; never round such a bound half up (:func:`fmt`
+    would make 0.33 "0.3", less than what it bounds)."""
+    value = abs(dec(x)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_CEILING)
+    return f"{value:f}"
+
+
+def apart(values: Iterable, digits: int = 1, most: int = 8) -> int:
+    """The fewest decimals, at least ``digits``, at which values that differ also print differently
+    under :func:`fmt` (equal values print alike at any): a tie is then one on the exact values,
+    never one that rounding made.  apart([0.5595, 0.5607], 2) == 3."""
+    values = sorted({dec(v) for v in values})
+    for d in range(digits, most + 1):
+        if len({fmt(v, d) for v in values}) == len(values):
+            return d
+    raise ValueError(f"{values} differ beyond {most} decimals")
 
 
 def exact(x, digits: int = 2) -> str:
@@ -194,6 +227,13 @@ class Data:
         with open(self.root / REFERENCE_CSV, newline="") as f:
             return {(r["method"], r["dataset"], r["partition"]): Decimal(r["accuracy_pct"]) for r in csv.DictReader(f)
                     if r["source"] == "flower" and r["accuracy_pct"].strip()}
+
+    def flower_best(self) -> dict[tuple[str, str, str], tuple[Decimal, Decimal]]:
+        """Flower's README as merged since (adap/flower fdef7af): {(method, dataset, partition):
+        (the best round's accuracy, mean over three runs, %; their standard deviation)}."""
+        with open(self.root / FLOWER_BEST_CSV, newline="") as f:
+            return {(r["method"], r["dataset"], r["partition"]): (Decimal(r["accuracy_pct"]), Decimal(r["std_pct"]))
+                    for r in csv.DictReader(f) if r["source"] == "flower_best3"}
 
 
 def load_run(path: Path) -> Run:

@@ -363,3 +363,32 @@ def _(data):
         raise ValueError("an unfinished run")
     minutes = sum(dec(r.summary["round_seconds"]) for r in tune + test) / 60
     return {"tune": len(tune), "test": len(test), "minutes": fmt(minutes, 0)}
+
+
+@claim("fedlap_tuned.q_edge", LT, "FedLap's q grid peaks at its end on both datasets (q = {q} on FashionMNIST and "
+       "{qm} on the whole MNIST, the smallest q tried), so its optimum is not bracketed")
+def _(data):
+    """FashionMNIST's and the whole MNIST's tuning of FedLap's q: the chosen point is the grid's
+    smallest q (raises otherwise: then the optimum is bracketed from below)."""
+    out = {}
+    for key, folders in (("q", TUNED), ("qm", TUNED_MNIST)):
+        c = choice(data, "fedlap", folders)
+        (setting, values), = c["grid"].items()
+        if float(c["chosen"][setting]) != min(float(v) for v in values):
+            raise ValueError(f"{folders['fedlap']}: the chosen q {c['chosen'][setting]} is not the smallest tried")
+        out[key] = c["chosen"][setting]
+    return out
+
+
+@claim("fedlap_tuned.q_edge_cost", LT, "FedLap's tuning runs took {lo} to {hi} minutes each here ({n} runs, "
+       "FashionMNIST and the whole MNIST)")
+def _(data):
+    """The time in their rounds (summary.json round_seconds) of FedLap's tuning runs on both
+    datasets, the fewest and most minutes: what each further point of the q grid costs."""
+    minutes = []
+    for folders in (TUNED, TUNED_MNIST):
+        runs = [load_run(p) for p in find_runs(data.folder(folders["fedlap"]) / "tune", require=("config.yaml",))]
+        if not runs or not all(r.finished for r in runs):
+            raise ValueError(f"{folders['fedlap']}: no tuning run, or an unfinished one")
+        minutes += [dec(r.summary["round_seconds"]) / 60 for r in runs]
+    return {"lo": fmt(min(minutes), 0), "hi": fmt(max(minutes), 0), "n": len(minutes)}

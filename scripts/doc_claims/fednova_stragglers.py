@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from fedrun.results import Run
 
-from doc_claims.core import Data, SEEDS, dec, exact, fmt, hyper
+from doc_claims.core import Data, SEEDS, apart, bound_up, dec, exact, fmt, hyper
 from doc_claims.registry import claim
 from doc_claims.niidbench import cell_mean, nb
 
@@ -97,14 +97,15 @@ def _(data):
        "in {where} (by {d0}, {d1} and {d2} points)")
 def _(data):
     """Epochs drawn, momentum 0.9: FedNova's seed 1, its lowest and highest accuracy from round 5 to
-    30 and its largest server step, against FedAvg's largest in seed 1; FedAvg's final accuracy
-    minus FedNova's, seed by seed."""
+    30 and its largest server step, against FedAvg's largest in seed 1 (both bounds: rounded up);
+    FedAvg's final accuracy minus FedNova's, seed by seed."""
     nova, avg = drawn(data, "fednova"), drawn(data, "fedavg")
     span = [v for t, v in data.curve(nova[1]).items() if 5 <= t <= 30]
     diffs = [data.final(a) - data.final(n) for a, n in zip(avg, nova)]
     below = sum(d > 0 for d in diffs)
-    return {"lo": exact(min(span)), "hi": exact(max(span)), "ss": fmt(data.rounds(nova[1])["server_step"].max()),
-            "fa": fmt(data.rounds(avg[1])["server_step"].max()), "side": "below" if below else "above",
+    return {"lo": exact(min(span)), "hi": exact(max(span)),
+            "ss": bound_up(data.rounds(nova[1])["server_step"].max(), 2),
+            "fa": bound_up(data.rounds(avg[1])["server_step"].max(), 2), "side": "below" if below else "above",
             "where": "each seed" if below in (0, len(diffs)) else f"{below} of {len(diffs)} seeds",
             **{f"d{i}": exact(abs(d)) for i, d in enumerate(diffs)}}
 
@@ -138,19 +139,23 @@ def _(data):
 def _(data):
     """Epochs drawn, momentum 0: the ratio of the ten-epoch to the one-epoch client's ``||a_k||_1``
     in round 1 of seed 0 (against momentum 0.9's), the range of the sum of FedNova's weights a
-    round, both methods' largest server step (two decimals), and FedNova's final accuracy minus
-    FedAvg's, seed by seed."""
+    round, both methods' largest server step (compared on the exact values: "equals" only where
+    they are equal, else both with the decimals that tell them apart, at least two), and FedNova's
+    final accuracy minus FedAvg's, seed by seed."""
     m0 = round_one(data, drawn(data, "fednova", True)[0], drawn(data, "fedavg", True)[0])
     m9 = round_one(data, drawn(data, "fednova")[0], drawn(data, "fedavg")[0])
     nova, avg = drawn(data, "fednova", True), drawn(data, "fedavg", True)
     sums = weight_sums(data, nova)
-    ss_nova = fmt(max(data.rounds(r)["server_step"].max() for r in nova), 2)
-    ss_avg = fmt(max(data.rounds(r)["server_step"].max() for r in avg), 2)
+    x_nova = dec(max(data.rounds(r)["server_step"].max() for r in nova))
+    x_avg = dec(max(data.rounds(r)["server_step"].max() for r in avg))
+    digits = apart([x_nova, x_avg], 2)
+    ss_nova, ss_avg = fmt(x_nova, digits), fmt(x_avg, digits)
+    side = "equals" if x_nova == x_avg else f"({ss_nova}) is below" if x_nova < x_avg else f"({ss_nova}) is above"
     diffs = [data.final(n) - data.final(a) for n, a in zip(nova, avg)]
     ahead = sum(d > 0 for d in diffs)
     return {"r0": fmt(m0[10]["a"] / m0[1]["a"], 0), "r": fmt(m9[10]["a"] / m9[1]["a"], 0),
             "lo": fmt(min(sums), 2), "hi": fmt(max(sums), 2),
-            "eq": "equals" if ss_nova == ss_avg else f"({ss_nova}) differs from", "ss": ss_avg,
+            "eq": side, "ss": ss_avg,
             "side": "ahead of" if ahead else "behind",
             "where": "each seed" if ahead in (0, len(diffs)) else f"{ahead} of {len(diffs)} seeds",
             **{f"d{i}": exact(abs(d)) for i, d in enumerate(diffs)}}

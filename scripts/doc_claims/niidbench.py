@@ -10,8 +10,8 @@ from decimal import Decimal
 from fedrun.moved import current_target
 from fedrun.results import Run, read_rounds
 
-from doc_claims.core import (Data, MNIST_TRAIN, SEEDS, aggregator, dec, diverged_at, exact, fmt,
-                             held_out_images, hyper, joined, mean, thousands, words)
+from doc_claims.core import (Data, MNIST_TRAIN, SEEDS, aggregator, bound_up, dec, diverged_at, exact, fmt,
+                             held_out_images, hyper, joined, mean, sd, thousands, words)
 from doc_claims.registry import claim
 
 
@@ -68,6 +68,47 @@ def nb_sizes(data: Data) -> dict:
             "B": hyper(run, "batch_size"), "E": hyper(run, "local_epochs")}
 
 
+PARTITION_LABELS = {"dir05": "p_k ~ Dir(0.5)", "c1": "#C=1", "c2": "#C=2", "c3": "#C=3", "iid": "IID"}
+METHOD_NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova"}
+
+
+def grid_cell(data: Data, name: str, method: str) -> str:
+    """One cell of a Table III grid (the runs of ``method`` under ``name``, a folder below
+    outputs/reproductions) as far as its runs go: the finished runs' final accuracy, mean +- sd over
+    seeds, then the best round's mean, with ``[seeds ...]`` while the cell lacks a seed; the
+    diverged runs (``k div``, their rounds) and the runs stopped part way (``seed s at round r``)
+    after it; ``-`` where no run has started.  Every figure rounded half up on the exact values."""
+    runs = data.runs(name, method) if data.folder(name).is_dir() else []
+    done = [r for r in runs if r.finished]
+    div = [(r.seed, diverged_at(r)) for r in runs if diverged_at(r) is not None]
+    parts = []
+    if done:
+        finals_ = [data.final(r) for r in done]
+        text = fmt(mean(finals_)) + (f" +- {fmt(sd(finals_))}" if len(done) > 1 else "")
+        text += f" / {fmt(mean(data.best(r) for r in done))}"
+        if len(done) + len(div) < len(SEEDS):  # the cell is not complete: which seeds the mean is over
+            text += f" [seed{'s' if len(done) > 1 else ''} {', '.join(str(r.seed) for r in done)}]"
+        parts.append(text)
+    if div:
+        parts.append(f"{len(div)} div (round{'s' if len(div) > 1 else ''} {', '.join(str(d) for _, d in div)})")
+    for r in runs:
+        if not r.finished and diverged_at(r) is None:
+            parts.append(f"seed {r.seed} at round {data.reached(r)}")
+    return ", ".join(parts) if parts else "-"
+
+
+def grid_table(data: Data, root: str) -> str:
+    """Table III's MNIST rows from the grid under ``root`` (its folders ``mnist_<partition>``), a
+    :func:`grid_cell` per partition and method, each beside Flower's one run."""
+    ref = data.reference()
+    rows = ["| partition | " + " | ".join(f"{name} | Flower" for name in METHOD_NAMES.values()) + " |",
+            "|---|" + "---|" * 2 * len(METHOD_NAMES)]
+    for part, label in PARTITION_LABELS.items():
+        cells = [f"{grid_cell(data, f'{root}/mnist_{part}', m)} | {fmt(ref[(m, 'mnist', part)])}" for m in METHOD_NAMES]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def sci(x) -> str:
     """A power of ten's multiple as the doc writes it: 1e-5."""
     mantissa, exponent = f"{float(x):e}".split("e")
@@ -120,6 +161,37 @@ def _(data):
     runs = [r for p in PARTITIONS for m in METHODS for r in nb(data, p, m)]
     minutes = [dec(r.summary["round_seconds"]) / 60 for r in runs if r.finished]
     return {"n": len(runs), "lo": fmt(min(minutes), 0), "hi": fmt(max(minutes), 0)}
+
+
+@claim("niidbench.table", NB, "{rows}")
+def _(data):
+    """The grid's table (outputs/reproductions/niidbench: MNIST's first 10,000 images): per
+    partition and method the final accuracy (mean +- sd over the seeds that did not diverge / the
+    best round's mean), the diverged runs and their rounds, beside Flower's one run
+    (:func:`grid_table`)."""
+    return {"rows": grid_table(data, "niidbench")}
+
+
+@claim("niidbench.flower_versions", NB, "which under #C=1 differ widely from the one run ({c1}) and elsewhere on "
+       "MNIST by {lo} to {hi} points (the most: {most})")
+def _(data):
+    """Flower's two READMEs on MNIST, cell by cell: the merged one's best-round mean over three runs
+    (scripts/paper_targets/niidbench_flower_best_rounds.csv) against the one run (the reference
+    CSV); the #C=1 cells more than a point apart, listed, and the smallest and largest |difference|
+    over the other cells (raises where one of those is more than a point apart)."""
+    one, best = data.reference(), data.flower_best()
+    wide, rest = [], []
+    for part in PARTITION_LABELS:
+        for m, name in METHOD_NAMES.items():
+            (b, s), o = best[(m, "mnist", part)], one[(m, "mnist", part)]
+            if part == "c1" and abs(b - o) > 1:
+                wide.append(f"{name} {exact(b)} +- {exact(s)} against {fmt(o)}")
+            else:
+                rest.append((abs(b - o), f"{name} under {PARTITION_LABELS[part]}, {exact(b)} against {fmt(o)}"))
+    far = max(rest, key=lambda x: x[0])
+    if far[0] > 1:
+        raise ValueError(f"outside the wide #C=1 cells Flower's two versions differ by more than a point: {far[1]}")
+    return {"c1": ", ".join(wide), "lo": exact(min(d for d, _ in rest)), "hi": exact(far[0]), "most": far[1]}
 
 
 @claim("niidbench.paper_cells", NB, "`scripts/paper_targets/niidbench_table3_accuracy.csv` lists its {n} cells {empty}")
@@ -182,7 +254,7 @@ def _(data):
     """Dir(0.5): the four methods' final accuracies in one seed lie within a point (the largest
     spread over the seeds)."""
     spread = max(max(v) - min(v) for v in zip(*(finals(data, "dir05", m) for m in METHODS)))
-    return {"bound": "a point" if spread < 1 else f"{fmt(spread)} points"}
+    return {"bound": "a point" if spread < 1 else f"{bound_up(spread)} points"}
 
 
 @claim("niidbench.dir05_scaffold", NB, "SCAFFOLD is ahead of the other three in {where}, but by {lo} to {hi} "

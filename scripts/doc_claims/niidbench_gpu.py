@@ -1,13 +1,12 @@
 """Section ``niidbench_gpu``: NIID-Bench's #C=2 and IID rows on the whole MNIST, GPU runs cut short."""
 from __future__ import annotations
 
-import math
 import statistics
 from decimal import Decimal
 
 from fedrun.results import Run, read_rounds
 
-from doc_claims.core import Data, SEEDS, dec, diverged_at, exact, fmt, hyper, mean, sd, thousands
+from doc_claims.core import Data, SEEDS, bound_up, dec, diverged_at, exact, fmt, hyper, mean, sd, thousands
 from doc_claims.registry import claim
 from doc_claims.niidbench import nb, readings
 
@@ -77,12 +76,11 @@ def _(data):
 @claim("niidbench_gpu.iid_flower", NG, "every method's mean at round 22 is within {bound} points of Flower's "
        "50-round run")
 def _(data):
-    """|mean at round 22 - Flower| under IID, the largest over the four methods (rounded up to
-    the first decimal at which it is a bound)."""
+    """|mean at round 22 - Flower| under IID, the largest over the four methods (a bound: rounded
+    up)."""
     ref = data.reference()
     worst = max(abs(mean(ng_at(data, "iid", m)) - ref[(m, "mnist", "iid")]) for m in NG_NAMES)
-    bound = dec(math.ceil(worst * 10)) / 10
-    return {"bound": fmt(bound)}
+    return {"bound": bound_up(worst)}
 
 
 @claim("niidbench_gpu.iid_fednova", NG, "FedNova and FedAvg differ by at most {gap} points at round 22")

@@ -1,11 +1,12 @@
 """Section ``niidbench_tuned``: FedProx's mu tuned per NIID-Bench cell by scripts/tune.py."""
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 from fedrun.results import Run, read_rounds
 
-from doc_claims.core import Data, SEEDS, aggregator, dec, exact, fmt, joined, load_run, mean, pct
+from doc_claims.core import Data, SEEDS, aggregator, bound_up, exact, fmt, joined, load_run, mean, pct
 from doc_claims.registry import claim
 from doc_claims.niidbench import PARTITIONS, cell_mean, nb
 
@@ -48,6 +49,21 @@ def nt_tuned(data: Data, cell: str) -> list[Run]:
     return runs
 
 
+def nt_scores(data: Data, cell: str) -> dict[str, Decimal]:
+    """{mu: score} of a cell's grid: each tuning run's mean validation accuracy over the last 10
+    rounds (%, exact, recomputed from its rounds.csv), checked against choice.json's float."""
+    c = nt_choice(data, cell)
+    (_key, values), = c["grid"].items()
+    out = {}
+    for value, row in zip(values, c["rows"]):
+        df = read_rounds(nt_folder(data, cell) / "tune" / f"mu{value}_seed0")
+        score = mean(pct(a) for a in list(df["val_acc"].dropna())[-NT_LAST:])
+        if abs(float(score) - 100 * row["mean"]) > 1e-6:
+            raise ValueError(f"{cell}, mu {value}: choice.json's score {row['mean']} is not the run's {score}")
+        out[value] = score
+    return out
+
+
 @claim("niidbench_tuned.grid", NT, "{rows}")
 def _(data):
     """Per cell: every mu of NIID-Bench's grid scored by its tuning run's mean validation accuracy
@@ -57,13 +73,7 @@ def _(data):
     for cell in NT_CELLS:
         c = nt_choice(data, cell)
         (key, values), = c["grid"].items()
-        cells = []
-        for value, row in zip(values, c["rows"]):
-            df = read_rounds(nt_folder(data, cell) / "tune" / f"mu{value}_seed0")
-            score = mean(pct(a) for a in list(df["val_acc"].dropna())[-NT_LAST:])
-            if abs(float(score) - 100 * row["mean"]) > 1e-6:
-                raise ValueError(f"{cell}, mu {value}: choice.json's score {row['mean']} is not the run's {score}")
-            cells.append(f"{value}: {fmt(score, 2)}")
+        cells = [f"{value}: {fmt(score, 2)}" for value, score in nt_scores(data, cell).items()]
         best = max(zip(values, c["rows"]), key=lambda vr: vr[1]["mean"])[0]
         if c["chosen"][key] != best:
             raise ValueError(f"{cell}: the choice {c['chosen'][key]} is not the best point {best}")
@@ -91,11 +101,12 @@ def _(data):
 @claim("niidbench_tuned.close", NT, "Under IID the best three of the four mu score within {iid} points of each other, "
        "under Dir(0.5) the best two within {dir05}")
 def _(data):
-    """The spread of the best validation scores (%, mean over the last 10 rounds) where the split
-    hardly separates the mu: IID's best three, Dir(0.5)'s best two."""
+    """The spread of the best validation scores (%, mean over the last 10 rounds, exact from the
+    tuning runs' rounds.csv) where the split hardly separates the mu: IID's best three, Dir(0.5)'s
+    best two (bounds: rounded up)."""
     def spread(cell, top):
-        scores = sorted((100 * r["mean"] for r in nt_choice(data, cell)["rows"]), reverse=True)[:top]
-        return fmt(dec(scores[0]) - dec(scores[-1]), 2)
+        scores = sorted(nt_scores(data, cell).values(), reverse=True)[:top]
+        return bound_up(scores[0] - scores[-1], 2)
     return {"iid": spread("iid", 3), "dir05": spread("dir05", 2)}
 
 

@@ -8,9 +8,10 @@ from decimal import Decimal
 
 from fedrun.results import Run
 
-from doc_claims.core import Data, SEEDS, WORDS, dec, diverged_at, exact, fmt, joined, mean, sd, thousands, words
+from doc_claims.core import (Data, SEEDS, WORDS, aggregator, bound_up, dec, diverged_at, exact, fmt, joined, mean, sd,
+                             thousands, words)
 from doc_claims.registry import claim
-from doc_claims.niidbench import finals
+from doc_claims.niidbench import METHOD_NAMES, PARTITION_LABELS, finals, grid_cell, grid_table
 
 
 # ----------------------------------------------------------------------------- NIID-Bench, whole MNIST, CPU
@@ -70,8 +71,8 @@ def nw_finished(data: Data) -> list[tuple[str, int, Run]]:
     return out
 
 
-NW_PARTITIONS = {"dir05": "p_k ~ Dir(0.5)", "c1": "#C=1", "c2": "#C=2", "c3": "#C=3", "iid": "IID"}
-NW_METHODS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova"}
+NW_PARTITIONS = PARTITION_LABELS
+NW_METHODS = METHOD_NAMES
 
 
 def nw_table_runs(data: Data, partition: str, method: str) -> list[Run]:
@@ -86,28 +87,11 @@ def nw_all_runs(data: Data) -> list[Run]:
 
 
 def nw_cell(data: Data, partition: str, method: str) -> str:
-    """One cell of the whole-MNIST Table III as far as its runs go: the finished runs' final
-    accuracy, mean +- sd over seeds, then the best round's mean (as the 10,000-image table), with
-    ``[seeds ...]`` while the cell lacks a seed; the diverged runs (``k div``, their
-    rounds) and the runs stopped part way (``seed s at round r``) after it; ``-`` where no run has
-    started."""
-    runs = nw_table_runs(data, partition, method)
-    done = [r for r in runs if r.finished]
-    div = [(r.seed, diverged_at(r)) for r in runs if diverged_at(r) is not None]
-    parts = []
-    if done:
-        finals_ = [data.final(r) for r in done]
-        text = fmt(mean(finals_)) + (f" +- {fmt(sd(finals_))}" if len(done) > 1 else "")
-        text += f" / {fmt(mean(data.best(r) for r in done))}"
-        if len(done) + len(div) < len(SEEDS):  # the cell is not complete: which seeds the mean is over
-            text += f" [seed{'s' if len(done) > 1 else ''} {', '.join(str(r.seed) for r in done)}]"
-        parts.append(text)
-    if div:
-        parts.append(f"{len(div)} div (round{'s' if len(div) > 1 else ''} {', '.join(str(d) for _, d in div)})")
-    for r in runs:
-        if not r.finished and diverged_at(r) is None:
-            parts.append(f"seed {r.seed} at round {data.reached(r)}")
-    return ", ".join(parts) if parts else "-"
+    """One cell of the whole-MNIST Table III as far as its runs go (:func:`doc_claims.niidbench.grid_cell`):
+    the finished runs' final accuracy, mean +- sd over seeds, then the best round's mean, with
+    ``[seeds ...]`` while the cell lacks a seed; the diverged runs (``k div``, their rounds) and the
+    runs stopped part way (``seed s at round r``) after it; ``-`` where no run has started."""
+    return grid_cell(data, f"{NW}/mnist_{partition}", method)
 
 
 @claim("niidbench_whole.table", NW, "{rows}")
@@ -116,13 +100,7 @@ def _(data):
     niidbench_whole): per partition and method the finished runs' final accuracy (mean +- sd /
     the best round's mean, the seeds when not all three), the diverged runs and the ones stopped
     part way, beside Flower's one run."""
-    ref = data.reference()
-    rows = ["| partition | " + " | ".join(f"{name} | Flower" for name in NW_METHODS.values()) + " |",
-            "|---|" + "---|" * 2 * len(NW_METHODS)]
-    for part, label in NW_PARTITIONS.items():
-        cells = [f"{nw_cell(data, part, m)} | {fmt(ref[(m, 'mnist', part)])}" for m in NW_METHODS]
-        rows.append(f"| {label} | " + " | ".join(cells) + " |")
-    return {"rows": "\n".join(rows)}
+    return {"rows": grid_table(data, NW)}
 
 
 def signed(x, digits: int = 1) -> str:
@@ -155,7 +133,8 @@ def _(data):
        "Flower's run")
 def _(data):
     """The whole-MNIST Dir(0.5) cells with a finished run: the largest distance of their mean final
-    accuracy from Flower's one run (points), where the 10,000-image grid was 2.1 to 2.3 below."""
+    accuracy from Flower's one run (points, a bound: rounded up), where the 10,000-image grid was
+    2.1 to 2.3 below."""
     ref, gaps = data.reference(), []
     for m in NW_METHODS:
         done = [r for r in nw_table_runs(data, "dir05", m) if r.finished]
@@ -163,7 +142,7 @@ def _(data):
             gaps.append(abs(mean(data.final(r) for r in done) - ref[(m, "mnist", "dir05")]))
     if not gaps:
         raise ValueError("no Dir(0.5) run has finished on the whole MNIST")
-    return {"n": words(len(gaps)), "d": fmt(max(gaps))}
+    return {"n": words(len(gaps)), "d": bound_up(max(gaps))}
 
 
 def nw_ranked(cell_finals: dict[str, list[Decimal | None]]) -> list[tuple[str, Decimal | None, int]]:
@@ -407,7 +386,8 @@ def _(data):
 
 def nw_close_row(data: Data, part: str) -> dict:
     """The figures of a reading for a whole-MNIST row whose methods end close together, once its 12
-    runs have ended: the largest minus the smallest method mean (points, unrounded means), the range
+    runs have ended: the largest minus the smallest method mean (points, unrounded means; a bound,
+    rounded up, as is "each within" below), the range
     of Flower's one run minus each method's mean, in words ("each 0.2 to 2.8 points below"; where
     the methods end on both sides of it, how close the furthest is and which end on each side), and
     the runs that diverged, beside the same row's diverged runs on the first 10,000 images; the
@@ -428,10 +408,10 @@ def nw_close_row(data: Data, part: str) -> dict:
     else:  # some method ends above Flower's one run: say which, and how close every method is
         above = [NW_METHODS[m] for m, g in zip(NW_METHODS, gaps) if g < 0]
         below = [NW_METHODS[m] for m, g in zip(NW_METHODS, gaps) if g >= 0]
-        side = (f"each within {fmt(max(abs(g) for g in gaps))} points of Flower's run of it ({joined(below)} "
+        side = (f"each within {bound_up(max(abs(g) for g in gaps))} points of Flower's run of it ({joined(below)} "
                 f"below it, {joined(above)} above)")
     small = sum(v is None for m in NW_METHODS for v in finals(data, part, m))
-    return {"spread": fmt(max(means) - min(means)), "flower": side,
+    return {"spread": bound_up(max(means) - min(means)), "flower": side,
             "div": words(div) if div else "none", "n": len(NW_METHODS) * len(SEEDS),
             "small": words(small) if small else "none",
             "wide": NW_METHODS[max(spreads, key=spreads.get)], "wgap": fmt(max(spreads.values()))}
@@ -495,3 +475,127 @@ def _(data):
             "rounds": NW_ROUNDS, "favg": fmt(ref[("fedavg", "mnist", "iid")]),
             "fnova": fmt(ref[("fednova", "mnist", "iid")]), "lo": thousands(min(sizes)),
             "hi": thousands(max(sizes)), "batches": per_epoch, "bs": bs, "steps": thousands(per_epoch * epochs)}
+
+
+# ----------------------------------------------------------------------------- like for like, Flower's merged README
+
+NW_NEAR = Decimal("0.5")  # a best-round mean this close to Flower's (points) is "near"; a cell further is named
+
+
+def nw_best_gaps(data: Data) -> dict[tuple[str, str], tuple[Decimal, Decimal, Decimal, Decimal]]:
+    """Per whole-MNIST cell whose runs have all ended: (our best-round mean over the finished
+    seeds, our standard deviation of the seeds' best rounds, Flower's best-round mean over its three
+    runs, its standard deviation), all in %: the table's figure after the slash, exact, against the
+    README merged since (scripts/paper_targets/niidbench_flower_best_rounds.csv)."""
+    best, out = data.flower_best(), {}
+    for part in NW_PARTITIONS:
+        runs, ended = nw_row(data, part)
+        if not ended:
+            continue
+        for m in NW_METHODS:
+            values = [data.best(r) for r in runs[m].values() if r.finished]
+            out[(part, m)] = (mean(values), exact_sd(values), *best[(m, "mnist", part)])
+    return out
+
+
+def exact_sd(values: list[Decimal]) -> Decimal:
+    """The sample standard deviation (n - 1) of ``values`` in decimal arithmetic (0.22 for 96.34,
+    96.56 and 96.12, where :func:`doc_claims.core.sd`'s floats give 0.21999...)."""
+    m = mean(values)
+    return (sum(((v - m) ** 2 for v in values), Decimal(0)) / (len(values) - 1)).sqrt()
+
+
+def nw_cell_name(part: str, m: str) -> str:
+    return f"{NW_METHODS[m]} under {NW_PARTITIONS[part]}"
+
+
+@claim("niidbench_whole.best_flower", NW, "outside #C=1, {k} of the {n} cells' best-round means are within {bound} "
+       "points of Flower's (the furthest: {furthest}) and {m} are more than half a point off: {far}. Under #C=1, where "
+       "the seeds scatter on both sides (standard deviations up to {c1ours} points here and {c1theirs} in Flower's), "
+       "ours minus Flower's runs from {c1lo} to {c1hi} points")
+def _(data):
+    """The whole-MNIST table's best-round means (over the finished seeds, exact) minus the merged
+    README's (the best round's mean over Flower's three runs), cell by cell: outside #C=1 the cells
+    within half a point (NW_NEAR) and their largest |gap| (a bound: rounded up), the cells further,
+    each with both means; under #C=1 both sides' largest standard deviation and the range of the
+    gaps."""
+    gaps = nw_best_gaps(data)
+    near, far, c1 = [], [], []
+    for (part, m), (ours, sd_ours, theirs, sd_theirs) in gaps.items():
+        d = ours - theirs
+        if part == "c1":
+            c1.append((d, sd_ours, sd_theirs))
+        else:
+            (near if abs(d) <= NW_NEAR else far).append((part, m, d, ours, theirs))
+    if not near or not c1:
+        raise ValueError("the #C=1 row or every other row has not ended")
+    top = max(near, key=lambda x: abs(x[2]))
+    return {"k": len(near), "n": len(near) + len(far), "bound": bound_up(abs(top[2]), 2),
+            "furthest": f"{nw_cell_name(top[0], top[1])}, {fmt(top[3], 2)} against {exact(top[4])}",
+            "m": words(len(far)), "far": "; ".join(f"{nw_cell_name(p, m)}, {signed(d, 2)} ({fmt(o, 2)} against "
+                                                   f"{exact(t)})" for p, m, d, o, t in far) or "none",
+            "c1ours": fmt(max(s for _, s, _ in c1), 2), "c1theirs": exact(max(s for _, _, s in c1)),
+            "c1lo": signed(min(d for d, _, _ in c1), 2), "c1hi": signed(max(d for d, _, _ in c1), 2)}
+
+
+def nw_far(data: Data, part: str, m: str) -> tuple[Decimal, Decimal, Decimal, Decimal]:
+    """A cell of :func:`nw_best_gaps` that must be more than half a point from Flower's (raises
+    otherwise: its explanation would explain nothing)."""
+    cell = nw_best_gaps(data)[(part, m)]
+    if abs(cell[0] - cell[2]) <= NW_NEAR:
+        raise ValueError(f"{nw_cell_name(part, m)} is within half a point of Flower's best-round mean")
+    return cell
+
+
+@claim("niidbench_whole.best_fednova_dir05", NW, "Flower's FedNova is the low one of its row: its other three "
+       "methods' best-round means are {lo} to {hi}, and its one earlier run of FedNova ended at {one}%; ours, {ours}, "
+       "{where} our other three ({olo} to {ohi})")
+def _(data):
+    """Under Dir(0.5): the merged README's FedNova against its other three methods (best-round
+    means) and its earlier one run of FedNova; our FedNova's best-round mean against our other
+    three's (exact, two decimals)."""
+    ours, _s, _t, _ts = nw_far(data, "dir05", "fednova")
+    best, one, gaps = data.flower_best(), data.reference(), nw_best_gaps(data)
+    theirs = [best[(m, "mnist", "dir05")][0] for m in NW_METHODS if m != "fednova"]
+    others = [gaps[("dir05", m)][0] for m in NW_METHODS if m != "fednova"]
+    if best[("fednova", "mnist", "dir05")][0] >= min(theirs):
+        raise ValueError("Flower's FedNova under Dir(0.5) is not below its other three methods")
+    closest = min(abs(ours - o) for o in others)
+    where = "lies among" if min(others) <= ours <= max(others) else f"lies {fmt(closest, 2)} points from"
+    return {"lo": exact(min(theirs)), "hi": exact(max(theirs)), "one": fmt(one[("fednova", "mnist", "dir05")]),
+            "ours": fmt(ours, 2), "where": where, "olo": fmt(min(others), 2), "ohi": fmt(max(others), 2)}
+
+
+@claim("niidbench_whole.best_fedprox_c2", NW, "our FedProx, at the presets' mu = {mu}, reaches a lower best round than "
+       "our FedAvg in {k} of {n} seeds ({p} against {a}), where Flower's FedProx, at one of the four mu its script "
+       "runs (its README does not say which), is {fd} points from its FedAvg ({fp} against {fa})")
+def _(data):
+    """Under #C=2: our FedProx's best round against our FedAvg's seed by seed (exact), with its mu
+    from the runs' config; the merged README's FedProx and FedAvg best-round means."""
+    nw_far(data, "c2", "fedprox")
+    runs, _ended = nw_row(data, "c2")
+    prox = [data.best(runs["fedprox"][s]) for s in SEEDS]
+    avg = [data.best(runs["fedavg"][s]) for s in SEEDS]
+    mus = {str(aggregator(r, "mu")) for r in runs["fedprox"].values()}
+    if len(mus) != 1:
+        raise ValueError(f"FedProx's #C=2 runs differ in mu: {mus}")
+    best = data.flower_best()
+    fp, fa = best[("fedprox", "mnist", "c2")][0], best[("fedavg", "mnist", "c2")][0]
+    return {"mu": mus.pop(), "k": sum(p < a for p, a in zip(prox, avg)), "n": len(SEEDS),
+            "p": ", ".join(exact(v) for v in prox), "a": ", ".join(exact(v) for v in avg),
+            "fd": exact(abs(fp - fa)), "fp": exact(fp), "fa": exact(fa)}
+
+
+@claim("niidbench_whole.best_fedavg_c2", NW, "FedAvg's gap, {gap} points, is {cmp} the two sides' standard deviations "
+       "over seeds added together ({so} here, {st} in Flower's), and our SCAFFOLD and FedNova under #C=2 are within "
+       "{x} points of Flower's")
+def _(data):
+    """Under #C=2: FedAvg's best-round mean minus Flower's (exact), against the sum of the two
+    sample standard deviations of the seeds' best rounds (ours in decimal arithmetic, Flower's as
+    its README prints it); the largest |gap| of SCAFFOLD and FedNova in the row (a bound: rounded
+    up)."""
+    ours, so, theirs, st = nw_far(data, "c2", "fedavg")
+    gap, gaps = abs(ours - theirs), nw_best_gaps(data)
+    cmp = "no larger than" if gap <= so + st else "larger than"
+    x = max(abs(gaps[("c2", m)][0] - gaps[("c2", m)][2]) for m in ("scaffold", "fednova"))
+    return {"gap": fmt(gap, 2), "cmp": cmp, "so": fmt(so, 2), "st": fmt(st, 2), "x": bound_up(x, 2)}
