@@ -56,7 +56,7 @@ def hidden_hydra(tmp_path: Path) -> str:
 
 
 STEPS = ("cuda", "preset", "engines", "balanced", "lockstep", "table2")
-CONDITIONS = ("mnist_iid_b", "mnist_noniid_b", "mnist_iid_ub", "mnist_noniid_ub")
+CONDITIONS = ("mnist_iid_b", "mnist_noniid_b", "mnist_iid_ub", "mnist_noniid_ub")  # the CIFAR-10 ones need the copy
 METHODS = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn")
 # Table 2's MNIST accuracies (%), per condition and method (scripts/paper_targets/fednnnn_table2_accuracy.csv)
 PAPER = {"mnist_iid_b": (99.0, 99.0, 99.1, 99.1, 99.2), "mnist_noniid_b": (98.2, 98.1, 99.0, 99.2, 99.1),
@@ -172,6 +172,39 @@ def test_table2_resumes_its_populations_from_the_archive_an_earlier_draw_brought
         assert len(after) > len(before)
         timing = ["train_s", "eval_s", "wall_s"]
         pd.testing.assert_frame_equal(after.iloc[: len(before)].drop(columns=timing), before.drop(columns=timing))
+
+
+@pytest.mark.slow
+def test_table2_trains_a_cifar10_condition_on_the_carried_copy_under_its_label(tmp_path):
+    """A CIFAR-10 condition of Table 2 reads the JPEG copy carried beside the MNIST folder
+    (``.gpudata/cifar10-jpeg``, as prepare puts it), and its runs say so; without the copy the
+    condition is "not reached" and the step still ends well."""
+    from test_cifar10_copy import smooth_images, write_copy
+
+    data = mnist_files(tmp_path / "gpudata" / "mnist")
+    env = dict(GPU_CHECK_DATA=str(data), GPU_CHECK_CONDITIONS="cifar10_iid_b", GPU_CHECK_ADD_ROUNDS="1",
+               GPU_CHECK_RUNS=str(tmp_path / "no-runs"))
+    missing = gpu_check(tmp_path, "draw", "table2", OUT=str(tmp_path / "out0"), **env)
+    assert missing.returncode == 0, missing.stdout[-3000:] + missing.stderr[-3000:]
+    state = figures_of(tmp_path / "out0")["table2", "cifar10_iid_b_state"]["value"]
+    assert state.startswith("not reached (no CIFAR-10 copy carried: cifar10-jpeg/cifar10_jpeg_q75.npz.xz beside ")
+
+    (tmp_path / "gpudata" / "cifar10-jpeg").mkdir()
+    write_copy(tmp_path / "gpudata" / "cifar10-jpeg" / "cifar10_jpeg_q75.npz.xz", smooth_images(300, 0),
+               smooth_images(100, 1), np.arange(300) % 10, np.arange(100) % 10)
+    done = gpu_check(tmp_path, "draw", "table2", **env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = figures_of(tmp_path / "out")
+    assert figures["table2", "cifar10_iid_b_state"]["value"].endswith("stopped as asked")
+    for method, paper in zip(METHODS, (81.3, 81.4, 81.2, 83.1, 84.7)):  # Table 2's CIFAR10 IID - B column
+        assert figures["table2", f"cifar10_iid_b_{method}_final_acc_pct"]["target"] == str(paper)
+        assert figures["table2", f"cifar10_iid_b_{method}_rounds_done"]["target"] == "3"
+    for archive in (tmp_path / "out").glob("table2_resume_*.tar.gz"):  # the CIFAR-10 CNN's checkpoints: several
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp_path / "runs", filter="data")
+    run = tmp_path / "runs" / "table2" / "cifar10_iid_b" / "fednnnn"
+    assert "CIFAR-10 (JPEG q75 copy)" in (run / "run.json").read_text()
+    assert "name: cifar10_jpeg" in (run / "config.yaml").read_text()
 
 
 def test_a_rerun_of_one_step_runs_only_that_step(tmp_path):

@@ -14,7 +14,8 @@
 #                    balanced the balanced preset (mnist_noniid_b), the preset's figures         (<= 60 s)
 #                    lockstep bench_lockstep.py: both presets' lock-steps, critical path, shapes,
 #                             occupancy; ms and kernels a lock-step, eager vs captured; floors  (<= 45 s)
-#                    table2   Table 2's 4 MNIST conditions, each its 5 methods as one population,
+#                    table2   Table 2's 4 MNIST conditions, then its 4 CIFAR-10 ones on the carried JPEG
+#                             copy (dataset=cifar10_jpeg), each its 5 methods as one population,
 #                             100 rounds, resumed across loans (below)                  (the rest, >= 100 s)
 #                    Name steps to rerun only those (e.g. `draw table2`), with GPU_CHECK_BUDGET=<s>.
 #   table2's runs go on from loan to loan: it comes back with table2_resume_1.tar.gz (and _2 ... at
@@ -44,8 +45,9 @@
 #
 # Preparation, once, here on the CPU, from the repository root (needs PyPI and ../shared/data/mnist):
 #   bash scripts/bench/gpu_check.sh prepare
-# It puts the wheels of hydra-core 1.3.8, omegaconf 2.3.1 and antlr4-python3-runtime 4.9.3 in .whl/
-# and MNIST's four .gz files in .gpudata/mnist/ (both ignored by git), checks that the wheels
+# It puts the wheels of hydra-core 1.3.8, omegaconf 2.3.1 and antlr4-python3-runtime 4.9.3 in .whl/,
+# MNIST's four .gz files in .gpudata/mnist/ and, where it fits in the call, CIFAR-10's JPEG q75 copy
+# in .gpudata/cifar10-jpeg/ (GPU_CHECK_CIFAR10; all ignored by git), checks that the wheels
 # install and import offline, and that the working tree plus both folders stay under the 64 MiB a
 # call carries, then prints the device call.  The device call (device tool, verb `run`):
 #   command:   bash scripts/bench/gpu_check.sh draw
@@ -164,8 +166,24 @@ if [ "$stage" = prepare ]; then
     where=$(PYTHONPATH=$site $py -c "import hydra, omegaconf; print(hydra.__file__)") || fail "hydra does not import from the wheels"
     case $where in "$site"/*) ;; *) fail "hydra imported from $where, not from the wheels";; esac
     rm -rf "$site"
+    # CIFAR-10's JPEG q75 copy (18.2 MB), for the draw's CIFAR-10 conditions of Table 2, where it fits.
+    cifar=${GPU_CHECK_CIFAR10:-../shared/data/cifar10-jpeg/cifar10_jpeg_q75.npz.xz}
+    carried="4 files"
+    if [ -f "$cifar" ]; then
+        mkdir -p .gpudata/cifar10-jpeg
+        install -m 0644 "$cifar" .gpudata/cifar10-jpeg/cifar10_jpeg_q75.npz.xz
+        if awk -v s="$(travel_mib)" -v l="$LIMIT_MIB" 'BEGIN { exit !(s < l - 2) }'; then
+            carried="4 files, and .gpudata/cifar10-jpeg: CIFAR-10's JPEG copy"
+        else
+            rm -rf .gpudata/cifar10-jpeg
+            echo "prepare: CIFAR-10's JPEG copy left out (it would take the call over ${LIMIT_MIB} MiB): the draw's CIFAR-10 conditions will say 'not reached'" >&2
+        fi
+    else
+        rm -rf .gpudata/cifar10-jpeg
+        echo "prepare: no CIFAR-10 copy at $cifar (GPU_CHECK_CIFAR10 names it): the draw's CIFAR-10 conditions will say 'not reached'" >&2
+    fi
     size=$(travel_mib)
-    echo "prepared: .whl ($(ls .whl | wc -l) wheels), .gpudata/mnist (4 files); the call carries ${size} MiB of ${LIMIT_MIB}"
+    echo "prepared: .whl ($(ls .whl | wc -l) wheels), .gpudata/mnist ($carried); the call carries ${size} MiB of ${LIMIT_MIB}"
     awk -v s="$size" -v l="$LIMIT_MIB" 'BEGIN { exit !(s < l - 2) }' \
         || fail "${size} MiB would travel: over the ${LIMIT_MIB} MiB a call takes (less 2 MiB of margin)"
     cat <<EOF

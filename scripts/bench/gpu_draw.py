@@ -24,7 +24,9 @@ step never costs the ones after it, and each writes what it learned before the n
               path, bucketed shapes and occupancy; ms and kernels a lock-step of the MNIST CNN for one
               client and for all 100, eager and captured; each round's floor estimate.
 ``table2``    with the time left: Table 2's four MNIST conditions (IID and non-IID, balanced and
-              unbalanced), each the 5 methods (FedAvg, FedProx, Norm-Norm, Momentum, FedNNNN) as one
+              unbalanced), then its four CIFAR-10 conditions on CIFAR-10's JPEG q75 copy
+              (``dataset=cifar10_jpeg``, where prepare carried it: "CIFAR-10 (JPEG q75 copy)"
+              in every file and table; 250 rounds), each the 5 methods (FedAvg, FedProx, Norm-Norm, Momentum, FedNNNN) as one
               population (``hydra/launcher=population``), seed 0, 100 rounds, one condition after
               another, balanced first.  They go on across sessions: the runs' folders, checkpoints
               included, come back as resume archives (scripts/bench/resume_runs.py); committed under
@@ -80,10 +82,15 @@ PAPER_CSV = ROOT / "scripts" / "paper_targets" / "fednnnn_table2_accuracy.csv"
 PRESET = "fednnnn/mnist_noniid_ub"
 BALANCED = "fednnnn/mnist_noniid_b"
 METHODS = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn")
-# Table 2's MNIST conditions (preset name: the paper's condition), in the order table2 trains them:
-# the balanced ones first, whose rounds are about 60 lock-steps against the unbalanced ones' ~1,160.
+# Table 2's conditions (preset name: the paper's condition), in the order table2 trains them: MNIST's
+# first, the balanced ones first (rounds of about 60 lock-steps against the unbalanced ones' ~1,160);
+# then CIFAR-10's, on its JPEG q75 copy (dataset=cifar10_jpeg) where prepare could carry it.
 CONDITIONS = {"mnist_iid_b": "iid-b", "mnist_noniid_b": "noniid-b", "mnist_iid_ub": "iid-ub",
-              "mnist_noniid_ub": "noniid-ub"}
+              "mnist_noniid_ub": "noniid-ub", "cifar10_iid_b": "iid-b", "cifar10_noniid_b": "noniid-b",
+              "cifar10_iid_ub": "iid-ub", "cifar10_noniid_ub": "noniid-ub"}
+# Where prepare puts the CIFAR-10 copy: beside the carried MNIST folder.
+CIFAR10_COPY = Path("cifar10-jpeg") / "cifar10_jpeg_q75.npz.xz"
+ROUNDS = {"mnist": 100, "cifar10": 250}  # Table 1: each dataset's rounds
 STEPS = ("cuda", "preset", "engines", "balanced", "lockstep", "table2")
 # Each step's time limit (seconds).  They sum to 420, leaving table2 at least 100 s of a 540 s budget;
 # time a step does not use goes to table2.
@@ -141,9 +148,14 @@ class Draw:
             value = round(value, 4)
         self.figures.append(dict(step=step, figure=name, value=value, unit=unit, target=target, note=note))
 
-    def planned(self) -> int:
+    def planned(self, dataset: str = "mnist") -> int:
         """A preset's rounds at the draw's size (scale=tiny: 3)."""
-        return 3 if self.size == "tiny" else 100
+        return 3 if self.size == "tiny" else ROUNDS[dataset]
+
+    def cifar10_copy(self) -> Path | None:
+        """The carried CIFAR-10 JPEG copy (beside the MNIST folder), or None where prepare left it out."""
+        path = self.data.parent / CIFAR10_COPY
+        return path if path.is_file() else None
 
     def data_arg(self) -> str:
         """The data folder as the runs name it: relative to the checkout when inside it, so that a
@@ -153,11 +165,19 @@ class Draw:
         except ValueError:
             return str(self.data)
 
-    def fedrun(self, *overrides: str, sweep: bool = False) -> list[str]:
-        """``python -m fedrun [-m]`` on the carried MNIST, never downloading, at the draw's size.  The
-        data root is a folder that does not exist, inside the data folder's name: nothing else is read."""
+    def fedrun(self, *overrides: str, sweep: bool = False, dataset: str = "mnist") -> list[str]:
+        """``python -m fedrun [-m]`` on the carried MNIST (``dataset="cifar10"``: the carried CIFAR-10
+        JPEG copy, after the overrides, which name the CIFAR-10 preset), never downloading, at the
+        draw's size.  The data root is a folder that does not exist, inside the data folder's name:
+        nothing else is read (the copy's decoded cache goes to the work folder)."""
         size = ["scale=tiny"] if self.size == "tiny" else []
         data = self.data_arg()
+        if dataset == "cifar10":
+            copy = self.cifar10_copy()
+            copy = copy.relative_to(ROOT) if copy is not None and copy.is_relative_to(ROOT) else copy
+            reads = ["dataset=cifar10_jpeg", f"dataset.load.file={copy}", f"dataset.load.cache={self.work / 'cifar10_cache'}"]
+            return [self.python, "-m", "fedrun", *(["-m"] if sweep else []), f"device={self.device}", "progress=false",
+                    f"data_root={data}/no-data-root", *size, *overrides, *reads]
         return [self.python, "-m", "fedrun", *(["-m"] if sweep else []), f"device={self.device}", "progress=false",
                 f"dataset.load.search=[{data}]", "dataset.load.download=false", f"data_root={data}/no-data-root",
                 *size, *overrides]
@@ -250,18 +270,23 @@ def capture_said(run_dir: Path) -> str:
     return lines[-1].split("] ", 1)[-1][:200] if lines else ""
 
 
-def paper_accuracy(method: str, condition: str = CONDITIONS["mnist_noniid_ub"]) -> float | None:
+def dataset_of(preset: str) -> str:
+    """The paper's dataset of a Table 2 preset (``cifar10_iid_b`` -> ``cifar10``)."""
+    return preset.split("_", 1)[0]
+
+
+def paper_accuracy(method: str, condition: str = CONDITIONS["mnist_noniid_ub"], dataset: str = "mnist") -> float | None:
     with open(PAPER_CSV) as f:
         for row in csv.DictReader(f):
-            if (row["method"], row["dataset"], row["condition"]) == (method, "mnist", condition):
+            if (row["method"], row["dataset"], row["condition"]) == (method, dataset, condition):
                 return float(row["accuracy_pct"])
     return None
 
 
 def accuracy_figures(draw: Draw, step: str, method: str, rounds, planned: int, prefix: str = "",
-                     condition: str = CONDITIONS["mnist_noniid_ub"]) -> None:
+                     condition: str = CONDITIONS["mnist_noniid_ub"], dataset: str = "mnist") -> None:
     """Final and best test accuracy of a run (at the last round reached) beside Table 2's number."""
-    paper = paper_accuracy(method, condition)
+    paper = paper_accuracy(method, condition, dataset)
     done = int(rounds["round"].iloc[-1])
     cut = "" if done >= planned else f"only {done} of {planned} rounds reached"
     acc = rounds["test_acc"].dropna()
@@ -483,6 +508,9 @@ def train_condition(draw: Draw, condition: str, deadline: float) -> str:
     todo = [m for m in METHODS if not before[m].done]
     if not todo:
         return "finished"
+    dataset = dataset_of(condition)
+    if dataset == "cifar10" and draw.cifar10_copy() is None:
+        return f"not reached (no CIFAR-10 copy carried: {CIFAR10_COPY} beside {draw.data_arg()})"
     left = deadline - time.monotonic() - GRACE
     if left < START_S[draw.size]:
         return f"not reached ({max(left, 0):.0f} s left)"
@@ -494,7 +522,7 @@ def train_condition(draw: Draw, condition: str, deadline: float) -> str:
     status, wall = run_command(draw, "table2", draw.fedrun(
         f"experiment=fednnnn/{condition}", f"aggregator={','.join(todo)}", "engine=batched", *capture("batched"),
         "resume=true", "hydra/launcher=population", f"hydra.sweep.dir={sweep}",
-        "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}", sweep=True), left,
+        "hydra.sweep.subdir=${hydra:runtime.choices.aggregator}", sweep=True, dataset=dataset), left,
         stop_when=enough if draw.add_rounds else None)
     after = {m: run_state(sweep / m) for m in METHODS}
     start, end = min(before[m].rounds for m in todo), max(after[m].rounds for m in todo)
@@ -546,11 +574,13 @@ def step_table2(draw: Draw, limit: float) -> str:
         for method in METHODS:
             rounds = rounds_of(draw.work / "table2" / condition / method)
             prefix = f"{condition}_{method}_"
+            dataset = dataset_of(condition)
             if rounds is None:
                 draw.figure("table2", f"{prefix}final_acc_pct", "", "%",
-                            paper_accuracy(method, CONDITIONS[condition]) or "", "no round yet")
+                            paper_accuracy(method, CONDITIONS[condition], dataset) or "", "no round yet")
                 continue
-            accuracy_figures(draw, "table2", method, rounds, draw.planned(), prefix, CONDITIONS[condition])
+            accuracy_figures(draw, "table2", method, rounds, draw.planned(dataset), prefix, CONDITIONS[condition],
+                             dataset)
     # A population member has the results of its run alone on the batched engine (docs/sweeps.md):
     # the engines step's batched run is the non-IID UB population's FedNNNN alone, for its first rounds.
     alone = rounds_of(draw.work / "engines" / "batched")
