@@ -217,3 +217,29 @@ def test_evaluate_perfect_and_half():
     assert acc == pytest.approx(0.6)
     assert loss == pytest.approx((2 * math.log1p(math.exp(10)) + 3 * math.log1p(math.exp(-10))) / 5, rel=1e-5)
     assert not model.training  # evaluation mode
+
+
+def test_every_engine_keeps_the_engine_protocol(tiny_data):
+    """A run calls only what fedrun.client.protocol.Engine lists, on every engine alike (no probing):
+    the in-process engines have nothing to fit, share, start or close, and leave evaluation to the run."""
+    from fedrun.client.batched import BatchedEngine
+    from fedrun.client.parallel import ParallelEngine
+    from fedrun.client.protocol import Engine, InProcessEngine
+
+    local = LocalTraining(epochs=1, batch_size=7, lr=0.1)
+    args = (tiny_mlp(0), tiny_data.train_x, tiny_data.train_y, local, None, 0)
+    for engine in (SequentialEngine(*args), BatchedEngine(*args)):
+        assert isinstance(engine, Engine) and isinstance(engine, InProcessEngine)
+        assert engine.fit(10) is None and engine.share(tiny_data.test_x, tiny_data.test_y) is None
+        assert engine.start() is None and engine.close() is None and engine.evaluate is None
+        assert engine.summary == type(engine).__name__
+    parallel = ParallelEngine(*args, workers=2)
+    assert isinstance(parallel, Engine) and not isinstance(parallel, InProcessEngine)
+    assert callable(parallel.evaluate) and parallel.summary.startswith("ParallelEngine, ")
+    assert parallel.fit(1).startswith("engine.workers=2: more than can run at once; 1 worker process(es)")
+    parallel.close()
+
+    class TrainsOnly:  # an engine that skips the lifecycle is not one
+        def train(self, *args, **kwargs): ...
+
+    assert not isinstance(TrainsOnly(), Engine)

@@ -255,3 +255,17 @@ def test_settings_that_change_no_result_never_split_a_group(tmp_path):
                                                                                    "targets: [0.5]\nsnapshots: [2]\n"))
     identity = results.run_identity(results.find_runs(tmp_path))
     assert set(identity["group"]) == {"FedAvg"}
+
+
+@pytest.mark.parametrize("loader,name", [("load_layers", "layers.csv"), ("load_clients", "clients.csv"),
+                                         ("load_client_layers", "client_layers.csv"),
+                                         ("load_output_layer", "output_layer.csv"), ("load_partition", "partition.csv")])
+def test_every_per_run_csv_has_its_loader(tmp_path, loader, name):
+    """One loader a CSV a run writes: its rows, run by run, with the run's folder beside them."""
+    for run, value in (("r1", 1.5), ("r2", 2.5)):
+        _folder(tmp_path / run, "config.yaml", "rounds.csv")
+        key = "client" if name == "partition.csv" else "round"  # partition.csv: a row a client
+        (tmp_path / run / name).write_text(f"{key},value\n1,{value}\n2,{value + 1}\n")
+    df = getattr(results, loader)(tmp_path)
+    assert list(df["value"]) == [1.5, 2.5, 2.5, 3.5]
+    assert list(df["run_dir"]) == [str(tmp_path / "r1")] * 2 + [str(tmp_path / "r2")] * 2

@@ -238,7 +238,7 @@ def test_run_from_python_equals_the_cli(tmp_path):
     fedrun_ok(TINY + ["aggregator=fedavg", f"hydra.run.dir={tmp_path / 'cli'}"], tmp_path)
     same_run(tmp_path / "py", tmp_path / "cli")
     assert summary == {**json.loads((tmp_path / "py" / "summary.json").read_text()), "run_dir": str(tmp_path / "py")}
-    assert "fedavg: K=4 clients (2 a round), 2 rounds" in (tmp_path / "py" / "fedrun.log").read_text()
+    assert "fedavg on synthetic data: K=4 clients (2 a round), 2 rounds" in (tmp_path / "py" / "fedrun.log").read_text()
     config = yaml.safe_load((tmp_path / "py" / "config.yaml").read_text())
     assert config["choices"]["aggregator"] == "fedavg" and "aggregator=fedavg" in config["overrides"]
     with pytest.raises(ConfigError, match="already holds a run"):

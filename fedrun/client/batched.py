@@ -56,6 +56,7 @@ from fedrun.client.captured import Workspace, Workspaces, check_capture, static_
 from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.lock_step import ChunkTraining
 from fedrun.client.precision import check_engine_options, compile_errors, precision_scope
+from fedrun.client.protocol import InProcessEngine
 from fedrun.client.regularizers import Regularizer
 from fedrun.client.round_plan import RoundPlan
 from fedrun.client.vmap_batchnorm import uses_batch_norm
@@ -79,7 +80,7 @@ MAX_CHUNK = 2**20
 PLANS = 4
 
 
-class BatchedEngine:
+class BatchedEngine(InProcessEngine):
     """Trains all clients of a round in lock-step; same interface as ``SequentialEngine``.
 
     Args:

@@ -23,6 +23,7 @@ from torch import nn
 from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.optim import load_state, state_dict
 from fedrun.params import Params
+from fedrun.client.protocol import InProcessEngine
 from fedrun.client.precision import autocast, check_engine_options, compile_errors, precision_scope
 from fedrun.client.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
@@ -30,7 +31,7 @@ from fedrun.seeding import derive_seed, torch_generator
 log = logging.getLogger(__name__)
 
 
-class SequentialEngine:
+class SequentialEngine(InProcessEngine):
     """One client after another on one ``nn.Module``.
 
     Args:

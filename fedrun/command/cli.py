@@ -115,13 +115,24 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+# ----------------------------------------------------------------------------- composing
+
+def _compose(overrides: list[str], hydra: bool = True) -> DictConfig:
+    """The config ``fedrun <overrides>`` runs, composed from conf/ as Hydra's app would (with the
+    ``hydra`` node, which names the options chosen, unless ``hydra=False``): the one place the CLI
+    composes, for its checks, its help, its sweeps' checks and ``fedrun.run``."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
 # ----------------------------------------------------------------------------- checking first
 
 def precheck(overrides: list[str], sweep: bool = False, swept: list[str] | None = None) -> None:
     """Compose and validate a single run's config (a sweep's job's with ``sweep``; ``swept``: the
     keys the sweep varies), and the folder it will write to; raise ConfigError with a one-line
     message."""
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     from fedrun.command.build import build
@@ -129,8 +140,7 @@ def precheck(overrides: list[str], sweep: bool = False, swept: list[str] | None 
 
     _check_group_lists(overrides)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = _compose(overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         # "Could not load": an option of a list (logger=[tensorboard,nosuch])
         missing = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", str(e))
@@ -406,7 +416,7 @@ def _sweep_values(o, key: str, fixed: list[str]) -> list[str] | None:
     traceback Hydra's sweeper would end in: ``interval(...)`` with the basic sweeper, a ``range``
     of step 0, a ``glob`` that matches no option (a sweep of no job).  ``fixed``: the sweep's
     other, single-valued overrides (the sweeper chosen, the search path)."""
-    from hydra import compose, initialize_config_dir
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.types import Glob, IntervalSweep, RangeSweep
     from hydra.errors import HydraException
@@ -414,9 +424,7 @@ def _sweep_values(o, key: str, fixed: list[str]) -> list[str] | None:
     value = o.input_line.split("=", 1)[-1]
     if isinstance(o.value(), IntervalSweep):
         try:  # the sweeper the sweep runs with (an experiment's defaults may choose it)
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-                sweeper = compose("config", overrides=fixed, return_hydra_config=True).hydra.runtime.choices.get(
-                    "hydra/sweeper")
+            sweeper = _compose(fixed).hydra.runtime.choices.get("hydra/sweeper")
         except Exception:  # noqa: BLE001 - the sweep's precheck names what is wrong with the overrides
             return None
         if sweeper == "basic":
@@ -452,7 +460,6 @@ def _check_partitions(fixed: list[str], swept: list[tuple[str, list[str]]]) -> N
     data has, ...) is one line before any job runs, as every other setting is."""
     import itertools
 
-    from hydra import compose, initialize_config_dir
 
     from fedrun.command.build import check_partition
 
@@ -465,8 +472,7 @@ def _check_partitions(fixed: list[str], swept: list[tuple[str, list[str]]]) -> N
                                    PARTITION_CHECKS))
     data: dict = {}
     for combo in combos:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-            cfg = compose("config", overrides=[*fixed, *others, *combo])
+        cfg = _compose([*fixed, *others, *combo], hydra=False)
         try:
             check_partition(cfg, data)
         except ConfigError as e:
@@ -476,7 +482,6 @@ def _check_partitions(fixed: list[str], swept: list[tuple[str, list[str]]]) -> N
 
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     """``group.key=value`` for a key the config does not have: the error lists the keys it has."""
-    from hydra import compose, initialize_config_dir
 
     from fedrun.command import settings
 
@@ -484,8 +489,7 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     parent, _, _ = key.rpartition(".")
     rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-            node = OmegaConf.select(compose("config", overrides=rest), parent) if parent else None
+        node = OmegaConf.select(_compose(rest, hydra=False), parent) if parent else None
         keys = [k for k in node if k not in settings.HYDRA_KEYS] if isinstance(node, DictConfig) else []
     except Exception:  # noqa: BLE001 - the hint is optional; the error is not
         keys = []
@@ -613,7 +617,6 @@ def _first_values(overrides: list[str]) -> list[str]:
 def _help(overrides: list[str], config_dirs: list[str]) -> str:
     """``fedrun [overrides] --help``: the run those overrides make, every setting a user may set
     with its value, what it does and what it takes (:mod:`fedrun.command.help`)."""
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     from fedrun.command.help import help_text
@@ -621,8 +624,7 @@ def _help(overrides: list[str], config_dirs: list[str]) -> str:
     if config_dirs and not any(o.startswith("hydra.searchpath=") for o in overrides):
         overrides = overrides + [f"hydra.searchpath=[{','.join('file://' + d for d in config_dirs)}]"]
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = _compose(overrides)
     except (HydraException, OmegaConfBaseException, ValueError):
         precheck(overrides)  # the one-line error the run itself would give
         raise
@@ -674,7 +676,6 @@ def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | os
     to write, any path (default: the config's ``hydra.run.dir``, under ``outputs/``).  Returns
     the summary (``summary.json``) with ``run_dir``, where the results are.  Log lines go to the
     console (and the run's ``fedrun.log``) as from the command; a notebook shows tqdm's widget."""
-    from hydra import compose, initialize_config_dir
 
     from fedrun.command.build import run
     from fedrun.logs import ensure_console
@@ -698,8 +699,7 @@ def run_overrides(overrides: list[str] | tuple[str, ...] = (), run_dir: str | os
     _HELD.clear()
     precheck(overrides)
     _print_held()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="fedrun"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    cfg = _compose(overrides)
     HydraConfig.instance().set_config(cfg)  # resolves ${hydra:...} in the run directory's name
     target = Path(cfg.hydra.run.dir)
     choices = dict(cfg.hydra.runtime.choices)

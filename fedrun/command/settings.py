@@ -14,7 +14,7 @@ what is allowed: a key nothing reads (``+hyperparams.roundz=3``), a value of the
 integer setting given 1.7, a list given 3, a number given ``big``), a float that is infinite or
 NaN, an interpolation that cannot be resolved.  Ranges and choices (``lr > 0``, ``weighting`` in
 ``examples | uniform``) are checked where the values are used, by the objects' constructors and
-the dataclasses they fill, which :func:`fedrun.command.cli.build` calls before the run directory exists.
+the dataclasses they fill, which :func:`fedrun.command.build.build` calls before the run directory exists.
 """
 from __future__ import annotations
 

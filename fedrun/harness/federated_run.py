@@ -117,7 +117,7 @@ class FederatedRun:
         self.run_dir, self.data, self.aggregator, self.local = Path(run_dir), data, aggregator, local
         self.federation, self.participation, self.seed, self.device = federation, participation, seed, device
         self.resume, self.targets, self.config, self.dashboard = resume, targets, config, dashboard
-        self.objective = objective  # the summary's value a sweep optimizes (fedrun.results.objective)
+        self.objective = objective  # the summary's value a sweep optimizes (fedrun.harness.objective)
         self.notes = tuple(notes)  # settings without effect here (fedrun.command.build.no_effect): warned at the start
         # The data as loaded (fedrun.command.build.data_digest), recorded in every checkpoint: a data
         # file changed between a stop and its resume is refused, naming data_source.
@@ -137,14 +137,15 @@ class FederatedRun:
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
         self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
-        if hasattr(self.engine, "fit"):  # the parallel engine: no more workers than can run (cores, clients a round)
-            fitted = self.engine.fit(federation.per_round)
-            self.notes += (fitted,) if fitted else ()
-        if hasattr(self.engine, "share"):  # the parallel engine's workers evaluate on the splits they hold
-            for x, y in ((data.test_x, data.test_y), (data.val_x, data.val_y)):
-                if x is not None:
-                    self.engine.share(x, y)
-            self.engine.start()  # forked before the directory is locked: no worker holds the lock
+        # The engine protocol (fedrun.client.protocol): fitted to the round's size (the parallel engine: no
+        # more workers than can run), handed the evaluation splits, started before the directory is locked
+        # (no worker holds the lock); each a no-op for an engine that trains in this process.
+        fitted = self.engine.fit(federation.per_round)
+        self.notes += (fitted,) if fitted else ()
+        for x, y in ((data.test_x, data.test_y), (data.val_x, data.val_y)):
+            if x is not None:
+                self.engine.share(x, y)
+        self.engine.start()
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)
@@ -190,7 +191,7 @@ class FederatedRun:
     def _log_start(self) -> None:
         f = self.federation
         log.info("run directory %s (engine: %s)%s", self.run_dir.resolve(),
-                 getattr(self.engine, "summary", type(self.engine).__name__),
+                 self.engine.summary,
                  f"; resuming after round {self.done}" if self.done else "")
         data = dataset_label(self.config)
         log.info("%s%s: K=%d clients (%d a round), %d rounds, partition %s, %d parameters", self.aggregator.name,
@@ -210,8 +211,7 @@ class FederatedRun:
     def close(self) -> None:
         """Release the run directory (its lock and log) and the engine's workers, if it has any;
         again is harmless."""
-        if hasattr(self.engine, "close"):
-            self.engine.close()
+        self.engine.close()
         if self.dir is not None:
             self.dir.close()
 
@@ -248,9 +248,6 @@ class FederatedRun:
             return int(torch.load(path, map_location="cpu", weights_only=True)["round"])
         except Exception:  # noqa: BLE001 - unreadable: the in-memory count is the best left
             return self.saved
-
-    def remaining(self) -> range:
-        return range(self.done + 1, self.federation.rounds + 1)
 
     def sample(self, t: int) -> RoundRecord:
         """Step 1: round t's reporting clients, their epochs and starting optimizer states."""
@@ -311,7 +308,7 @@ class FederatedRun:
     def evaluate(self, r: RoundRecord) -> dict:
         """Step 4: the round's test (and validation) columns."""
         return evaluate_round(self.model, r.models, self.buffers, self.aggregator.evaluate, self.data,
-                              eval_batch(self.device), getattr(self.engine, "evaluate", None))
+                              eval_batch(self.device), self.engine.evaluate)
 
     def record(self, r: RoundRecord) -> None:
         """Step 5: the round's rows, its snapshot, the checkpoint (on the rounds it is due: the
