@@ -65,7 +65,7 @@ SCHEMA: dict[str, Any] = {
         "weight_decay": float, "weight_decay_mode": str, "optimizer_state": str,
         "lr_milestones": list[float], "lr_gamma": float, "augment": Union[bool, dict, None],
         "betas": tuple[float, float], "adam_eps": float, "eval_every": int, "validation_fraction": float,
-        "stragglers": float, "dropouts": float,
+        "stragglers": float, "dropouts": float, "sampling": str, "availability": Union[float, str, None],
     },
 }
 

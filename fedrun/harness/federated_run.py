@@ -36,7 +36,7 @@ from fedrun.client.participation import Participation
 from fedrun.data.partition import class_counts, client_ids, client_test_rows, fingerprint
 from fedrun.harness.recorder import Recorder, RoundRecord
 from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run
-from fedrun.seeding import clients_per_round, sample_clients
+from fedrun.seeding import clients_per_round
 from fedrun.client.sequential import SequentialEngine
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,8 @@ class FederatedRun:
         self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
                                num_classes=data.num_classes, seed=seed, **client_ids(partition, data.train_groups))
         self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
+        self.sizes = [len(p) for p in self.parts]  # n_k: sampling=size draws by them
+        participation.check_clients(federation.num_clients)
         self.client_tests, self.client_eval_every, notes = _client_tests(self.parts, data, federation, device)
         self.notes += notes
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
@@ -252,7 +254,7 @@ class FederatedRun:
     def sample(self, t: int) -> RoundRecord:
         """Step 1: round t's reporting clients, their epochs and starting optimizer states."""
         f = self.federation
-        sampled = sample_clients(self.seed, t, f.num_clients, f.per_round)
+        sampled = self.participation.sample(self.seed, t, self.sizes, f.per_round)
         clients, epochs, dropped, stragglers = self.participation.draw(self.seed, t, sampled, self.local.epochs)
         r = RoundRecord(t, self.local.lr_at(t, f.rounds), {k: len(self.parts[k]) for k in dropped}, stragglers)
         r.clients, r.epochs = clients, epochs

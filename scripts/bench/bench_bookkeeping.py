@@ -46,6 +46,7 @@ from fedrun.data.preparation import prepare
 from fedrun.data.datasets import synthetic
 from fedrun.client.engines import auto_engine
 from fedrun.client.local_training import LocalTraining
+from fedrun.client.participation import Participation
 from fedrun.models.nets import MLP, MnistCNN
 from fedrun.data.partition import iid
 from fedrun.harness.recorder import Recorder
@@ -113,7 +114,7 @@ def measure(aggregator: str, clients: int, args, device, path: str = "after") ->
         inner.train = paused_train
         return inner
 
-    evaluate, sample, checkpoint = federated_run.evaluate_round, federated_run.sample_clients, Recorder.checkpoint
+    evaluate, sample, checkpoint = federated_run.evaluate_round, Participation.sample, Recorder.checkpoint
     saving = []
 
     def timed_checkpoint(*a, **kw):
@@ -131,7 +132,7 @@ def measure(aggregator: str, clients: int, args, device, path: str = "after") ->
 
     work = Path(tempfile.mkdtemp(prefix="fedrun-bookkeeping-"))  # removed once its rounds.csv is read
     run = work / "run"
-    federated_run.evaluate_round, federated_run.sample_clients = paused_evaluate, start_counting
+    federated_run.evaluate_round, Participation.sample = paused_evaluate, start_counting
     sums = federated_run.RoundSums
     if path == "before":
         federated_run.RoundSums = gram_path
@@ -146,7 +147,7 @@ def measure(aggregator: str, clients: int, args, device, path: str = "after") ->
             counter.active = False
         rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
     finally:
-        federated_run.evaluate_round, federated_run.sample_clients = evaluate, sample
+        federated_run.evaluate_round, Participation.sample = evaluate, sample
         federated_run.RoundSums = sums
         Recorder.checkpoint = checkpoint
         shutil.rmtree(work, ignore_errors=True)
