@@ -106,3 +106,18 @@ def test_whole_runs_ask_the_sampled_clients(tmp_path):
                       "hyperparams.num_clients=3", f"hydra.run.dir={tmp_path / 'bad'}"], tmp_path)
     assert bad.returncode == 2 and "lists client 3, but there are K = 3 clients" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_run_from_before_sampling_existed_resumes(tmp_path):
+    """A run made before ``hyperparams.sampling`` existed (its config.yaml without the setting) resumes:
+    the setting at ``uniform`` is what that run ran; any other value is a difference, refused."""
+    run = tmp_path / "run"
+    args = [*TINY, f"hydra.run.dir={run}"]
+    fedrun_ok(args, tmp_path)
+    config = run / "config.yaml"
+    old = "\n".join(line for line in config.read_text().splitlines()
+                    if not line.strip().startswith(("sampling:", "availability:")))
+    config.write_text(old + "\n")
+    fedrun_ok([*args, "resume=true"], tmp_path)
+    refused = run_fedrun([*args, "resume=true", "hyperparams.sampling=size"], tmp_path)
+    assert refused.returncode == 2 and "the settings differ from the run's config.yaml in: hyperparams" in refused.stderr

@@ -60,6 +60,11 @@ LOG_FILE = "fedrun.log"
 # runs, so they do not change the results (dotted: a key inside a node, here the one federation copies).
 RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads", "checkpoint_every",
                          "federation.checkpoint_every")
+# Settings fedrun gained after runs were made, at the value that runs what runs without them ran: a
+# setting at that value counts as absent, so a run from before it resumes (and its checkpoint's
+# settings digest still matches), while any other value is a difference as usual.
+ADDED_SETTINGS = {"hyperparams.sampling": "uniform", "hyperparams.availability": None,
+                  "participation.sampling": "uniform", "participation.availability": None}
 
 # The run directory whose fedrun.log takes the records made now (None: every open run's).
 _SPEAKING: contextvars.ContextVar[Path | None] = contextvars.ContextVar("fedrun_run_speaking", default=None)
@@ -210,9 +215,10 @@ class RunLog(logging.FileHandler):
 
 
 def _settings(config: dict) -> dict:
-    """``config`` without the :data:`RESUMABLE_DIFFERENCES` (a shallow copy of the nodes they are in)."""
+    """``config`` without the :data:`RESUMABLE_DIFFERENCES` and the :data:`ADDED_SETTINGS` at their
+    neutral value (a shallow copy of the nodes they are in)."""
     out = dict(config)
-    for key in RESUMABLE_DIFFERENCES:
+    for key in (*RESUMABLE_DIFFERENCES, *ADDED_SETTINGS):
         *nodes, last = key.split(".")
         parent = out
         for node in nodes:
@@ -221,7 +227,8 @@ def _settings(config: dict) -> dict:
             parent[node] = dict(parent[node])
             parent = parent[node]
         else:
-            parent.pop(last, None)
+            if key in RESUMABLE_DIFFERENCES or (last in parent and parent[last] == ADDED_SETTINGS[key]):
+                parent.pop(last, None)
     return out
 
 
