@@ -20,7 +20,8 @@ from fedrun.data.preparation import prepare
 from fedrun.diagnostics.communication import Payload, method_payload, nbytes, payload
 from fedrun.errors import Interrupted
 from fedrun.harness.federated_run import FederatedRun, Federation
-from fedrun.harness.recorder import Recorder, RoundRecord
+from fedrun.harness.recorder import Recorder
+from fedrun.harness.round_record import RoundRecord
 from fedrun.harness.simulation import simulate
 from fedrun.models.nets import MLP
 from fedrun.params import split_state

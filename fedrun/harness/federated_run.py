@@ -34,7 +34,8 @@ from fedrun.diagnostics.nwda import RoundSums
 from fedrun.params import split_state
 from fedrun.client.participation import Participation
 from fedrun.data.partition import class_counts, client_ids, client_test_rows, fingerprint
-from fedrun.harness.recorder import Recorder, RoundRecord
+from fedrun.harness.recorder import Recorder
+from fedrun.harness.round_record import RoundRecord
 from fedrun.harness.rundir import CHECKPOINT, RunDirectory, refuse_existing_run
 from fedrun.seeding import clients_per_round
 from fedrun.client.sequential import SequentialEngine

@@ -24,7 +24,6 @@ import logging
 import math
 import os
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +34,7 @@ from fedrun.data.names import dataset_label
 from fedrun.diagnostics import communication
 from fedrun.harness import provenance
 from fedrun.harness.objective import objective as objective_value
+from fedrun.harness.round_record import RoundRecord  # what write() takes
 from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.models.layers import Layer
 from fedrun.params import Params
@@ -200,31 +200,6 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
 
 
 # ----------------------------------------------------------------------------- one run's files
-
-@dataclass
-class RoundRecord:
-    """Everything round t produced that a CSV reports.  ``results``/``outcome``/``divergence``
-    are None when every sampled client dropped out (the server then keeps ``w_t``)."""
-
-    round: int
-    lr: float
-    dropped: dict[int, int]  # client -> n_k, for the clients that returned nothing
-    stragglers: set[int]
-    clients: list[int] = field(default_factory=list)  # the reporting clients, in training order
-    epochs: list[int] = field(default_factory=list)  # their local epochs (fewer for a straggler)
-    starts: object = None  # their starting optimizer states, stacked (None: reset every round)
-    inputs: object = None  # their regularizer inputs from the aggregator's correction (SCAFFOLD's c - c_k), or None
-    models: dict = field(default_factory=dict)  # {"average": ..., "sent": ...}: the round's global models
-    results: object = None  # fedrun.client.local_training.ClientResults
-    outcome: object = None  # fedrun.server.aggregator.RoundOutcome
-    divergence: object = None  # fedrun.diagnostics.divergence.Divergence
-    learners: object = None  # the learners' parameters w + dw_k (fedrun.diagnostics.divergence.LearnerParams)
-    vanilla: object = None  # the PD-VL reference learner's results (its rounds only)
-    vanilla_loss: float | None = None
-    evaluation: dict = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
-    client_eval: dict = field(default_factory=dict)  # client -> (accuracy, loss) on its own test data
-    seconds: dict = field(default_factory=dict)  # TIMING_COLUMNS
-
 
 class Recorder:
     """Writes one run's files; see the module docstring.

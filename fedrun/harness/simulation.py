@@ -37,7 +37,7 @@ from fedrun.client.local_training import LocalTraining
 from fedrun.logs import CONSOLE_ONLY, ROUND_LINE, bar_shown, bar_wanted
 from fedrun.client.participation import Participation
 from fedrun.harness.population import check_population, evaluate_runs, train_together
-from fedrun.harness.recorder import RoundRecord
+from fedrun.harness.round_record import RoundRecord
 from fedrun.client.sequential import SequentialEngine
 
 log = logging.getLogger(__name__)
