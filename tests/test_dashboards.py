@@ -11,6 +11,7 @@ import yaml
 from conftest import TINY, fedrun_ok, run_fedrun
 
 from fedrun.harness import dashboards
+from fedrun.harness.provenance import git_state
 from fedrun.errors import ConfigError
 
 needs_tensorboard = pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
@@ -67,6 +68,30 @@ def test_hparams_params_and_tags_leave_out_hydra_and_mirror_keys():
     assert {k: tags[k] for k in ("aggregator", "dataset", "seed", "paper")} == \
         {"aggregator": "fednnnn", "dataset": "synthetic", "seed": "0", "paper": "fednnnn"}
     assert "scale" not in tags and tags["fedrun_version"] and tags["run_dir"].endswith("r")
+
+
+def test_mlflow_params_leave_out_how_a_run_was_carried_out_and_tags_name_its_commit(monkeypatch):
+    """Dashboards, resuming, where the data is read from, the progress bar: no setting of what a run
+    computes, so no MLflow parameter; the commit of fedrun's source is MLflow's own git tag."""
+    from fedrun.harness import provenance
+
+    logger = {"_target_": "fedrun.harness.dashboards.dashboards", "use": {"mlflow": True},
+              "tracking_uri": "mlflow.db", "experiment": "fedrun"}
+    config = config_of(["logger=mlflow", "resume=true", "threads=1"], logger=logger, resume=True,
+                       data_root="/data/here", progress=False, checkpoint_every=1, threads=1,
+                       dataset={"name": "synthetic", "max_train": 200,
+                                "load": {"root": "/data/here", "download": True, "search": [], "num_train": 400}})
+    params = dashboards.run_params(config)
+    carried = [k for k in params if k.split(".")[0] in ("logger", "resume", "data_root", "progress", "checkpoint_every")
+               or k in ("choices.logger", "dataset.load.root", "dataset.load.download", "dataset.load.search")]
+    assert carried == []
+    assert params["threads"] == "1" and params["dataset.max_train"] == "200" and params["dataset.load.num_train"] == "400"
+    assert params["choices.aggregator"] == "fednnnn" and params["overrides"] == "logger=mlflow resume=true threads=1"
+    monkeypatch.setattr(provenance, "git_state", lambda: ("0123abc", True))
+    tags = dashboards.run_tags(config, "r")
+    assert tags["mlflow.source.git.commit"] == "0123abc" and tags["git_dirty"] == "true"
+    monkeypatch.setattr(provenance, "git_state", lambda: (None, None))  # an installed wheel: no commit to name
+    assert not {"mlflow.source.git.commit", "git_dirty"} & set(dashboards.run_tags(config, "r"))
 
 
 @needs_tensorboard
@@ -157,6 +182,8 @@ def test_mlflow_sweep_runs_are_named_tagged_and_hold_rounds_summary_and_files(tm
                                                                               "participation."))]
         config = yaml.safe_load((run / "config.yaml").read_text())
         assert len(params) == len(dashboards.run_params(config)) < 90  # was 109 with Hydra's keys and the mirrors
+        assert not [k for k in params if k.split(".")[0] in ("logger", "resume", "data_root", "progress")]
+        assert tags.get("mlflow.source.git.commit") == git_state()[0]  # None where fedrun runs from no clone
         history = sorted(client.get_metric_history(marker["run_id"], "round.test_acc"), key=lambda m: m.step)
         assert [m.step for m in history] == [1, 2]
         assert [m.value for m in history] == pytest.approx(pd.read_csv(run / "rounds.csv").test_acc.tolist(), rel=1e-6)

@@ -1,7 +1,7 @@
 """Each optional extra alone installs what its documented commands need.
 
-``pip install 'fedrun[dashboards]'`` must be enough for ``logger=mlflow`` (its SQLite store) and
-``logger=tensorboard``; ``pip install 'fedrun[sweeps]'`` for a stored Optuna study that a second
+``pip install 'fedrun[dashboards]'`` must be enough for ``logger=mlflow`` (its SQLite store, and
+``mlflow ui`` to look at the runs: it answers on localhost) and ``logger=tensorboard``; ``pip install 'fedrun[sweeps]'`` for a stored Optuna study that a second
 command resumes; ``pip install 'fedrun[huggingface]'`` for the bring-your-own-data example
 (docs/examples/bring_your_own) with ``partition=natural`` and ``partition=flwr``.  Each extra goes into a fresh virtual environment that holds nothing else of the
 extras.  Installing needs the package index, so these tests are marked ``extras`` and left out of
@@ -17,9 +17,15 @@ user who has the core already.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
+import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -98,6 +104,55 @@ def importable(bin_: Path, module: str) -> bool:
     return subprocess.run([str(bin_ / "python"), "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mlflow_ui(bin_: Path, store: Path, cwd: Path, timeout: float = 180) -> tuple[bytes, dict]:
+    """``mlflow ui --backend-store-uri sqlite:///<store>`` started, asked for its front page and for
+    the experiment ``fedrun`` through its REST API once it answers, and stopped: (page, answer)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = cwd / "mlflow_ui.log"  # a file, not a pipe nobody reads while the server runs
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(bin_ / "mlflow"), "ui", "--backend-store-uri", f"sqlite:///{store}",
+                                 "--host", "127.0.0.1", "--port", str(port)], cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/", timeout=10) as answer:
+                    page = answer.read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    stop(proc)
+                    output = log.read_text(errors="replace")
+                    pytest.fail(f"mlflow ui did not answer on {base}:\n{output[-3000:]}")
+                time.sleep(1)
+        query = "/api/2.0/mlflow/experiments/get-by-name?experiment_name=fedrun"
+        with urllib.request.urlopen(base + query, timeout=30) as answer:
+            found = json.loads(answer.read())
+        return page, found
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """A server started in its own process group, stopped with its workers."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_the_dashboards_extra_alone_runs_mlflow_and_tensorboard(tmp_path):
     bin_ = environment_with("dashboards", tmp_path / "venv")
     assert not importable(bin_, "optuna")  # the extra alone
@@ -108,6 +163,10 @@ def test_the_dashboards_extra_alone_runs_mlflow_and_tensorboard(tmp_path):
              "print(len(r), len(c.get_metric_history(r[0].info.run_id, 'round.test_acc')))")
     out = subprocess.run([str(bin_ / "python"), "-c", check], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.split() == ["1", "3"], out.stderr[-2000:]  # one run, 3 rounds of test accuracy
+    # The way to look at it, as the docs give it: MLflow's web UI on that store answers on localhost.
+    page, found = mlflow_ui(bin_, tmp_path / "mlflow.db", tmp_path)
+    assert b"<html" in page.lower(), page[:500]
+    assert found["experiment"]["name"] == "fedrun", found
     fedrun(bin_, [*TINY, "logger=tensorboard", f"hydra.run.dir={tmp_path / 'tb_run'}"], tmp_path)
     assert list((tmp_path / "tb_run" / "tensorboard").rglob("events.out.tfevents.*"))
 

@@ -21,11 +21,14 @@ settings its command line set).
 * ``logger=mlflow``: a run in an MLflow tracking store, a local SQLite file by default
   (``mlflow ui --backend-store-uri sqlite:///mlflow.db``), named as above, with tags
   (``aggregator``, ``dataset``, ``model``, ``partition``, ``seed``, ``fedrun_version``,
-  ``run_dir``, and the preset's ``tags``), the run's settings as parameters (in batches; without
-  Hydra's ``_target_``/``_partial_``/``_convert_`` keys and the ``federation``, ``local`` and
-  ``participation`` nodes, which repeat ``hyperparams``), the summary values as metrics and,
-  at the end, the CSVs, ``config.yaml`` and ``summary.json`` as artifacts (``pip install
-  mlflow-skinny``).
+  ``mlflow.source.git.commit`` and ``git_dirty`` where fedrun runs from a git clone, ``run_dir``,
+  and the preset's ``tags``), the run's settings as parameters (in batches; without Hydra's
+  ``_target_``/``_partial_``/``_convert_`` keys, the ``federation``, ``local`` and
+  ``participation`` nodes, which repeat ``hyperparams``, and how the run was carried out:
+  ``logger.*``, ``resume``, ``data_root``, ``progress``, ...), the summary values as metrics and,
+  at the end, the CSVs, ``config.yaml`` and ``summary.json`` as artifacts.  Logging needs only
+  ``mlflow-skinny``; ``mlflow ui`` needs the whole ``mlflow`` package (its web server and pages),
+  which ``pip install 'fedrun[dashboards]'`` installs.
 
 Where the dataset option has a label of its own (a stand-in: ``dataset=cifar10_jpeg`` is "CIFAR-10
 (JPEG q75 copy)"), both dashboards also carry it as ``dataset_label`` (an HParam, an MLflow tag),
@@ -56,6 +59,10 @@ SUMMARY_METRICS = ("final_test_acc", "best_test_acc", "best_round", "final_test_
 INTERNAL_KEYS = ("_target_", "_partial_", "_convert_", "_recursive_", "_args_")
 # Nodes that repeat ``hyperparams`` for the objects built from them.
 MIRRORS = ("federation", "local", "participation")
+# How a run is carried out, not what it computes: no MLflow parameter (the dashboards, resuming,
+# where the data files are read from, the progress bar, how often a checkpoint is written).
+MECHANICS = ("logger", "choices.logger", "resume", "data_root", "progress", "checkpoint_every",
+             "dataset.load.root", "dataset.load.search", "dataset.load.download")
 # Settings of how a run is launched, not of what it computes: never in a name or the hparams.
 ADMIN = ("progress", "device", "resume", "data_root", "threads", "checkpoint_every", "logger", "hydra",
          "objective", "targets", "snapshots", "choices", "overrides", "tags", "dataset.load.search",
@@ -154,8 +161,13 @@ def _internal(key: str) -> bool:
     return key.split(".", 1)[0] in MIRRORS or key.rsplit(".", 1)[-1] in INTERNAL_KEYS
 
 
+def _under(key: str, names) -> bool:
+    """``key`` is one of ``names`` or lies below one (``logger.use.mlflow`` under ``logger``)."""
+    return any(key == a or key.startswith(a + ".") for a in names)
+
+
 def _admin(key: str) -> bool:
-    return any(key == a or key.startswith(a + ".") for a in ADMIN)
+    return _under(key, ADMIN)
 
 
 def _get(config: dict, key: str):
@@ -317,11 +329,12 @@ def run_hparams(config: dict | None, run_dir: str | Path) -> dict:
 
 def run_params(config: dict | None) -> dict[str, str]:
     """The run's settings as MLflow parameters: config.yaml flattened (``hyperparams.lr``,
-    ``choices.aggregator``, ``overrides`` as one line), without Hydra's keys and the mirrors of
-    ``hyperparams``."""
+    ``choices.aggregator``, ``overrides`` as one line), without Hydra's keys, the mirrors of
+    ``hyperparams`` and how the run was carried out (:data:`MECHANICS`: ``logger.*``, ``resume``,
+    ``data_root``, ``progress`` ...)."""
     out = {}
     for key, value in _flat(config or {}).items():
-        if _internal(key):
+        if _internal(key) or _under(key, MECHANICS):
             continue
         if key == "overrides" and isinstance(value, list):
             value = " ".join(map(str, value))
@@ -330,10 +343,12 @@ def run_params(config: dict | None) -> dict[str, str]:
 
 
 def run_tags(config: dict | None, run_dir: str | Path) -> dict[str, str]:
-    """MLflow tags: the options of the main config groups, the seed, the fedrun version, the run
-    directory and the preset's ``tags`` (``paper``, ``condition``, ...; a name taken already is
-    left to fedrun's)."""
+    """MLflow tags: the options of the main config groups, the seed, the fedrun version, the git
+    commit of fedrun's source where it runs from a clone (MLflow's own ``mlflow.source.git.commit``,
+    and ``git_dirty``: whether tracked files differed from it), the run directory and the preset's
+    ``tags`` (``paper``, ``condition``, ...; a name taken already is left to fedrun's)."""
     from fedrun import __version__
+    from fedrun.harness.provenance import git_state
 
     config = config or {}
     choices = config.get("choices") or {}
@@ -343,6 +358,10 @@ def run_tags(config: dict | None, run_dir: str | Path) -> dict[str, str]:
     if config.get("seed") is not None:
         tags["seed"] = str(config["seed"])
     tags.update(fedrun_version=__version__, run_dir=str(Path(run_dir).resolve()))
+    commit, dirty = git_state()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+        tags["git_dirty"] = str(bool(dirty)).lower()
     for key, value in (config.get("tags") or {}).items():
         tags.setdefault(str(key), str(value))
     if config.get("overrides") is not None:
@@ -440,8 +459,8 @@ class MLflow:
         try:
             import mlflow
         except ImportError:
-            raise ConfigError("logger", "mlflow", "needs the mlflow package: pip install mlflow-skinny "
-                              "(or pip install 'fedrun[dashboards]')") from None
+            raise ConfigError("logger", "mlflow", "needs the mlflow package: pip install 'fedrun[dashboards]' "
+                              "(or pip install mlflow)") from None
         self.mlflow, self.tracking_uri, self.experiment, self.run_name = mlflow, tracking_uri, experiment, run_name
         self.client, self.run_id, self.run_dir, self.last_round = None, None, None, 0
 
