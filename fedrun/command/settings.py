@@ -46,6 +46,8 @@ SCHEMA: dict[str, Any] = {
     "vanilla_every": int,
     "snapshots": list[int],
     "client_eval_every": Union[int, None],
+    "client_test_fraction": float,
+    "client_eval_clients": str,
     "checkpoint_every": int,
     "tuned": ANY,
     "tags": ANY,

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from fedrun.data.client_tests import hold_out
 from fedrun.data.names import dataset_label
 from fedrun.server.aggregator import Aggregator, check_finite
 from fedrun.data.preparation import FederatedData
@@ -62,7 +63,10 @@ class Federation:
     # Each sampled client's accuracy on its own test data every n rounds (and the last): None is
     # eval_every where the data has per-client test splits (natural clients), else off; 0: off.
     client_eval_every: int | None = None
-
+    # A share of each client's own examples held out as its own test split (fedrun.data.client_tests),
+    # on any partition; 0: none (natural clients' own test data, where the data has it).
+    client_test_fraction: float = 0.0
+    client_eval_clients: str = "sampled"  # whose own accuracy is scored: sampled (that round's) | all (the K)
 
     def __post_init__(self):
         object.__setattr__(self, "snapshots", tuple(self.snapshots))  # a list from the config
@@ -76,6 +80,8 @@ class Federation:
         check(self.eval_every >= 1, "hyperparams.eval_every", self.eval_every, "must be >= 1")
         check(self.client_eval_every is None or self.client_eval_every >= 0, "client_eval_every",
               self.client_eval_every, "must be >= 0 (0: off; null: with eval_every where clients have their own test data)")
+        check(self.client_eval_clients in ("sampled", "all"), "client_eval_clients", self.client_eval_clients,
+              "must be sampled (the round's clients) or all (every one of the K)")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
               "must be >= 1 (rounds between checkpoints; the last round is always saved)")
 
@@ -132,10 +138,16 @@ class FederatedRun:
         self.layers, self.labels = model_layers(self.model), data.train_y.cpu().numpy()
         self.parts = partition(labels=self.labels, num_clients=federation.num_clients,
                                num_classes=data.num_classes, seed=seed, **client_ids(partition, data.train_groups))
+        held = None
+        if federation.client_test_fraction:  # each client's own test split, from its own examples
+            self.parts, held = hold_out(self.parts, self.labels, federation.client_test_fraction, seed)
         self.client_data = [torch.as_tensor(p, dtype=torch.long, device=device) for p in self.parts]
         self.sizes = [len(p) for p in self.parts]  # n_k: sampling=size draws by them
         participation.check_clients(federation.num_clients)
-        self.client_tests, self.client_eval_every, notes = _client_tests(self.parts, data, federation, device)
+        self.client_tests, self.client_eval_every, notes = _client_tests(self.parts, data, federation, device, held)
+        # Where the own test rows index: the held-out training examples, or the data's own test split.
+        self.client_test_x, self.client_test_y = (data.train_x, data.train_y) if held is not None else \
+            (data.test_x, data.test_y)
         self.notes += notes
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
@@ -302,9 +314,12 @@ class FederatedRun:
         """Step 4, per client: the evaluated model on each sampled client's own test data (its
         ``own_test_acc``/``own_test_loss`` in clients.csv, kept in ``r.client_eval``) and the
         clients' mean, standard deviation and worst 10% for rounds.csv."""
-        sampled = sorted({*r.clients, *r.dropped})
-        scores = client_scores(self.model, {**r.models[self.aggregator.evaluate], **self.buffers}, self.data.test_x,
-                               self.data.test_y, [self.client_tests[k] for k in sampled], eval_batch(self.device))
+        if self.federation.client_eval_clients == "all":  # every client, in one batched pass
+            sampled = list(range(self.federation.num_clients))
+        else:
+            sampled = sorted({*r.clients, *r.dropped})
+        scores = client_scores(self.model, {**r.models[self.aggregator.evaluate], **self.buffers}, self.client_test_x,
+                               self.client_test_y, [self.client_tests[k] for k in sampled], eval_batch(self.device))
         r.client_eval = dict(zip(sampled, scores))
         return client_summary([acc for acc, _ in scores])
 
@@ -357,10 +372,13 @@ def _duration(seconds) -> str:
     return f"{minutes} min {rest} s"
 
 
-def _client_tests(parts, data: FederatedData, federation: Federation, device) -> tuple[list | None, int, tuple]:
+def _client_tests(parts, data: FederatedData, federation: Federation, device,
+                  held: list | None = None) -> tuple[list | None, int, tuple]:
     """Each client's own test rows on the device (None without them), how often they are scored
-    (:attr:`Federation.client_eval_every`, its null resolved), and the run's notes about them."""
-    rows = client_test_rows(parts, data.train_groups, data.test_groups)
+    (:attr:`Federation.client_eval_every`, its null resolved), and the run's notes about them.
+    ``held``: the rows ``client_test_fraction`` held out of each client's training examples, which
+    take the place of the data's own per-client test split."""
+    rows = held if held is not None else client_test_rows(parts, data.train_groups, data.test_groups)
     notes = ()
     if rows is not None and not any(len(r) for r in rows):
         # The per-client columns would stay empty for the whole run without a word (the test
@@ -373,8 +391,9 @@ def _client_tests(parts, data: FederatedData, federation: Federation, device) ->
     if every is None:
         every = federation.eval_every if rows is not None else 0
     check(every == 0 or rows is not None, "client_eval_every", every,
-          "needs each client's own test data: partition=natural on a dataset with a per-client test split "
-          "(dataset=femnist, dataset=table, or dataset=huggingface with a client column); 0: off")
+          "needs each client's own test data: client_test_fraction > 0 (on any partition), or partition=natural "
+          "on a dataset with a per-client test split (dataset=femnist, dataset=table, or dataset=huggingface with "
+          "a client column); 0: off")
     if rows is None or every == 0:
         return None, every, notes
     return [torch.as_tensor(r, dtype=torch.long, device=device) for r in rows], every, notes

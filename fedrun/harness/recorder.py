@@ -346,6 +346,9 @@ class Recorder:
             if self.output_layer is not None:
                 self.logs["output_layer"].append(output_rows(t, results.clients, r.learners, *self.output_layer))
             clients += [{**row, **own.get(row["client"], {})} for row in client_rows(t, results, outcome, r.stragglers)]
+        # client_eval_clients=all: the clients not in the round, their own scores alone
+        in_round = {c["client"] for c in clients}
+        clients += [{"round": t, "client": k, **scores} for k, scores in own.items() if k not in in_round]
         self.logs["clients"].append(sorted(clients, key=lambda c: c["client"]))
         if self.dashboard is not None:
             self.dashboard.log(t, row, layers)

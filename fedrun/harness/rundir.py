@@ -64,7 +64,9 @@ RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads",
 # setting at that value counts as absent, so a run from before it resumes (and its checkpoint's
 # settings digest still matches), while any other value is a difference as usual.
 ADDED_SETTINGS = {"hyperparams.sampling": "uniform", "hyperparams.availability": None,
-                  "participation.sampling": "uniform", "participation.availability": None}
+                  "participation.sampling": "uniform", "participation.availability": None,
+                  "client_test_fraction": 0.0, "federation.client_test_fraction": 0.0,
+                  "client_eval_clients": "sampled", "federation.client_eval_clients": "sampled"}
 
 # The run directory whose fedrun.log takes the records made now (None: every open run's).
 _SPEAKING: contextvars.ContextVar[Path | None] = contextvars.ContextVar("fedrun_run_speaking", default=None)
