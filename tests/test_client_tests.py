@@ -76,3 +76,28 @@ def test_client_scores_without_own_test_data_name_the_fraction(tmp_path):
                       tmp_path)
     assert proc.returncode == 2 and "client_eval_clients=some: must be sampled" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_personalized_scores_fine_tune_the_global_model_on_each_clients_own_data(tmp_path):
+    """personalize_epochs: each scored client's fine-tuned model, scored on its own test split
+    (clients.csv pers_test_*, rounds.csv pers_acc_*), beside the global model's own_test_*; the
+    training is unchanged (the same rounds.csv as without it, the new columns and timings aside)."""
+    base = [*TINY, "hyperparams.num_clients=4", "partition=dirichlet", "partition.alpha=0.1",
+            "client_test_fraction=0.3"]
+    fedrun_ok([*base, "personalize_epochs=3", f"hydra.run.dir={tmp_path / 'p'}"], tmp_path)
+    fedrun_ok([*base, f"hydra.run.dir={tmp_path / 'g'}"], tmp_path)
+    p_rounds, g_rounds = (pd.read_csv(tmp_path / run / "rounds.csv") for run in ("p", "g"))
+    assert [c for c in p_rounds.columns if c not in g_rounds.columns] == ["pers_acc_mean", "pers_acc_std",
+                                                                          "pers_acc_worst10"]
+    timing = ["train_s", "eval_s", "wall_s"]
+    pd.testing.assert_frame_equal(p_rounds[g_rounds.columns].drop(columns=timing), g_rounds.drop(columns=timing))
+    clients = pd.read_csv(tmp_path / "p" / "clients.csv")
+    assert clients["pers_test_acc"].notna().all() and clients["own_test_acc"].notna().all()
+    # Fine-tuning on a client's own (alpha = 0.1: one or two classes) data moves its own accuracy.
+    assert (clients["pers_test_acc"] != clients["own_test_acc"]).any()
+    assert p_rounds["pers_acc_mean"].iloc[-1] == pytest.approx(clients[clients["round"] == 2]["pers_test_acc"].mean())
+    import json
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert summary["final_pers_acc_mean"] == pytest.approx(p_rounds["pers_acc_mean"].iloc[-1])
+    refused = run_fedrun([*TINY, "personalize_epochs=2", f"hydra.run.dir={tmp_path / 'r'}"], tmp_path)
+    assert refused.returncode == 2 and "personalize_epochs=2: scores each client on its own test data" in refused.stderr

@@ -48,6 +48,7 @@ SCHEMA: dict[str, Any] = {
     "client_eval_every": Union[int, None],
     "client_test_fraction": float,
     "client_eval_clients": str,
+    "personalize_epochs": int,
     "checkpoint_every": int,
     "tuned": ANY,
     "tags": ANY,

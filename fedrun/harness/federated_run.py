@@ -67,6 +67,9 @@ class Federation:
     # on any partition; 0: none (natural clients' own test data, where the data has it).
     client_test_fraction: float = 0.0
     client_eval_clients: str = "sampled"  # whose own accuracy is scored: sampled (that round's) | all (the K)
+    # FedAvg + fine-tuning, the usual personalized-FL baseline: on the client-scored rounds each scored
+    # client also trains the global model this many local epochs on its own data and is scored again.
+    personalize_epochs: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "snapshots", tuple(self.snapshots))  # a list from the config
@@ -80,6 +83,9 @@ class Federation:
         check(self.eval_every >= 1, "hyperparams.eval_every", self.eval_every, "must be >= 1")
         check(self.client_eval_every is None or self.client_eval_every >= 0, "client_eval_every",
               self.client_eval_every, "must be >= 0 (0: off; null: with eval_every where clients have their own test data)")
+        check(isinstance(self.personalize_epochs, int) and self.personalize_epochs >= 0, "personalize_epochs",
+              self.personalize_epochs, "must be an integer >= 0 (local epochs of fine-tuning before a client's "
+              "personalized score; 0: off)")
         check(self.client_eval_clients in ("sampled", "all"), "client_eval_clients", self.client_eval_clients,
               "must be sampled (the round's clients) or all (every one of the K)")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
@@ -152,6 +158,13 @@ class FederatedRun:
         # The regularizer learns the model's layers (their kinds: conv, fc, norm), as the engines know them.
         regularizer = None if aggregator.regularizer is None else aggregator.regularizer.for_layers(self.layers)
         self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
+        # Fine-tuning for the personalized scores: the clients' own optimizer, no method's regularizer.
+        self.tuner = None
+        if federation.personalize_epochs:
+            check(self.client_eval_every > 0, "personalize_epochs", federation.personalize_epochs,
+                  "scores each client on its own test data after fine-tuning: it needs client_test_fraction > 0 "
+                  "(or natural clients with their own test split) and client_eval_every > 0")
+            self.tuner = make_engine(self.model, data.train_x, data.train_y, local, None, seed)
         # The engine protocol (fedrun.client.protocol): fitted to the round's size (the parallel engine: no
         # more workers than can run), handed the evaluation splits, started before the directory is locked
         # (no worker holds the lock); each a no-op for an engine that trains in this process.
@@ -161,6 +174,9 @@ class FederatedRun:
             if x is not None:
                 self.engine.share(x, y)
         self.engine.start()
+        if self.tuner is not None:
+            self.tuner.fit(federation.per_round)
+            self.tuner.start()
         self.params, self.buffers = split_state(self.model)
         self.state = aggregator.init(self.params, federation.num_clients, self.layers)
         self.opt = OptimizerStates(local, self.params)
@@ -179,7 +195,7 @@ class FederatedRun:
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
                                      self.device, config=self.config, payload=self.payload, data=self.data_digest,
-                                     data_source=self.data_source)
+                                     data_source=self.data_source, personal=self.tuner is not None)
             if self.resume:  # every check before a byte is written: a refused resume leaves the run as it was
                 self.dir.check_config(self.config)  # settings that differ from config.yaml's
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
@@ -227,6 +243,8 @@ class FederatedRun:
         """Release the run directory (its lock and log) and the engine's workers, if it has any;
         again is harmless."""
         self.engine.close()
+        if self.tuner is not None:
+            self.tuner.close()
         if self.dir is not None:
             self.dir.close()
 
@@ -321,7 +339,29 @@ class FederatedRun:
         scores = client_scores(self.model, {**r.models[self.aggregator.evaluate], **self.buffers}, self.client_test_x,
                                self.client_test_y, [self.client_tests[k] for k in sampled], eval_batch(self.device))
         r.client_eval = dict(zip(sampled, scores))
-        return client_summary([acc for acc, _ in scores])
+        out = client_summary([acc for acc, _ in scores])
+        if self.tuner is not None:
+            r.personal_eval = self.personalized_scores(r, sampled)
+            personal = client_summary([acc for acc, _ in r.personal_eval.values()])
+            out.update({k.replace("client_acc", "pers_acc"): v for k, v in personal.items()})
+        return out
+
+    def personalized_scores(self, r: RoundRecord, clients: list[int]) -> dict[int, tuple[float, float]]:
+        """FedAvg + fine-tuning (the personalized-FL baseline of Wang et al. 2019, "Federated evaluation
+        of on-device personalization"): each client trains the round's evaluated model for
+        ``personalize_epochs`` local epochs on its own training data (its batches from (seed, round,
+        client); no method's regularizer) and its model ``w + dw_k`` is scored on its own test data."""
+        state = r.models[self.aggregator.evaluate]
+        epochs = [self.federation.personalize_epochs] * len(clients)
+        tuned = self.tuner.train(state, self.buffers, clients, [self.client_data[k] for k in clients], r.round,
+                                 epochs, r.lr)
+        out = {}
+        for j, k in enumerate(clients):
+            own = {n: state[n] + tuned.deltas[n][j] for n in state}
+            own.update({n: tuned.buffers[n][j] for n in tuned.buffers})
+            out[k] = client_scores(self.model, own, self.client_test_x, self.client_test_y, [self.client_tests[k]],
+                                   eval_batch(self.device))[0]
+        return out
 
     def evaluate(self, r: RoundRecord) -> dict:
         """Step 4: the round's test (and validation) columns."""

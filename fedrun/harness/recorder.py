@@ -72,6 +72,10 @@ CHECKPOINT_VERSION = 2
 VOUCHING_KEYS = ("bytes_total", "digests", "settings", "values", "data", "run")
 COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_COLUMNS,
            "client_layers": CLIENT_LAYER_COLUMNS, "output_layer": OUTPUT_COLUMNS}
+# Columns a run has only where a setting asks for them (so every other run's CSVs stay as they were):
+# personalize_epochs > 0, the clients' scores after fine-tuning the global model on their own data.
+PERSONAL_COLUMNS = {"rounds": ["pers_acc_mean", "pers_acc_std", "pers_acc_worst10"],
+                    "clients": ["pers_test_acc", "pers_test_loss"]}
 
 
 def _fmt(v) -> str:
@@ -184,7 +188,7 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
         sent = {int(row["round"]): int(row["bytes_total"]) for row in every if filled(row, "bytes_total")}
         out["bytes_total"] = sent[max(sent)]
         out["bytes_to_accuracy"] = {k: None if t is None else sent[t] for k, t in reached.items()}
-    for column in ("client_acc_mean", "client_acc_worst10"):  # natural clients' own accuracies, last scored
+    for column in ("client_acc_mean", "client_acc_worst10", "pers_acc_mean", "pers_acc_worst10"):  # last scored
         if has(every, column):
             out[f"final_{column}"] = [value(row, column) for row in every if filled(row, column)][-1]
     if every and "wall_s" in every[0]:  # the time the rounds took, over every process that ran them
@@ -215,6 +219,8 @@ class Recorder:
         digest are recorded in every checkpoint and checked by a resume (None: no config).
       payload: what one client's exchange of a round costs (:func:`fedrun.diagnostics.communication.method_payload`),
         for the ``bytes_*`` columns (None: left empty).
+      personal: the run fine-tunes and scores personalized models (``personalize_epochs``): the
+        rounds.csv and clients.csv columns of :data:`PERSONAL_COLUMNS` are added.
       data: a digest of the data the run trains on (``fedrun.command.build``: the dataset as loaded),
         recorded in every checkpoint, so a data file changed since the run stopped is refused on
         resume; ``data_source`` names that data in the refusal (``dataset=table (dataset.load.path=...)``).
@@ -222,8 +228,11 @@ class Recorder:
 
     def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
                  device="cpu", config: dict | None = None, payload: communication.Payload | None = None,
-                 data: str | None = None, data_source: str = "the dataset"):
+                 data: str | None = None, data_source: str = "the dataset", personal: bool = False):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
+        # The CSVs' columns: fedrun's, and the personalized scores' where the run has them.
+        self.columns = {name: cols + (PERSONAL_COLUMNS.get(name, []) if personal else [])
+                        for name, cols in COLUMNS.items()}
         self.dashboard, self.device = dashboard, device
         self.values = settings_text(config)  # the run's settings as JSON, or None
         self.settings = settings_digest(config)  # their digest (fedrun.harness.rundir.settings_digest), or None
@@ -257,7 +266,7 @@ class Recorder:
                 "partition": ckpt["partition"] == self.fingerprint}
         differs = next((what for what, equal in same.items() if not equal), None)
         ids = set(run_ids(self.sessions()))
-        vouched = {} if ids else self.run.vouched(COLUMNS, ckpt["offsets"], ckpt["digests"])
+        vouched = {} if ids else self.run.vouched(self.columns, ckpt["offsets"], ckpt["digests"])
         if (ids and ckpt["run"] not in ids) or (vouched and not any(vouched.values())):
             # Another run's id than run.json's (without run.json: not one CSV is what it records):
             # the checkpoint is the odd one out, not config.yaml or the data that disagree with it.
@@ -318,7 +327,7 @@ class Recorder:
         write_json(sessions, self.path / provenance.RUN_FILE)
         write_partition(self.path / "partition.csv", class_counts)
         self.logs = {name: CsvLog(self.path / f"{name}.csv", cols, offsets and offsets.get(name))
-                     for name, cols in COLUMNS.items()}
+                     for name, cols in self.columns.items()}
 
     def write(self, r: RoundRecord) -> None:
         """Append round ``r``'s rows to every CSV (flushed and synced before returning)."""
@@ -338,6 +347,8 @@ class Recorder:
         self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
                          "N_E": f"{row.get('N_over_E', float('nan')):.3f}"}
         own = {k: {"own_test_acc": acc, "own_test_loss": loss} for k, (acc, loss) in r.client_eval.items()}
+        for k, (acc, loss) in r.personal_eval.items():
+            own.setdefault(k, {}).update(pers_test_acc=acc, pers_test_loss=loss)
         clients = [{"round": t, "client": k, "examples": n, "dropped": 1, **own.get(k, {})} for k, n in r.dropped.items()]
         layers = [] if outcome is None else layer_rows(t, outcome, self.layers, self.sizes, r.divergence)
         if outcome is not None:

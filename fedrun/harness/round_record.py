@@ -35,4 +35,5 @@ class RoundRecord:
     vanilla_loss: Optional[float] = None
     evaluation: dict[str, float] = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
     client_eval: dict[int, tuple[float, float]] = field(default_factory=dict)  # client -> (accuracy, loss), own test data
+    personal_eval: dict[int, tuple[float, float]] = field(default_factory=dict)  # the same after fine-tuning (personalize_epochs)
     seconds: dict[str, float] = field(default_factory=dict)  # TIMING_COLUMNS

@@ -66,7 +66,8 @@ RESUMABLE_DIFFERENCES = ("resume", "progress", "device", "overrides", "threads",
 ADDED_SETTINGS = {"hyperparams.sampling": "uniform", "hyperparams.availability": None,
                   "participation.sampling": "uniform", "participation.availability": None,
                   "client_test_fraction": 0.0, "federation.client_test_fraction": 0.0,
-                  "client_eval_clients": "sampled", "federation.client_eval_clients": "sampled"}
+                  "client_eval_clients": "sampled", "federation.client_eval_clients": "sampled",
+                  "personalize_epochs": 0, "federation.personalize_epochs": 0}
 
 # The run directory whose fedrun.log takes the records made now (None: every open run's).
 _SPEAKING: contextvars.ContextVar[Path | None] = contextvars.ContextVar("fedrun_run_speaking", default=None)
