@@ -69,10 +69,14 @@ def run(args) -> int:
                     continue
                 cmd = command(model, pixels, seed, args.epochs, out, args.set)
                 print(" ".join(cmd[1:]), flush=True)
+                if args.dry_run:
+                    continue
                 if subprocess.run(cmd).returncode != 0:
                     failed.append(run_name(model, pixels, seed))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    if args.dry_run:
+        return 0
     collect(out)
     return 1 if failed else 0
 
@@ -133,6 +137,7 @@ def main(argv=None) -> int:
     r.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     r.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra fedrun override")
+    r.add_argument("--dry-run", action="store_true", help="print the fedrun commands, run nothing")
     c = sub.add_parser("collect", help="print the table of the runs in DIR")
     c.add_argument("dir")
     args = p.parse_args(argv)
