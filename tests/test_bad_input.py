@@ -48,7 +48,7 @@ SETTINGS = [
     (["hyperparams.validation_fraction=1"], ["hyperparams.validation_fraction=1", "[0, 1)"]),
     (["hyperparams.eval_every=0"], ["hyperparams.eval_every=0", ">= 1"]),
     (["hyperparams.num_clients=0"], ["hyperparams.num_clients=0", ">= 1"]),
-    (["hyperparams.num_clients=1000"], ["hyperparams.num_clients=1000", "at most"]),
+    (["hyperparams.num_clients=1000"], ["hyperparams.num_clients=1000", "the largest K here is 200"]),
     (["aggregator.beta=inf"], ["aggregator.beta=inf", "must be a finite number"]),
     (["aggregator.beta=big"], ["aggregator.beta=big", "must be a finite number"]),
     (["aggregator.beta=-1"], ["aggregator.beta=-1", "must be > 0"]),

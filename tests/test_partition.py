@@ -355,7 +355,8 @@ def test_dirichlet_small_alpha_concentrates(labels_1000):
     (lambda y: P.iid(y, 10, 10, 0, sizes="powerlaw", power_law_exponent=0), "partition.power_law_exponent"),
     (lambda y: P.dirichlet(y, 10, 10, 0, alpha=0), "partition.alpha"),
     (lambda y: P.mixed(y, 10, 10, 0, iid_clients=11), "partition.iid_clients"),
-    (lambda y: P.iid(y, 500, 10, 0), "hyperparams.num_clients"),  # 100 per class over 500 clients
+    (lambda y: P.dirichlet_labels(y, 1001, 10, 0), "hyperparams.num_clients"),
+    (lambda y: P.mixed(y, 2000, 10, 0), "hyperparams.num_clients"),
 ])
 def test_impossible_partitions(call, setting, labels_1000):
     with pytest.raises(ConfigError) as info:
@@ -381,7 +382,7 @@ BAD = [
      r"partition\.power_law_exponent=500: must be at most 304 for 10 clients \(the smallest share underflows"),
     (lambda y: P.shards(y, 10, 10, 0, shards_per_client=101),
      r"partition\.shards_per_client=101: must be an integer between 1 and 100 \(every shard needs a sample: "
-     r"the training set has 1000 samples for 10 clients\)$"),
+     r"the training set has 1000 samples for 10 clients\); or use at most 9 clients \(hyperparams\.num_clients\)$"),
     (lambda y: P.shards(y, 10, 10, 0, shards_per_client=0), r"partition\.shards_per_client=0: must be an integer "
                                                             r"between 1 and 100"),
     (lambda y: P.shards(y, 10, 10, 0, shards_per_client=1.5), r"partition\.shards_per_client=1\.5: must be an "
@@ -414,12 +415,11 @@ BAD = [
                                                                 r"an integer between 1 and 10"),
     (lambda y: P.iid(y, 2.5, 10, 0), r"hyperparams\.num_clients=2\.5: must be an integer >= 1$"),
     (lambda y: P.shards(y, 0, 10, 0), r"hyperparams\.num_clients=0: must be an integer >= 1$"),
-    (lambda y: P.iid(y, 1001, 10, 0), r"hyperparams\.num_clients=1001: must be at most the number of training "
-                                      r"samples \(1000\)$"),
-    (lambda y: P.iid(y, 500, 10, 0),
-     r"hyperparams\.num_clients=500: must be at most 100 for partition=iid \(the largest class has 100 samples "
-     r"and each class goes to at most that many clients\); 400 of 500 clients would get no sample \(the first is "
-     r"client 100\)$"),
+    (lambda y: P.iid(y, 1001, 10, 0), r"hyperparams\.num_clients=1001: partition=iid gives every client at least "
+                                      r"one example and the training set has 1,000: the largest K here is 1,000$"),
+    (lambda y: P.shards(y, 1001, 10, 0, shards_per_client=3),
+     r"hyperparams\.num_clients=1001: partition=shards deals every client partition\.shards_per_client=3 shards "
+     r"of at least one sample and the training set has 1,000: the largest K here is 333$"),
     (lambda y: P.iid(y, 10, 0, 0), r"dataset\.num_classes=0: must be an integer >= 1$"),
 ]
 
@@ -448,13 +448,22 @@ def test_limits_given_in_messages_work(labels_1000):
     top = float(msg.split("must be at most ")[1].split(" ")[0])
     assert 0 < top < 3
     P.iid(labels, 100, 10, 0, sizes="powerlaw", power_law_exponent=top)
+    # The largest K at this exponent, which the message names, builds; one more does not.
+    most = int(msg.split("the largest K here is ")[1].split(";")[0].replace(",", ""))
+    assert 2 <= most < 100
+    P.iid(labels, most, 10, 0, sizes="powerlaw", power_law_exponent=3)
+    with pytest.raises(ConfigError, match=r"^partition\.power_law_exponent=3: "):
+        P.iid(labels, most + 1, 10, 0, sizes="powerlaw", power_law_exponent=3)
     # classes: a safe number of clients is offered.
     few = np.repeat(np.arange(10), 5)[:-2]  # class 9 has 3 samples
-    with pytest.raises(ConfigError, match=r"^partition=classes: cannot be built: 15 of 40 clients would get no "
-                                          r"sample .*class 9: 3 samples shared by 8 clients.*at most 15 clients "
-                                          r"always works with balanced sizes$"):
-        P.classes(few, 40, 10, 0, classes_per_client=2)
-    P.classes(few, 15, 10, 0, classes_per_client=2)
+    with pytest.raises(ConfigError, match=r"^partition=classes: cannot be built: 1 of 40 clients would get no "
+                                          r"sample of its own classes .*class 9: 3 samples shared by 4 clients.*at "
+                                          r"most 30 clients always works with balanced sizes$"):
+        P.classes(few, 40, 10, 0, classes_per_client=1)
+    P.classes(few, 30, 10, 0, classes_per_client=1)
+    # With 2 classes a client, class 9's 4 holders take the rest from their other class.
+    parts = P.classes(few, 40, 10, 0, classes_per_client=2)
+    assert min(len(p) for p in parts) >= 1
 
 
 def test_empty_clients_explained():
@@ -464,14 +473,12 @@ def test_empty_clients_explained():
                                           r"sample \(the first is client 1\); .*class 9 has no training sample "
                                           r"\(the training labels cover only 0, 1, 2, 3, 4\)$"):
         P.classes(five, 10, 10, 0, classes_per_client=1)
-    labels = np.repeat(np.arange(10), 100)
-    with pytest.raises(ConfigError, match=r"^partition=mixed: cannot be built: 5 of 400 clients would get no "
-                                          r"sample .*use fewer clients \(hyperparams\.num_clients\)"):
-        P.mixed(labels, 400, 10, 0, iid_clients=5, classes_per_client=1)
-    with pytest.raises(ConfigError, match=r"^partition=dirichlet: cannot be built: 201 of 1000 clients would get "
-                                          r"no sample \(the first is client 1\); raise partition\.alpha, use fewer "
-                                          r"clients \(hyperparams\.num_clients\) or set partition\.samples_per_client"):
-        P.dirichlet(labels, 1000, 10, 0, alpha=1.0)
+    # More holders of class 9 (3 samples) than it has samples, and no other class to take from.
+    few = np.repeat(np.arange(10), 5)[:-2]
+    with pytest.raises(ConfigError, match=r"^partition=mixed: cannot be built: 1 of 40 clients would get no "
+                                          r"sample of its own classes .*class 9: 3 samples shared by \d+ clients\); "
+                                          r"use fewer clients \(hyperparams\.num_clients\)"):
+        P.mixed(few, 40, 10, 0, iid_clients=2, classes_per_client=1)
 
 
 def test_bad_labels_are_data_errors(labels_1000):

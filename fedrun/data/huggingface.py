@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fedrun.data.datasets import RawData
+from fedrun.data.partition import too_many_clients
 from fedrun.errors import ConfigError, DataError, check, first_line
 from fedrun.seeding import derive_seed, torch_generator
 
@@ -272,8 +273,47 @@ def flwr_partition(labels, num_clients: int, num_classes: int, seed: int, partit
     except (TypeError, ValueError) as e:
         raise ConfigError("partition.partitioner", base.__name__, f"cannot be built: {first_line(e)}") from None
     labels = np.asarray(labels, dtype=np.int64)
+    if num_clients > len(labels):
+        raise too_many_clients(num_clients, len(labels), "flwr", "gives every client at least one example (fedrun's "
+                               f"clients train on their own) and the training set has {len(labels):,}")
     made.dataset = datasets.Dataset.from_dict({"label": labels, "_fedrun_row": np.arange(len(labels))})
     try:
-        return [np.asarray(made.load_partition(k)["_fedrun_row"], dtype=np.int64) for k in range(num_clients)]
+        parts = _flwr_parts(made, num_clients)
     except ValueError as e:  # the partitioner's own checks (min_partition_size not reached ...)
-        raise ConfigError("partition.partitioner", base.__name__, f"cannot split these labels: {first_line(e)}") from None
+        raise ConfigError("partition.partitioner", base.__name__,
+                          f"cannot split these labels: {first_line(e)}") from None
+    empty = [k for k, p in enumerate(parts) if not len(p)]
+    if empty:
+        raise ConfigError("partition.partitioner", base.__name__,
+                          f"left {len(empty):,} of {num_clients:,} clients without an example (the first is client "
+                          f"{empty[0]}), and fedrun's clients each train on their own: use fewer clients "
+                          "(hyperparams.num_clients) or the partitioner's own minimum (e.g. "
+                          "partition.partitioner.min_partition_size=1)")
+    return parts
+
+
+def _flwr_parts(made, num_clients: int) -> list[np.ndarray]:
+    """Every partition's rows (the ``_fedrun_row`` column).  Partitioners that compute all the
+    partitions at once and keep them (flwr-datasets' ``_partition_id_to_indices``: Dirichlet, Shard,
+    Pathological, InnerDirichlet, Linear, Size, NaturalId ...) are read from that table in one pass,
+    and ``IidPartitioner``'s contiguous shards (``datasets.Dataset.shard(K, k, contiguous=True)``:
+    ``N // K`` rows each, the first ``N mod K`` one more) are cut directly, in either case after the
+    first and last partitions, loaded as usual, are checked to agree; any other partitioner is loaded
+    one by one, ``load_partition(k)``, which costs some milliseconds a partition (minutes at
+    K = 100,000)."""
+    def load(k: int) -> np.ndarray:
+        return np.asarray(made.load_partition(k)["_fedrun_row"], dtype=np.int64)
+
+    first, parts = load(0), None
+    table = getattr(made, "_partition_id_to_indices", None)
+    if isinstance(table, Mapping) and len(table) == num_clients and all(k in table for k in range(num_clients)):
+        rows = np.asarray(made.dataset["_fedrun_row"], dtype=np.int64)  # the partitioner's own order (Shard sorts)
+        parts = [rows[np.asarray(table[k], dtype=np.int64)] for k in range(num_clients)]
+    elif type(made).__name__ == "IidPartitioner":
+        rows = np.asarray(made.dataset["_fedrun_row"], dtype=np.int64)
+        div, mod = divmod(len(rows), num_clients)
+        bounds = (div * np.arange(num_clients + 1) + np.minimum(np.arange(num_clients + 1), mod)).tolist()
+        parts = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    if parts is not None and np.array_equal(parts[0], first) and np.array_equal(parts[-1], load(num_clients - 1)):
+        return parts
+    return [first] + [load(k) for k in range(1, num_clients)]

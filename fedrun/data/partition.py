@@ -24,6 +24,15 @@ So the conditions of the papers combine freely:
 * ``mixed``: n IID clients and the rest k-class (FedLayerWise's scenarios);
 * ``shards``: McMahan et al.'s classic scheme, sort by label and deal 2K shards, 2 per client
   (``shard_size`` fixes the shard length: FedLap's 200-image CIFAR-10 shards).
+
+Large federations.  Every scheme builds in O(N + K C) memory, and in time with no Python loop
+over the clients but the class assignments (:func:`assign_classes`, :func:`niidbench_classes`,
+:func:`deal_classes`: about a second at K = 100,000); each refuses a K it cannot make in one line
+naming the largest K (``hyperparams.num_clients``).  A client needs at
+least one sample, so K <= N for all; ``iid``, ``classes``, ``dirichlet`` and ``mixed`` (equal
+sizes) make any K up to N (:func:`_build`); ``shards`` K <= N // shards_per_client;
+``dirichlet_labels`` as many as its redraws can give ``min_size`` samples each
+(:func:`labels_limit`); ``natural`` the data's clients.
 """
 from __future__ import annotations
 
@@ -65,11 +74,21 @@ def _labels(labels, num_classes) -> np.ndarray:
     return labels
 
 
-def _check_clients(num_clients, labels):
+def _check_clients(num_clients, labels, scheme: str):
+    """K an integer >= 1 and at most N: every scheme but ``shards``, ``dirichlet_labels`` and
+    ``natural`` gives every client at least one example and can make any K up to N."""
     check(_integer(num_clients) and num_clients >= 1, "hyperparams.num_clients", num_clients,
           "must be an integer >= 1")
-    check(num_clients <= len(labels), "hyperparams.num_clients", num_clients,
-          f"must be at most the number of training samples ({len(labels)})")
+    if num_clients > len(labels):
+        raise too_many_clients(num_clients, len(labels), scheme, "gives every client at least one example and the "
+                               f"training set has {len(labels):,}")
+
+
+def too_many_clients(num_clients: int, largest: int, scheme: str, why: str) -> ConfigError:
+    """The one-line refusal of a K beyond the largest a partition can make here, ``why`` saying what
+    limits it: ``hyperparams.num_clients=K: partition=<scheme> <why>: the largest K here is <n>``."""
+    return ConfigError("hyperparams.num_clients", num_clients, f"partition={scheme} {why}: the largest K here is "
+                       f"{largest:,}")
 
 
 def _check_samples_per_client(samples_per_client):
@@ -187,7 +206,7 @@ def _counts(available: np.ndarray, demand: np.ndarray, samples_per_client: int |
                 counts[:, c] = _round_to_total(available[c] * col / col.sum(), available[c])
         return counts
     rows = demand / demand.sum(1, keepdims=True)
-    return np.stack([_round_to_total(samples_per_client * r, samples_per_client) for r in rows])
+    return _round_rows(samples_per_client * rows, np.full(num_clients, samples_per_client))
 
 
 def allocate(labels: np.ndarray, demand: np.ndarray, rng: np.random.Generator,
@@ -228,13 +247,27 @@ def allocate(labels: np.ndarray, demand: np.ndarray, rng: np.random.Generator,
             raise ConfigError("partition.samples_per_client", samples_per_client,
                               f"cannot be built: the clients need {counts[:, c].sum()} samples of class "
                               f"{c} but the training set has {available[c]}; {allowed}")
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    return deal(labels, counts, rng)
+
+
+def deal(labels: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Client k receives the next ``counts[k, c]`` of class c's shuffled samples, clients in order
+    (class c's samples shuffled once, classes in order); each client's indices sorted.
+
+    O(N + K C) time and memory: every sample is labelled with its client and the samples are
+    sorted by client once (stably, so each client's indices come out ascending); the K arrays
+    returned are views into that one sorted array.
+    """
+    num_clients, num_classes = counts.shape
+    owner = np.full(len(labels), num_clients, dtype=np.int64)  # num_clients: no client (sorts last)
+    clients = np.arange(num_clients)
     for c in range(num_classes):
         pool = rng.permutation(np.flatnonzero(labels == c))
-        bounds = np.concatenate([[0], np.cumsum(counts[:, c])])
-        for k in range(num_clients):
-            parts[k].append(pool[bounds[k] : bounds[k + 1]])
-    return [np.sort(np.concatenate(p)) for p in parts]
+        col = counts[:, c]
+        owner[pool[: int(col.sum())]] = np.repeat(clients, col)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts.sum(1))]).tolist()
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 # ----------------------------------------------------------------------------- sizes fixed by the law
@@ -299,7 +332,7 @@ def _round_counts(x: np.ndarray, sizes, available, support) -> np.ndarray | None
     ceiling of ``x`` (which has those sums): rows by largest remainder, then the columns repaired by
     moving single units between two classes of one client (a path through several clients when no
     client holds both), first within floor/ceiling, then anywhere on the support keeping >= 1."""
-    t = np.stack([_round_to_total(row, n) for row, n in zip(x, sizes)])
+    t = _round_rows(x, sizes)
     lo, hi = np.floor(x + 1e-6), np.ceil(x - 1e-6)
     while True:
         excess = t.sum(0) - available
@@ -399,6 +432,16 @@ def _round_to_total(x: np.ndarray, total: int) -> np.ndarray:
     return base
 
 
+def _round_rows(x: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """:func:`_round_to_total` of every row of ``x`` to its ``totals[k]``, all rows at once."""
+    base = np.floor(x).astype(np.int64)
+    rest = np.asarray(totals, dtype=np.int64) - base.sum(1)
+    order = np.argsort(-(x - base), axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(x.shape[1])[None, :], axis=1)
+    return base + (rank < rest[:, None])
+
+
 def _shares(num_clients, sizes, exponent, rng):
     """:func:`client_shares` (same draws) and the power-law ranks (None for balanced sizes)."""
     if sizes not in SIZES:
@@ -412,17 +455,108 @@ def _shares(num_clients, sizes, exponent, rng):
 
 def _build(scheme: str, labels: np.ndarray, rows: np.ndarray, shares: np.ndarray, exponent, rng,
            samples_per_client, sizes=None) -> list[np.ndarray]:
-    """Allocate ``rows * shares`` (or ``rows`` as each client's split of its law ``sizes``) and
-    explain, if any client is left empty, what is allowed."""
+    """Allocate ``rows * shares`` (or ``rows`` as each client's split of its law ``sizes``).
+
+    Equal sizes with all the data: client k's share of class c is
+    ``x_kc = n_c D_kc / sum_j D_jc`` (``D = rows * shares``), each class's column rounded on its own
+    (:func:`allocate`: largest remainder, ties to the lower client).  With more clients than that
+    rounding can serve (K near a class's size: FashionMNIST's 6,000 images a class and K > 6,000
+    for ``iid``) the ties hand every class's spare samples to the same first clients and leave the
+    last ones nothing; samples are then moved within each class from clients above their share
+    of the data to clients below it (:func:`_even_out`), so that every client holds at least one
+    sample of its own classes and about its share ``sum_c x_kc``.  Any K up to N so builds unless
+    a class is too small for its holders (``classes`` beyond ``C min_c n_c / k`` clients:
+    refused, naming that K); a partition that built before is unchanged.
+    """
     if samples_per_client is not None and not shares.min() > 0:
         raise _underflow(exponent, len(shares))
     if sizes is not None:
         return allocate(labels, rows, rng, sizes=sizes)
-    parts = allocate(labels, rows * shares[:, None], rng, samples_per_client)
-    empty = [k for k, p in enumerate(parts) if len(p) == 0]
-    if empty:
-        raise _empty_error(scheme, labels, rows, empty)
-    return parts
+    if samples_per_client is not None:
+        return allocate(labels, rows * shares[:, None], rng, samples_per_client)
+    num_classes = rows.shape[1]
+    available = np.bincount(labels, minlength=num_classes)
+    demand = rows * shares[:, None]
+    counts = _counts(available, demand, None)
+    empty = np.flatnonzero(counts.sum(1) == 0)
+    if not len(empty):
+        return deal(labels, counts, rng)
+    own = rows > 0
+    unserved = np.flatnonzero(~(own & (available > 0)).any(1))
+    if len(unserved):  # clients whose classes have no training sample at all
+        raise _empty_error(scheme, labels, rows, empty, unserved[0])
+    held = demand.sum(0)
+    x = demand * np.divide(available, held, out=np.zeros(num_classes), where=held > 0)  # x_kc
+    counts = _even_out(counts, x, _at_least_one(x.sum(1), len(labels)))
+    empty = np.flatnonzero(counts.sum(1) == 0)
+    if len(empty) and not _fill_empty(counts, own):  # some client's classes cannot give it a sample
+        raise _empty_error(scheme, labels, rows, empty, empty[0], own_classes=True)
+    return deal(labels, counts, rng)
+
+
+def _even_out(counts: np.ndarray, x: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Move single samples within classes from clients holding more than ``targets`` to clients
+    holding fewer, every count staying the floor or the ceiling of its share ``x`` (so each class
+    keeps its total and a client gets only classes it has a share of).
+
+    In passes over the classes: in class c, the clients furthest above their target that hold
+    more than ``floor(x_kc)`` give one sample each to as many clients furthest below theirs that
+    hold less than ``ceil(x_kc)``; until a pass moves nothing.  O(K C log K) a pass.
+    """
+    t = counts.copy()
+    lo, hi = np.floor(x + 1e-9), np.ceil(x - 1e-9)
+    held = t.sum(1)
+    while True:
+        moved = 0
+        for c in range(t.shape[1]):
+            gap = held - targets
+            give = np.flatnonzero((gap > 0) & (t[:, c] > lo[:, c]))
+            take = np.flatnonzero((gap < 0) & (t[:, c] < hi[:, c]))
+            n = min(len(give), len(take))
+            if not n:
+                continue
+            give = give[np.argsort(-gap[give], kind="stable")[:n]]
+            take = take[np.argsort(gap[take], kind="stable")[:n]]
+            t[give, c] -= 1
+            t[take, c] += 1
+            held[give] -= 1
+            held[take] += 1
+            moved += n
+        if not moved:
+            return t
+
+
+def _fill_empty(t: np.ndarray, own: np.ndarray) -> bool:
+    """Give every client without a sample one of its own classes (``own``), in place: one sample
+    at a time along a shortest path from a client holding two or more, client -> class -> client
+    ... (each client on the way gives one sample of the class before it and takes one of the class
+    after it, so it keeps its total): :func:`_augment` on the transposed table, clients in the
+    role of classes.  False if some client cannot be reached (its classes' samples all held by
+    clients that hold one only)."""
+    while True:
+        held = t.sum(1)
+        if held.min() > 0:
+            return True
+        excess = np.where(held > 1, held - 1, -(held == 0).astype(np.int64))
+        if not _augment(t.T, excess, (t > 0).T, own.T):
+            return False
+
+
+def _at_least_one(totals: np.ndarray, total: int) -> np.ndarray:
+    """Non-negative reals summing to ``total`` >= their number, rounded to integers summing to
+    ``total`` of at least 1 each: largest remainder (:func:`_round_to_total`), then every 0 raised
+    to 1 with units taken from the largest, one at a time from whichever is then largest (ties:
+    the lower index)."""
+    sizes = _round_to_total(totals, total)
+    need = int((sizes == 0).sum())
+    if not need:
+        return sizes
+    sizes = np.maximum(sizes, 1)
+    spare = sizes - 1  # unit j (0-based) of client k is given at size sizes[k] - j
+    owner = np.repeat(np.arange(len(sizes)), spare)
+    at = sizes[owner] - (np.arange(len(owner)) - np.repeat(np.cumsum(spare) - spare, spare))
+    given = owner[np.lexsort((owner, -at))[:need]]
+    return sizes - np.bincount(given, minlength=len(sizes))
 
 
 def _law_sizes(labels, shares, ranks, exponent, samples_per_client) -> np.ndarray | None:
@@ -442,10 +576,15 @@ def _law_sizes(labels, shares, ranks, exponent, samples_per_client) -> np.ndarra
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if client_sizes(_zipf(ranks, mid), total).min() > 0 else (lo, mid)
     allowed = f"must be at most {_floor3(lo):.3g} here" if lo > 0 else "no value > 0 works"
+    fits = lambda k: client_sizes(_zipf(np.arange(1.0, k + 1), exponent), total).min() > 0  # noqa: E731
+    lo, hi = 1, num_clients  # fits(1); not fits(num_clients) (the ranks' order changes no size)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     message = (f"partition.sizes=powerlaw cannot be built: {len(empty)} of {num_clients} clients would get "
                f"no sample (the first is client {empty[0]}), the smallest client's share being "
-               f"{total * shares.min():.2g} of the {total} samples; {allowed} (or use fewer clients, or "
-               "set partition.samples_per_client)")
+               f"{total * shares.min():.2g} of the {total} samples; {allowed} (or use fewer clients: at this "
+               f"exponent the largest K here is {lo:,}; or set partition.samples_per_client)")
     raise ConfigError("partition.power_law_exponent", exponent, message)
 
 
@@ -455,25 +594,22 @@ def _floor3(x: float) -> float:
     return math.floor(x / step) * step
 
 
-def _empty_error(scheme, labels, rows, empty) -> ConfigError:
-    """Equal sizes: why a client gets nothing, and what is allowed."""
+def _empty_error(scheme, labels, rows, empty, first, own_classes: bool = False) -> ConfigError:
+    """Equal sizes: why clients get nothing (``own_classes``: nothing of their own classes), the
+    first of them being client ``first``, and what is allowed: for ``classes`` at most
+    ``K' = floor(C min_c n_c / k)`` clients always works, every class then having at least one
+    sample for each of its ``ceil(K' k / C)`` holders."""
     num_clients, num_classes = rows.shape
     available = np.bincount(labels, minlength=num_classes)
-    head = (f"{len(empty)} of {num_clients} clients would get no sample (the first is client "
-            f"{empty[0]})")
-    if scheme == "iid":
-        most = int(available.max())
-        return ConfigError("hyperparams.num_clients", num_clients,
-                           f"must be at most {most} for partition=iid (the largest class has {most} "
-                           f"samples and each class goes to at most that many clients); {head}")
+    what = "no sample of its own classes" if own_classes else "no sample"
+    head = f"{len(empty)} of {num_clients} clients would get {what} (the first is client {first})"
     if scheme == "dirichlet":
         return ConfigError("partition", scheme,
                            f"cannot be built: {head}; raise partition.alpha, use fewer clients "
                            "(hyperparams.num_clients) or set partition.samples_per_client (every client "
                            "then gets exactly that many)")
-    # classes, mixed: the first empty client's classes are dealt to more clients than they can serve.
-    k = empty[0]
-    held = np.flatnonzero(rows[k] > 0)
+    # classes, mixed: the client's classes are dealt to more clients than they can serve.
+    held = np.flatnonzero(rows[first] > 0)
     holders = (rows > 0).sum(0)
     detail = ", ".join(f"class {c}: {available[c]} samples shared by {holders[c]} clients" for c in held[:3])
     detail += f" and {len(held) - 3} more" if len(held) > 3 else ""
@@ -496,13 +632,15 @@ def _empty_error(scheme, labels, rows, empty) -> ConfigError:
 
 def iid(labels, num_clients: int, num_classes: int, seed: int, sizes: str = "balanced",
         power_law_exponent: float = 1.0, samples_per_client: int | None = None) -> list[np.ndarray]:
-    """Every client draws from every class in the dataset's proportions.
+    """Every client draws from every class in the dataset's proportions (``n_c / K`` of class c;
+    with K above a class's size, each client gets about ``N / K`` samples, at least one: any
+    K <= N builds, :func:`_build`).
 
     ``sizes=powerlaw``: client k holds exactly ``n_k = s_k N`` samples (:func:`client_sizes`),
     ``n_k n_c / N`` of class c (rounded keeping both sums: :func:`fit_counts`).
     """
     labels = _labels(labels, num_classes)
-    _check_clients(num_clients, labels)
+    _check_clients(num_clients, labels, "iid")
     _check_samples_per_client(samples_per_client)
     rng = numpy_rng(seed, "partition")
     shares, ranks = _shares(num_clients, sizes, power_law_exponent, rng)
@@ -550,7 +688,7 @@ def classes(labels, num_clients: int, num_classes: int, seed: int, classes_per_c
     It needs ``sizes=balanced``.
     """
     labels = _labels(labels, num_classes)
-    _check_clients(num_clients, labels)
+    _check_clients(num_clients, labels, "classes")
     _check_samples_per_client(samples_per_client)
     if assign not in ASSIGNMENTS:
         raise ConfigError("partition.assign", assign, f"choose one of: {', '.join(ASSIGNMENTS)}")
@@ -585,7 +723,7 @@ def dirichlet(labels, num_clients: int, num_classes: int, seed: int, alpha: floa
     from its other classes in proportion to ``p_k``: :func:`fit_counts`).
     """
     labels = _labels(labels, num_classes)
-    _check_clients(num_clients, labels)
+    _check_clients(num_clients, labels, "dirichlet")
     _positive("partition.alpha", alpha, " (small: few classes per client; large: near IID)")
     _check_samples_per_client(samples_per_client)
     rng = numpy_rng(seed, "partition")
@@ -647,28 +785,83 @@ def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alph
     ``self_balancing=True`` closes a client only above ``N / K`` (``>`` where these use ``>=``).
     """
     labels = _labels(labels, num_classes)
-    _check_clients(num_clients, labels)
+    check(_integer(num_clients) and num_clients >= 1, "hyperparams.num_clients", num_clients,
+          "must be an integer >= 1")
     _positive("partition.alpha", alpha, " (small: each class on few clients; large: near IID)")
-    most = len(labels) // num_clients
-    check(_integer(min_size) and 1 <= min_size <= most, "partition.min_size", min_size,
-          f"must be an integer between 1 and {most} (the training set has {len(labels)} samples for "
-          f"{num_clients} clients)")
-    rng = numpy_rng(seed, "partition")
+    total, most = len(labels), len(labels) // num_clients
     available = np.bincount(labels, minlength=num_classes)
+    valid = _integer(min_size) and min_size >= 1
+
+    def largest() -> str:  # only on a refusal: it draws
+        limit = labels_limit(available, alpha, min_size if valid else 1, balance, seed)
+        return (f"the largest K here is about {limit:,} (where a draw leaves every client partition.min_size="
+                f"{min_size if valid else 1} samples or more half the time)")
+
+    if num_clients > total:
+        raise ConfigError("hyperparams.num_clients", num_clients,
+                          f"partition=dirichlet_labels gives every client at least partition.min_size="
+                          f"{min_size if valid else 1} samples and the training set has {total:,}: {largest()}")
+    if not (valid and min_size <= most):
+        raise ConfigError("partition.min_size", min_size,
+                          f"must be an integer between 1 and {most} (the training set has {total} samples for "
+                          f"{num_clients} clients)" + (f"; or use fewer clients (hyperparams.num_clients): "
+                                                        f"{largest()}" if valid else ""))
+    rng = numpy_rng(seed, "partition")
     concentration = np.full(num_clients, float(alpha))
-    for _ in range(LABEL_DRAWS):
+    for draw in range(1, LABEL_DRAWS + 1):
         shares = rng.dirichlet(concentration, size=num_classes)  # [C, K]: row c is q_c
         if not (np.isfinite(shares).all() and (shares.sum(1) > 0).all()):  # alpha so small it underflows
             raise ConfigError("partition.alpha", alpha, "is too small to draw class shares; must be a "
                               "finite number > 0, e.g. 0.01 or more")
         if balance:
             shares = _balance(shares, available, num_clients)
-        if _counts(available, shares.T, None).sum(1).min() >= min_size:
-            return allocate(labels, shares.T, rng)
-    raise ConfigError("partition.min_size", min_size,
-                      f"not met: in each of {LABEL_DRAWS} draws of Dirichlet(alpha={alpha}) over "
-                      f"{num_clients} clients some client got fewer than {min_size} samples; raise "
-                      "partition.alpha or lower partition.min_size")
+        counts = _counts(available, shares.T, None)
+        short = int((counts.sum(1) < min_size).sum())
+        if not short:
+            return deal(labels, counts, rng)
+        if short >= SHORT_STOP:  # a draw with none short has a chance of about exp(-short): stop drawing
+            break
+    if draw == LABEL_DRAWS and short < SHORT_STOP:
+        what = (f"in each of {LABEL_DRAWS} draws of Dirichlet(alpha={alpha}) over {num_clients:,} clients some client "
+                f"got fewer than {min_size} samples")
+    else:  # a draw leaving that many short: one leaving none has a chance of about exp(-short)
+        what = (f"draw {draw} of Dirichlet(alpha={alpha}) over {num_clients:,} clients left {short:,} of them with "
+                f"fewer than {min_size} samples, so no redraw will leave none")
+    raise ConfigError("partition.min_size", min_size, f"not met: {what}; raise partition.alpha or lower "
+                      f"partition.min_size, or use fewer clients (hyperparams.num_clients): {largest()}")
+
+
+SHORT_STOP = 40  # dirichlet_labels: a draw leaving this many clients short ends the redraws
+
+
+def labels_limit(available: np.ndarray, alpha: float, min_size: int, balance: bool, seed: int) -> int:
+    """About the largest K at which a draw of :func:`dirichlet_labels` gives every client
+    ``min_size`` samples or more at least half the time.
+
+    The number of clients a draw leaves short is about Poisson (many clients, each short with a
+    small chance), so a draw succeeds with chance about ``exp(-m)``, ``m`` its mean: the largest K
+    with ``m <= ln 2``, ``m`` counted over draws of its own (as many as give 200,000 clients, at
+    most 20; seeded from ``seed``, so the answer is reproducible), by bisection between K = 1 (one
+    client holds all N samples) and ``N // min_size``.
+    """
+    rng = numpy_rng(seed, "partition", "limit")
+
+    def mean_short(num_clients: int) -> float:
+        draws, short = int(min(20, max(1, 200_000 // num_clients))), 0
+        for _ in range(draws):
+            shares = rng.dirichlet(np.full(num_clients, float(alpha)), size=len(available))
+            if not np.isfinite(shares).all():
+                return math.inf
+            if balance:
+                shares = _balance(shares, available, num_clients)
+            short += int((_counts(available, shares.T, None).sum(1) < min_size).sum())
+        return short / draws
+
+    lo, hi = 1, int(available.sum()) // min_size + 1  # lo: one client holds everything; hi: too many
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if mean_short(mid) <= math.log(2) else (lo, mid)
+    return lo
 
 
 def mixed(labels, num_clients: int, num_classes: int, seed: int, iid_clients: int = 5,
@@ -682,7 +875,7 @@ def mixed(labels, num_clients: int, num_classes: int, seed: int, iid_clients: in
     (:func:`deal_classes`, :func:`fit_counts`).
     """
     labels = _labels(labels, num_classes)
-    _check_clients(num_clients, labels)
+    _check_clients(num_clients, labels, "mixed")
     check(_integer(iid_clients) and 0 <= iid_clients <= num_clients, "partition.iid_clients",
           iid_clients, f"must be an integer between 0 and num_clients ({num_clients})")
     _check_samples_per_client(samples_per_client)
@@ -719,11 +912,18 @@ def shards(labels, num_clients: int, num_classes: int, seed: int, shards_per_cli
     shards of 200: 200 segments of 250, 40,000 images used, 4,000 of each class.
     """
     labels = _labels(labels, num_classes)
-    _check_clients(num_clients, labels)
-    most = len(labels) // num_clients
-    check(_integer(shards_per_client) and 1 <= shards_per_client <= most, "partition.shards_per_client",
-          shards_per_client, f"must be an integer between 1 and {most} (every shard needs a sample: "
-          f"the training set has {len(labels)} samples for {num_clients} clients)")
+    check(_integer(num_clients) and num_clients >= 1, "hyperparams.num_clients", num_clients,
+          "must be an integer >= 1")
+    total, valid = len(labels), _integer(shards_per_client) and shards_per_client >= 1
+    per = shards_per_client if valid else 1
+    if num_clients > total:
+        raise too_many_clients(num_clients, total // per, "shards", f"deals every client partition.shards_per_client="
+                               f"{per} shards of at least one sample and the training set has {total:,}")
+    most = total // num_clients
+    check(valid and shards_per_client <= most, "partition.shards_per_client", shards_per_client,
+          f"must be an integer between 1 and {most} (every shard needs a sample: the training set has {total} "
+          f"samples for {num_clients} clients)" + (f"; or use at most {total // per:,} clients "
+                                                   "(hyperparams.num_clients)" if valid and total >= per else ""))
     num_shards = num_clients * shards_per_client
     segment = len(labels) // num_shards
     if shard_size is not None:
@@ -736,14 +936,21 @@ def shards(labels, num_clients: int, num_classes: int, seed: int, shards_per_cli
     order = rng.permutation(len(labels))
     order = order[np.argsort(labels[order], kind="stable")]
     dealt = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
-    return [np.sort(np.concatenate([order[s * segment : s * segment + size] for s in row])) for row in dealt]
+    # [K, shards_per_client * size]: client k's shards s, each order[s L : s L + size], sorted.
+    held = order[(dealt[:, :, None] * segment + np.arange(size)).reshape(num_clients, -1)]
+    return list(np.sort(held, axis=1))
 
 
 # ----------------------------------------------------------------------------- records
 
 def class_counts(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> np.ndarray:
-    """The clients x classes table of sample counts."""
-    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
+    """The clients x classes table of sample counts (O(N + K C): one bincount over all clients)."""
+    sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    if not sizes.sum():
+        return np.zeros((len(parts), num_classes), dtype=np.int64)
+    owner = np.repeat(np.arange(len(parts)), sizes)
+    held = np.asarray(labels)[np.concatenate(parts)]
+    return np.bincount(owner * num_classes + held, minlength=len(parts) * num_classes).reshape(len(parts), num_classes)
 
 
 def fingerprint(parts: list[np.ndarray]) -> str:
