@@ -142,3 +142,17 @@ def test_a_run_on_leafs_files_scores_every_writer_on_its_own_test_images(leaf_fi
         assert (g["own_test_acc"] * n).sum() / n.sum() == pytest.approx(rounds.loc[t, "test_acc"])
         assert rounds.loc[t, "client_acc_mean"] == pytest.approx(g["own_test_acc"].mean())
     assert summary["final_client_acc_mean"] == pytest.approx(rounds["client_acc_mean"].iloc[-1])
+
+
+def test_the_docs_state_the_files_figures(leaf_files, leaf_json):
+    """docs/reproductions.md's FEMNIST section gives the files' counts as the JSON files have them."""
+    from conftest import REPO_ROOT
+
+    text = " ".join((REPO_ROOT / "docs" / "reproductions.md").read_text().split("## FEMNIST (LEAF's writers, real data)")[1].split())
+    train, test = leaf_json["train"], leaf_json["test"]
+    images = sum(len(u["y"]) for u in test.values())
+    shards = [len(list((leaf_files / s).glob("*.json"))) for s in ("train", "test")]
+    assert f"the training files of {shards[0]} of its {shards[1]} shards and the test files of all {shards[1]}" in text
+    assert (f"The test files hold {images:,} images of {len(test)} writers: those {len(train)} and "
+            f"{len(set(test) - set(train))} writers whose training files are not among the {shards[0]}") in text
+    assert f"in % of the {images:,} test images" in text
