@@ -110,14 +110,53 @@ def save_figure(fig, path, notes=(), *, left_out=(), bottom: float = 0.06, right
             fig.text(0.01, low, red, fontsize=UNDER_SIZE, color="firebrick", va="bottom")
             low += (red.count("\n") + 1) * UNDER_LINE / height
         fig.text(0.01, low, text, fontsize=UNDER_SIZE, va="bottom")
-        fig.tight_layout(rect=(0, under_height(width, caption, notes, left_out) / height, right, top))
-        return _save(fig, path, dpi)
-    lines = ([f"NOT the paper's setting: {'; '.join(notes)}"] if notes else []) + \
-        ([f"Not drawn: {'; '.join(left_out)}"] if left_out else [])
-    if lines:
-        fig.text(0.01, 0.005, "\n".join(lines), fontsize=6, color="firebrick", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, bottom * len(lines), right, top))
+        rect = (0, under_height(width, caption, notes, left_out) / height, right, top)
+    else:
+        lines = ([f"NOT the paper's setting: {'; '.join(notes)}"] if notes else []) + \
+            ([f"Not drawn: {'; '.join(left_out)}"] if left_out else [])
+        if lines:
+            fig.text(0.01, 0.005, "\n".join(lines), fontsize=6, color="firebrick", va="bottom", wrap=True)
+        rect = (0, bottom * len(lines), right, top)
+    fig.tight_layout(rect=rect)
+    if fit_titles(fig):  # a title rewrapped is taller: lay the panels out again under it
+        fig.tight_layout(rect=rect)
     return _save(fig, path, dpi)
+
+
+def title_clear(ax, renderer=None, upright: bool = True) -> bool:
+    """Whether ``ax``'s title lies inside its figure and clear of every other panel (its axes, ticks,
+    labels and title); ``upright=False``: across only (the width, before the panels are laid out
+    under a taller title)."""
+    fig = ax.figure
+    renderer = renderer or fig.canvas.get_renderer()
+    box = ax.title.get_window_extent(renderer)
+    if box.x0 < fig.bbox.x0 - 0.5 or box.x1 > fig.bbox.x1 + 0.5 or (upright and box.y1 > fig.bbox.y1 + 0.5):
+        return False
+    return not any(other is not ax and other.get_visible() and box.overlaps(other.get_tightbbox(renderer))
+                   for other in fig.axes)
+
+
+def fit_titles(fig) -> bool:
+    """Rewrap every title that sticks out of its figure or over another panel (a title centred over
+    an axes narrower than the figure: a legend beside it, two panels) to the width of its own axes,
+    between words; True when one was."""
+    import textwrap
+
+    fig.draw_without_rendering()  # the titles where the layout put them
+    renderer = fig.canvas.get_renderer()
+    changed = False
+    for ax in fig.axes:
+        title = ax.title
+        if not title.get_text() or title_clear(ax, renderer, upright=False):
+            continue
+        words = " ".join(title.get_text().split())
+        room = ax.get_window_extent(renderer).width  # centred over its axes, it then sticks out nowhere
+        chars = max(len(line) for line in title.get_text().split("\n"))
+        while chars > 12 and title.get_window_extent(renderer).width > room:
+            chars = min(chars - 1, int(chars * room / title.get_window_extent(renderer).width))
+            title.set_text("\n".join(textwrap.wrap(words, max(chars, 12), break_on_hyphens=False)))
+        changed = True
+    return changed
 
 
 def _save(fig, path, dpi: int) -> Path:

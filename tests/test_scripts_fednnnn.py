@@ -434,6 +434,37 @@ def test_plot_writes_nonempty_pngs(tmp_path, capsys, n_def):
         assert b"/CIDFontType2" in pdf or b"/TrueType" in pdf  # matplotlib's Type 42: TrueType outlines
 
 
+def test_every_title_fits_inside_its_figure(tmp_path, monkeypatch):
+    """The longest titles (substituted data, a legend beside the panel, two panels side by side)
+    lie inside their figure and over no other panel, as saved: none is cut at the figure's edge."""
+    import plots
+
+    saved = []
+
+    def checked(fig, path, dpi):
+        fig.draw_without_rendering()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            if not ax.get_title():
+                continue
+            box = ax.title.get_window_extent(renderer)
+            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, \
+                f"{Path(path).name}: title cut ({box.x0:.0f}..{box.x1:.0f} of 0..{fig.bbox.x1:.0f}): {ax.get_title()!r}"
+            for other in fig.axes:
+                assert other is ax or not box.overlaps(other.get_tightbbox(renderer)), \
+                    f"{Path(path).name}: title over another panel: {ax.get_title()!r}"
+        saved.append(Path(path).name)
+        return save(fig, path, dpi)
+
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", checked)
+    smoke = dict(PAPER_SCALE["mnist"], rounds=3, num_clients=25, local_epochs=2)
+    for m in fednnnn_table2.METHODS:
+        make_run(tmp_path / "runs" / m, m, "mnist", "noniid-ub", 0.7, data_name="mnist_train10k", hyperparams=smoke)
+    assert plot_fednnnn.main([str(tmp_path / "runs"), "--out", str(tmp_path / "figs")]) == 0
+    assert len(saved) == 6
+
+
 def test_a_figure_of_substituted_data_is_titled_with_what_it_read(tmp_path):
     """A FashionMNIST run filed under a MNIST preset (``--substitute``) is titled with the data it
     read, beside the paper's, never as MNIST."""
