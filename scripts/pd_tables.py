@@ -37,7 +37,7 @@ are the same run (the paper prints the same numbers for both), so the -A run sta
     continues it (``resume=true``, in sweeps of their own).  ``--tables 4,8``,
     ``--settings iid,noniid2``, ``--datasets cifar10``, ``--networks NetA-Baseline``,
     ``--optimizers nmom-a,adam-a`` and ``--variants none,bn`` pick a subset; ``--smoke`` adds
-    ``scale=smoke`` (``--scale tiny``: 2 rounds on 200 images); ``--seeds 0,1,2`` repeats every
+    ``scale=smoke`` (``--scale tiny``: 3 rounds on 300 images); ``--seeds 0,1,2`` repeats every
     run; ``--set KEY=VALUE`` adds an override to every run (e.g. ``device=cuda``);
     ``--substitute cifar10=cifar10_jpeg`` reads CIFAR-10's JPEG quality-75 copy ("CIFAR-10 (JPEG
     q75 copy)" in every table and title), ``--substitute cifar10=synthetic`` runs ``dataset=synthetic
@@ -673,7 +673,7 @@ def parser() -> argparse.ArgumentParser:
                    help="only these variants: none (the baseline), wd=0, wd=0.0001, wd=0.0005, bn, brn, da, do")
     r.add_argument("--smoke", action="store_true", help=f"add {tables.SMOKE}")
     r.add_argument("--scale", default=None, choices=conf_options("scale"),
-                   help="add scale=SCALE (e.g. tiny: 3 rounds on 200 images, the whole grid in minutes)")
+                   help="add scale=SCALE (e.g. tiny: 3 rounds on 300 images, the whole grid in minutes)")
     return p
 
 

@@ -10,29 +10,36 @@ Each ```bash block is split into commands, and each command is checked by what i
   the scripts' ``collect`` and plot commands: run on empty folders, which must not be an error of
   their command line;
 * ``bash scripts/bench/gpu_check.sh <stage>``: the stage exists (the stages need a GPU);
-* installing and environment commands (pip, apt-get, venv, pytest): listed, not run.
+* installing and environment commands (pip, apt-get, venv, export, pytest): listed, not run.
+
+The data is what a user can have, made by the test (MNIST's and FashionMNIST's files where a
+download or Debian's package puts them, and ``dataset=mnist_train10k``'s files as
+scripts/mnist_train10k.py writes them): nothing beside the checkout, no network.  The README's
+single runs are also built at ``scale=tiny``, as the README suggests.
 
 A command of any other kind fails the test, so a new example is covered when it is written.
 """
 from __future__ import annotations
 
 import contextlib
-
+import gzip
 import importlib.util
 import re
 import shlex
 import shutil
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
-from conftest import REPO_ROOT, python_run
+from conftest import REPO_ROOT, compose, python_run
 
 from fedrun import plot
 from fedrun.command.cli import precheck, precheck_sweep
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
-ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "optuna-dashboard")
+ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "export", "optuna-dashboard")
 TABLE_SCRIPTS = ("fednnnn_table2.py", "fedlayerwise_table1.py", "pd_tables.py", "niidbench_table3.py")
 
 
@@ -73,18 +80,42 @@ def fake_run(path: Path, aggregator: str, seed: int) -> None:
     (path / "partition.csv").write_text("client,examples,class_0,class_1\n0,3,1,2\n1,3,3,0\n")
 
 
-@pytest.fixture
-def data_root(tmp_path_factory, shared_data, monkeypatch):
-    """FashionMNIST where fedrun looks for it ($FEDRUN_DATA/FashionMNIST/raw), as on a machine with
-    Debian's package, and MNIST's first 10,000 images where ``dataset=mnist_train10k`` reads them
-    from the repository root (../shared/data; the commands run elsewhere here): a sweep's
-    partitions are built on its data before the sweep starts."""
+IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """An unsigned-byte IDX file, gzip-compressed (fast: the images are blank)."""
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+@pytest.fixture(scope="session")
+def user_data(tmp_path_factory) -> Path:
+    """What a user can have, made here (no ../shared, no network): MNIST and FashionMNIST as
+    torchvision's download or Debian's package leaves them (the four .gz files, 60,000 + 10,000
+    images of every class, blank: the commands are checked, not trained), and the first 10,000
+    MNIST training images as ``dataset=mnist_train10k`` reads them (sorted by digit)."""
     root = tmp_path_factory.mktemp("data")
-    (root / "FashionMNIST").mkdir()
-    (root / "FashionMNIST" / "raw").symlink_to(shared_data / "fashion-mnist")
-    monkeypatch.setenv("FEDRUN_DATA", str(root))
-    monkeypatch.setenv("FEDRUN_MNIST10K", str(shared_data / "mnist-train10k"))
+    labels = {True: np.arange(60_000) % 10, False: np.arange(10_000) % 10}
+    for name in ("MNIST", "FashionMNIST"):
+        for (images, label), train in zip((IDX[:2], IDX[2:]), (True, False)):
+            write_idx(root / name / "raw" / f"{images}.gz", np.zeros((len(labels[train]), 28, 28), np.uint8))
+            write_idx(root / name / "raw" / f"{label}.gz", labels[train])
+    write_idx(root / "mnist-train10k" / "images-idx3-ubyte.gz", np.zeros((10_000, 28, 28), np.uint8))
+    write_idx(root / "mnist-train10k" / "labels-idx1-ubyte.gz", np.repeat(np.arange(10), 1_000))
     return root
+
+
+@pytest.fixture
+def data_root(user_data, monkeypatch):
+    """The data where fedrun looks for it ($FEDRUN_DATA/<MNIST|FashionMNIST>/raw, as after a download
+    or with Debian's package; ``dataset=mnist_train10k``'s folder in $FEDRUN_MNIST10K): a sweep's
+    partitions are built on its data before the sweep starts."""
+    monkeypatch.setenv("FEDRUN_DATA", str(user_data))
+    monkeypatch.setenv("FEDRUN_MNIST10K", str(user_data / "mnist-train10k"))
+    return user_data
 
 
 @pytest.mark.parametrize("where,command,cwd", COMMANDS, ids=[w for w, _, _ in COMMANDS])
@@ -96,11 +127,12 @@ def test_the_command_runs_as_written(where, command, cwd, tmp_path, monkeypatch,
         env[key] = value
     program, args = words[0], words[1:]
     folder = (REPO_ROOT / cwd) if cwd else tmp_path
-    if not cwd and "../shared/" in command:  # run here from tmp_path: ../shared is the checkout's neighbour
-        if not (REPO_ROOT.parent / "shared").is_dir():
-            pytest.skip("reads ../shared beside the checkout, absent here")
-        with contextlib.suppress(FileExistsError):
-            (tmp_path.parent / "shared").symlink_to(REPO_ROOT.parent / "shared")
+    if not cwd and "../shared/data/" in command:  # a record of runs that read MNIST's files from a folder there
+        shared = tmp_path.parent / "shared" / "data"
+        shared.mkdir(parents=True, exist_ok=True)
+        for name, made in (("mnist", data_root / "MNIST" / "raw"), ("mnist-train10k", data_root / "mnist-train10k")):
+            with contextlib.suppress(FileExistsError):
+                (shared / name).symlink_to(made)
     if program in ENVIRONMENT or (program == "python" and args[:2] == ["-m", "pytest"]):
         pytest.skip(f"installs or sets up the environment: {command}")
     if program == "fedrun":
@@ -180,3 +212,25 @@ def check_script(args: list[str], folder: Path) -> None:
     assert "usage:" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     if (script in TABLE_SCRIPTS or script == "tune.py") and "--dry-run" in args:
         assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+README_RUNS = [(w, c) for w, c, cwd in COMMANDS if w.startswith("README.md") and c.startswith("fedrun ")
+               and "-m" not in shlex.split(c) and not cwd]
+
+
+@pytest.mark.parametrize("where,command", README_RUNS, ids=[w for w, _ in README_RUNS])
+def test_the_readmes_runs_build_at_tiny_scale(where, command, data_root):
+    """The README: "add scale=tiny to this or any command": each of its single runs, shrunk so,
+    builds its partition on its data (the run's own check before its first round), and where the
+    partition deals every class over all the clients (partition=iid) some class has an image for
+    each of them whatever the images drawn (tiny's training images / classes >= clients)."""
+    from fedrun.command.build import check_partition
+
+    overrides = [*shlex.split(command)[1:], "scale=tiny"]
+    cfg = compose(overrides)
+    values = compose(overrides, resolve=True)
+    if values["partition"]["_target_"].endswith(".iid") and values["partition"]["sizes"] == "balanced":
+        per_class = -(-values["dataset"]["max_train"] // values["dataset"]["num_classes"])
+        assert per_class >= values["hyperparams"]["num_clients"], \
+            f"{command} scale=tiny: {values['hyperparams']['num_clients']} clients, a class sure of {per_class}"
+    check_partition(cfg, {})
