@@ -31,7 +31,9 @@ the whole MNIST, GPU runs cut short), ``niidbench_tuned`` (FedProx's mu tuned pe
 by scripts/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST),
 ``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/tune.py) and
 ``niidbench_whole`` (Table III's MNIST rows on the whole MNIST as far as the CPU runs go, and
-SCAFFOLD under #C=2 there with both readings of its correction).  ``niidbench_table3.py collect`` and
+SCAFFOLD under #C=2 there with both readings of its correction), ``fednnnn_whole`` (FedNNNN's Table 2,
+MNIST half, on the whole MNIST on a CPU, as far as its runs have gone), ``cifar10_jpeg`` (what
+CIFAR-10's JPEG q75 copy costs a model).  ``niidbench_table3.py collect`` and
 ``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::

@@ -48,7 +48,8 @@ def test_every_claim_says_what_it_checks():
     assert set(doc_claims.sections()) == {"niidbench", "niidbench_readings", "fednova_stragglers", "fedlap_fmnist",
                                       "fedlap_readings", "fedlap_mnist_train10k", "fedlayerwise", "fedlap_tuned", "fednnnn_gpu",
                                       "niidbench_gpu", "niidbench_tuned", "fedlap_mnist",
-                                      "fedlap_mnist_tuned", "niidbench_whole", "femnist_leaf"}
+                                      "fedlap_mnist_tuned", "niidbench_whole", "fednnnn_whole", "cifar10_jpeg",
+                                      "femnist_leaf"}
 
 
 def test_doc_phrase_may_span_lines():

@@ -9,7 +9,7 @@ package imports them in the doc's order, the order their claims are printed in.
 from doc_claims import core, registry  # noqa: F401  (first: what the sections are made of)
 from doc_claims import (  # noqa: F401  (the sections, in the doc's order)
     niidbench, fednova_stragglers, fedlap, fedlayerwise, fedlap_tuned, fednnnn_gpu, niidbench_gpu, niidbench_tuned,
-    niidbench_whole, femnist_leaf)
+    niidbench_whole, fednnnn_whole, cifar10_jpeg, femnist_leaf)
 from doc_claims.core import DOC, RUNS, Data, bound_up, exact, fmt, pct  # noqa: F401
 from doc_claims.registry import (  # noqa: F401
     CLAIMS, FEDLAP_SECTIONS, FEDLAYERWISE_SECTIONS, NIIDBENCH_SECTIONS, in_doc, normalized, print_section,
