@@ -19,6 +19,7 @@ from fedrun.params import Params
 from fedrun.server import reduce as R
 from fedrun.server import transforms as T
 from fedrun.server.corrections import ClientCorrection
+from fedrun.server.privacy import ClientLevelDP
 from fedrun.server.weighting import WeightingRule, base_rule
 
 EVALUATE = ("average", "sent")
@@ -37,6 +38,7 @@ class RoundOutcome:
     skipped: bool  # the server kept w_t (N ~ 0 under norm normalization)
     stats_weights: torch.Tensor = None  # [m] the base weights of N and E
     diagnostics: dict = field(default_factory=dict)  # the rule's per-client values (smoothed angles)
+    privacy: dict = field(default_factory=dict)  # a private run's rounds.csv values (fedrun.server.privacy.COLUMNS)
 
     @property
     def client_weights(self) -> torch.Tensor:
@@ -54,7 +56,9 @@ class Aggregator:
     the stacked updates and those weights into the mean update, ``server`` turns that into the step
     ``w_{t+1} - w_t``; ``regularizer`` (if any) acts on the clients' local training, with the
     per-client inputs of ``correction`` (if any), whose state outlives the round for every client.
-    ``client_optimizers`` names the client optimizers the method is defined for (empty: any)."""
+    ``client_optimizers`` names the client optimizers the method is defined for (empty: any).
+    ``privacy`` (set by :meth:`fedrun.server.privacy.Privacy.attach`, never by a method) clips the
+    updates, takes their mean over the expected number of clients and noises it: DP-FedAvg."""
 
     name: str
     server: T.ServerTransform
@@ -64,6 +68,7 @@ class Aggregator:
     reduce: R.Reduce = R.mean  # (stacked updates, weights, layers) -> the mean update
     correction: ClientCorrection | None = None  # per-client state across rounds (fedrun.server.corrections)
     client_optimizers: tuple[str, ...] = ()
+    privacy: ClientLevelDP | None = None  # client-level DP around the mean (fedrun.server.privacy)
 
     def __post_init__(self):
         if self.evaluate not in EVALUATE:
@@ -90,6 +95,8 @@ class Aggregator:
                  "layers": [(layer.name, layer.type, tuple(layer.params)) for layer in layers]}
         if self.correction is not None:  # only then: every other method's state (and checkpoint) is as it was
             state["correction"] = self.correction.init(params, num_clients)
+        if self.privacy is not None:  # the adaptive clip C_t, kept in the checkpoint
+            state["privacy"] = self.privacy.init()
         return state
 
     def client_inputs(self, state: dict, clients: list[int]) -> Params | None:
@@ -101,7 +108,8 @@ class Aggregator:
         return self.correction.inputs(state["correction"], clients)
 
     def apply(self, state: dict, params: Params, results: ClientResults,
-              grams: RoundSums | LayerGrams | None = None) -> tuple[RoundOutcome, dict]:
+              grams: RoundSums | LayerGrams | None = None, seed: int = 0, round_: int = 0
+              ) -> tuple[RoundOutcome, dict]:
         """Aggregate one round's client results into the next global model.
 
         Args:
@@ -112,6 +120,8 @@ class Aggregator:
             parameter divergence) or already built :func:`fedrun.diagnostics.nwda.layer_grams`; None:
             :class:`~fedrun.diagnostics.nwda.RoundSums` of the updates here.  N and E stream over the
             updates (O(m d)); the m x m Gram matrices are built only if the rule reads them (Krum).
+          seed, round_: the run's seed and this round's number, which a private run's noise is
+            drawn from (:mod:`fedrun.server.privacy`); every other method ignores them.
 
         N and E always use the base weights (``examples`` or ``uniform``), as eq. 4-5 define them,
         so they compare across aggregators; the rule's weights (angle, Krum, ...) then go to the
@@ -130,7 +140,12 @@ class Aggregator:
         steps = results.steps if results.effective_steps is None else results.effective_steps
         steps = steps.to(device=device, dtype=torch.float64)
         weights, rule_state, diagnostics = rule.update(stats, base, results.clients, state["weighting"], grams, steps)
-        mean = self.reduce(results.deltas, weights, layers)
+        private, private_state = {}, None
+        if self.privacy is None:
+            mean = self.reduce(results.deltas, weights, layers)
+        else:  # DP-FedAvg: the clipped updates' sum over the expected m, noised; N and E stay the raw updates'
+            mean, weights, private_state, private = self.privacy.aggregate(
+                state["privacy"], results.deltas, stats.client_norms, layers, self.reduce, seed, round_)
         step, server_state = self.server.update(mean, state["server"], stats)
         skipped = step is None
         if skipped:
@@ -139,10 +154,12 @@ class Aggregator:
                                average={k: params[k] + mean[k] for k in params},
                                buffers=average_buffers(results.buffers, base), weights=weights, stats=stats,
                                step_layer_norms=layer_norms(step, layers).to(torch.float64), skipped=skipped,
-                               stats_weights=base, diagnostics=diagnostics)
+                               stats_weights=base, diagnostics=diagnostics, privacy=private)
         new_state = {**state, "server": server_state, "weighting": rule_state}
         if self.correction is not None:  # the clients' training of this round updates their state
             new_state["correction"] = self.correction.update(state["correction"], results)
+        if private_state is not None:
+            new_state["privacy"] = private_state
         return outcome, new_state
 
 

@@ -26,6 +26,9 @@ from fedrun.params import Params
 class ServerTransform(NamedTuple):
     init: Callable[[Params], Any]
     update: Callable[[Params, Any, NormStats], tuple[Params | None, Any]]
+    # Whether ``update`` reads ``stats`` (N and E of the raw updates) rather than the mean update
+    # alone: such a server is not post-processing of a privatized mean (fedrun.server.privacy).
+    reads_stats: bool = False
 
 
 def identity() -> ServerTransform:
@@ -59,7 +62,7 @@ def normalize_norm(beta: float, eps: float = 1e-6) -> ServerTransform:
         scale = beta * stats.E / stats.N
         return {k: v * scale for k, v in step.items()}, state
 
-    return ServerTransform(lambda params: {}, update)
+    return ServerTransform(lambda params: {}, update, reads_stats=True)
 
 
 def momentum(gamma: float, setting: str = "aggregator.gamma") -> ServerTransform:
@@ -188,4 +191,4 @@ def chain(*transforms: ServerTransform) -> ServerTransform:
             new_states.append(s)
         return step, new_states
 
-    return ServerTransform(init, update)
+    return ServerTransform(init, update, reads_stats=any(t.reads_stats for t in transforms))

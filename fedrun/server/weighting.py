@@ -86,6 +86,15 @@ def base_rule(weighting: str = "examples") -> WeightingRule:
     return WeightingRule(_examples if weighting == "examples" else _uniform, _no_state, _base_weights)
 
 
+def base_weighting(rule: WeightingRule) -> str | None:
+    """``examples`` or ``uniform`` when ``rule`` aggregates with its base weights unchanged (a
+    :func:`base_rule`); None for a rule that computes weights of its own (angles, Krum, FedNova,
+    the equal weights of the robust statistics).  Client-level privacy runs only on the former."""
+    if rule.update is not _base_weights:
+        return None
+    return "examples" if rule.base is _examples else "uniform" if rule.base is _uniform else None
+
+
 def equal_rule(weighting: str = "examples") -> WeightingRule:
     """Every client counts once in the aggregation, ``1/m``, whatever its ``n_k``: the weights of
     the unweighted median and trimmed mean (Yin et al. 2018).  N, E and the BatchNorm statistics
