@@ -42,7 +42,7 @@ log = logging.getLogger("fedrun")
 # Installed: the configs ship inside the package.  Source checkout / editable install: top-level conf/.
 CONF_DIR = conf_dir()
 # The config's object nodes (a _target_ each), built by Hydra in build().
-OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine", "logger")
+OBJECTS = ("federation", "local", "participation", "aggregator", "partition", "engine", "logger", "privacy")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -156,7 +156,7 @@ def _build(cfg: DictConfig) -> dict:
             check(hp[key] == one, f"hyperparams.{key}", hp[key], f"mode=centralized trains one learner on all the "
                   f"data (hyperparams.{key}={one}); use mode=federated for {key}={hp[key]}")
     engines.check(objects["engine"])
-    _instantiate(cfg.model, "model")  # its constructor's own checks (model.init=xavier), before any data or job
+    model = _instantiate(cfg.model, "model")  # its constructor's own checks (model.init=xavier), before any data or job
     if hasattr(objects["logger"], "check"):  # a dashboard's folder or store
         objects["logger"].check()
     if values["objective"] in ("final_average_test_acc", "final_sent_test_acc"):
@@ -164,6 +164,10 @@ def _build(cfg: DictConfig) -> dict:
               f"aggregator={objects['aggregator'].name} sends its average model, so the run has one model: "
               "choose final_test_acc (or an aggregator with a server step, e.g. fednnnn)")
     objects["aggregator"].check_local(objects["local"])  # FedNova, SCAFFOLD: SGD's step coefficients
+    # privacy.clip: DP-FedAvg around the aggregator's mean, or one line for what cannot be private.
+    objects["aggregator"] = objects["privacy"].attach(objects["aggregator"], objects["federation"],
+                                                      objects["participation"], objects["local"],
+                                                      values["centralized"], model)
     least, per_round = objects["aggregator"].weighting.min_clients, objects["federation"].per_round
     check(per_round >= least, "hyperparams.client_fraction", hp["client_fraction"],
           f"aggregator={objects['aggregator'].name} needs at least {least} clients a round, and "

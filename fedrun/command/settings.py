@@ -5,7 +5,7 @@ A composed config has two kinds of node:
 * plain settings (``seed``, ``hyperparams.*``, ``dataset.channels`` ...), declared in
   :data:`SCHEMA` with their types;
 * objects (``model``, ``partition``, ``aggregator``, ``engine``, ``federation``, ``local``,
-  ``participation``, ``dataset.load``), nodes with a
+  ``participation``, ``privacy``, ``dataset.load``), nodes with a
   ``_target_``, whose settings are the target's keyword arguments and whose types are its
   annotations, so a new model or aggregator needs no entry here.
 
@@ -62,6 +62,7 @@ SCHEMA: dict[str, Any] = {
     "federation": TARGET,
     "local": TARGET,
     "participation": TARGET,
+    "privacy": TARGET,
     "hyperparams": {
         "rounds": int, "num_clients": int, "client_fraction": float, "local_epochs": int,
         "batch_size": int, "lr": float, "optimizer": str, "momentum": float, "nesterov": bool,

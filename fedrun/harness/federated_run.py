@@ -192,10 +192,12 @@ class FederatedRun:
         """Lock the run directory; check a resumed run's checkpoint, config and CSVs before
         writing a byte; open the CSVs (cut back to the checkpoint's sizes on resume)."""
         self.dir = RunDirectory.open(self.run_dir, self.resume)
+        private = self.aggregator.privacy  # privacy.clip: DP-FedAvg's columns and summary values
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
                                      self.device, config=self.config, payload=self.payload, data=self.data_digest,
-                                     data_source=self.data_source, personal=self.tuner is not None)
+                                     data_source=self.data_source, personal=self.tuner is not None,
+                                     privacy=None if private is None else private.summary())
             if self.resume:  # every check before a byte is written: a refused resume leaves the run as it was
                 self.dir.check_config(self.config)  # settings that differ from config.yaml's
             ckpt = self.dir.checkpoint(self.device) if self.resume else None
@@ -314,7 +316,7 @@ class FederatedRun:
         # N and E, the clients' angles and the learners' norms in one pass, PD-Ls in one more.
         reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}
         sums = RoundSums(r.results.deltas, self.layers, self.params, reference)
-        r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, sums)
+        r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, sums, self.seed, r.round)
         r.divergence, r.learners = round_divergence(sums), LearnerParams(self.params, r.results.deltas)
         check_finite(r.outcome, r.results.loss, r.round, self.aggregator.name)
         self.opt.finish(r.clients, r.results.opt_states, r.outcome.stats_weights)

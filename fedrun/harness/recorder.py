@@ -35,6 +35,7 @@ from fedrun.diagnostics import communication
 from fedrun.harness import provenance
 from fedrun.harness.objective import objective as objective_value
 from fedrun.harness.round_record import RoundRecord  # what write() takes
+from fedrun.server.privacy import COLUMNS as DP_COLUMNS
 from fedrun.errors import ConfigError, RunDirectoryError
 from fedrun.models.layers import Layer
 from fedrun.params import Params
@@ -76,6 +77,9 @@ COLUMNS = {"rounds": ROUND_COLUMNS, "layers": LAYER_COLUMNS, "clients": CLIENT_C
 # personalize_epochs > 0, the clients' scores after fine-tuning the global model on their own data.
 PERSONAL_COLUMNS = {"rounds": ["pers_acc_mean", "pers_acc_std", "pers_acc_worst10"],
                     "clients": ["pers_test_acc", "pers_test_loss"]}
+# privacy.clip set: the clip DP-FedAvg used, the share of updates it clipped, the noise it added to
+# the sum and the privacy spent so far (fedrun.server.privacy).
+PRIVACY_COLUMNS = {"rounds": list(DP_COLUMNS)}
 
 
 def _fmt(v) -> str:
@@ -193,6 +197,8 @@ def summarize(rounds_csv: Path, targets: list[float]) -> dict:
             out[f"final_{column}"] = [value(row, column) for row in every if filled(row, column)][-1]
     if every and "wall_s" in every[0]:  # the time the rounds took, over every process that ran them
         out["round_seconds"] = round(sum(value(row, "wall_s") for row in every if filled(row, "wall_s")), 3)
+    if has(every, "dp_epsilon"):  # a private run: the privacy spent by its last round
+        out["dp_epsilon"] = value(every[-1], "dp_epsilon")
     for model in ("average", "sent"):
         column = f"{model}_test_acc"
         if has(rows, column):
@@ -221,6 +227,9 @@ class Recorder:
         for the ``bytes_*`` columns (None: left empty).
       personal: the run fine-tunes and scores personalized models (``personalize_epochs``): the
         rounds.csv and clients.csv columns of :data:`PERSONAL_COLUMNS` are added.
+      privacy: a private run's (``privacy.clip``) fixed values for ``summary.json`` (its delta and
+        accounting, :meth:`fedrun.server.privacy.ClientLevelDP.summary`): the rounds.csv columns of
+        :data:`PRIVACY_COLUMNS` are added.  None: not private.
       data: a digest of the data the run trains on (``fedrun.command.build``: the dataset as loaded),
         recorded in every checkpoint, so a data file changed since the run stopped is refused on
         resume; ``data_source`` names that data in the refusal (``dataset=table (dataset.load.path=...)``).
@@ -228,11 +237,14 @@ class Recorder:
 
     def __init__(self, run: RunDirectory, layers: list[Layer], params: Params, fingerprint: str, dashboard=None,
                  device="cpu", config: dict | None = None, payload: communication.Payload | None = None,
-                 data: str | None = None, data_source: str = "the dataset", personal: bool = False):
+                 data: str | None = None, data_source: str = "the dataset", personal: bool = False,
+                 privacy: dict | None = None):
         self.run, self.path, self.layers, self.fingerprint = run, run.path, layers, fingerprint
         # The CSVs' columns: fedrun's, and the personalized scores' where the run has them.
         self.columns = {name: cols + (PERSONAL_COLUMNS.get(name, []) if personal else [])
+                        + (PRIVACY_COLUMNS.get(name, []) if privacy is not None else [])
                         for name, cols in COLUMNS.items()}
+        self.privacy = privacy
         self.dashboard, self.device = dashboard, device
         self.values = settings_text(config)  # the run's settings as JSON, or None
         self.settings = settings_digest(config)  # their digest (fedrun.harness.rundir.settings_digest), or None
@@ -296,7 +308,7 @@ class Recorder:
         if differs == "partition":
             raise ConfigError("resume", "true", f"the checkpoint's partition ({ckpt['partition']}) differs "
                               f"from this config's ({self.fingerprint}); use the run's original settings")
-        self.run.check_csvs(COLUMNS, ckpt["offsets"], ckpt["digests"], complete)
+        self.run.check_csvs(self.columns, ckpt["offsets"], ckpt["digests"], complete)
         self.step_sum, self.bytes_total = ckpt["step_sum"], ckpt["bytes_total"]
         if complete:
             try:
@@ -341,7 +353,7 @@ class Recorder:
             self.step_sum += outcome.server_step
             row.update(norm_columns(outcome, self.types))
             row.update(train_loss=float(outcome.stats_weights.cpu() @ results.loss.cpu()), server_step_sum=self.step_sum,
-                       skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl)
+                       skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl, **outcome.privacy)
         self.logs["rounds"].append([row])
         self.last = row
         self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
@@ -465,7 +477,7 @@ class Recorder:
         """Write and return ``summary.json`` (:func:`summarize` of ``rounds.csv``, the run's
         ``objective`` and its provenance), closing this process's session in ``run.json``."""
         out = {"aggregator": aggregator, "partition_fingerprint": self.fingerprint,
-               **summarize(self.path / "rounds.csv", list(targets))}
+               **summarize(self.path / "rounds.csv", list(targets)), **(self.privacy or {})}
         if objective is not None and out.get("rounds"):
             try:
                 value = objective_value(out, self.path, objective)
