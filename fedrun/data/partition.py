@@ -834,27 +834,44 @@ def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alph
 SHORT_STOP = 40  # dirichlet_labels: a draw leaving this many clients short ends the redraws
 
 
+def _label_sizes(available: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """The client sizes of a label-wise draw ``shares`` ``[C, K]``: each class's largest-remainder
+    cut as :func:`_counts` makes it, ties among equal remainders broken in any order (an estimate's
+    input: O(K) a class, :func:`numpy.argpartition` where :func:`_counts` sorts)."""
+    sizes = np.zeros(shares.shape[1], dtype=np.int64)
+    for n, q in zip(available.tolist(), shares):
+        x = n * q / q.sum() if q.sum() > 0 else q
+        base = np.floor(x).astype(np.int64)
+        rest = int(n - base.sum())
+        if rest > 0:
+            base[np.argpartition(base - x, rest - 1)[:rest]] += 1
+        sizes += base
+    return sizes
+
+
 def labels_limit(available: np.ndarray, alpha: float, min_size: int, balance: bool, seed: int) -> int:
     """About the largest K at which a draw of :func:`dirichlet_labels` gives every client
     ``min_size`` samples or more at least half the time.
 
     The number of clients a draw leaves short is about Poisson (many clients, each short with a
     small chance), so a draw succeeds with chance about ``exp(-m)``, ``m`` its mean: the largest K
-    with ``m <= ln 2``, ``m`` counted over draws of its own (as many as give 200,000 clients, at
-    most 20; seeded from ``seed``, so the answer is reproducible), by bisection between K = 1 (one
-    client holds all N samples) and ``N // min_size``.
+    with ``m <= ln 2``, ``m`` counted over draws of its own (as many as give 50,000 clients, at
+    most 20, or one that leaves 10 or more short; seeded from ``seed``, so the answer is
+    reproducible), by bisection between K = 1 (one client holds all N samples) and ``N // min_size``.
     """
     rng = numpy_rng(seed, "partition", "limit")
 
     def mean_short(num_clients: int) -> float:
-        draws, short = int(min(20, max(1, 200_000 // num_clients))), 0
-        for _ in range(draws):
+        draws, short = int(min(20, max(1, 50_000 // num_clients))), 0
+        for draw in range(1, draws + 1):
             shares = rng.dirichlet(np.full(num_clients, float(alpha)), size=len(available))
             if not np.isfinite(shares).all():
                 return math.inf
             if balance:
                 shares = _balance(shares, available, num_clients)
-            short += int((_counts(available, shares.T, None).sum(1) < min_size).sum())
+            short += int((_label_sizes(available, shares) < min_size).sum())
+            if short >= 10:  # far above ln 2 already
+                return short / draw
         return short / draws
 
     lo, hi = 1, int(available.sum()) // min_size + 1  # lo: one client holds everything; hi: too many
