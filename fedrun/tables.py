@@ -20,9 +20,10 @@ from fedrun.errors import ConfigError
 
 FORMATS = ("text", "markdown", "latex")
 
-# LaTeX's special characters in text mode, each as it prints itself.
+# LaTeX's special characters in text mode, each as it prints itself (and ±, as math: $\pm$).
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                 "±": r"$\pm$"}
 
 Groups = Sequence[tuple[str, int]] | None
 

@@ -88,6 +88,52 @@ def render(head: list[str], body: list[list[str]], labels: int = 1, groups: list
     return fedrun_tables.render(head, body, _FORMAT[-1], labels=labels, groups=groups, align_head=align_head)
 
 
+class LatexComments:
+    """A stream that passes a LaTeX ``tabular`` through as it is and writes every other line
+    (a table's title, its notes, the counts and ``wrote`` lines under it) as a ``%`` comment, so
+    that what a script prints with ``--format latex`` is a file a paper can ``\\input``: the
+    table alone, its caption and notes kept beside it for the author to read."""
+
+    def __init__(self, stream):
+        self.stream, self.partial, self.inside = stream, "", False
+
+    def write(self, text: str) -> int:
+        self.partial += text
+        *lines, self.partial = self.partial.split("\n")
+        for line in lines:
+            self.stream.write(self.line(line) + "\n")
+        return len(text)
+
+    def line(self, line: str) -> str:
+        if line.startswith(r"\begin{tabular}"):
+            self.inside = True
+        if self.inside:
+            self.inside = not line.startswith(r"\end{tabular}")
+            return line
+        return "%" + (" " + line if line.strip() else "")
+
+    def flush(self) -> None:
+        if self.partial:
+            self.stream.write(self.line(self.partial) + "\n")
+            self.partial = ""
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def latex_only(fmt: str):
+    """While inside, with ``fmt`` ``latex``, what is printed goes through :class:`LatexComments`:
+    the ``tabular`` as it is, every other line a comment.  Other formats print as they are."""
+    if fmt != "latex":
+        yield
+        return
+    stream = LatexComments(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(stream):
+            yield
+    finally:
+        stream.flush()
+
+
 def directories(n: int) -> str:
     return f"{n} run director{'ies' if n > 1 else 'y'}"
 
@@ -247,7 +293,7 @@ def table_main(args: argparse.Namespace, run_grid: Callable[[argparse.Namespace]
     line, ``prog: error: ...``, exit 2."""
     if args.csv:
         writable_file("--csv", Path(args.csv))
-    with use_format(args.format):
+    with use_format(args.format), latex_only(args.format):
         if args.mode == "run":
             writable_folder("--out", Path(args.out))
             return run_grid(args)

@@ -207,3 +207,18 @@ def test_a_sweep_resumed_over_complete_runs_lists_them_as_done(tmp_path):
     assert again.stdout.splitlines()[-2] == f"2 of 2 jobs done, 0 failed; results in {sweep.resolve()}"
     assert {name: snapshot(sweep / name) for name in ("fedavg", "fedprox")} == before  # runs untouched
     assert not (sweep / sweeps.FAILURES).exists()  # the notes are gone once listed
+
+
+def test_sampled_values_are_shown_to_six_significant_digits(tmp_path, monkeypatch):
+    """An Optuna trial's sampled values (16 digits in its config.yaml) read as a paper prints them;
+    values as the user typed them stay as they are."""
+    monkeypatch.delenv(SWEEP_ID, raising=False)
+    monkeypatch.chdir(tmp_path)
+    job(tmp_path / "optuna" / "0", ["aggregator.beta=0.9034962584119619", "hyperparams.lr=0.1"],
+        {"objective": "acc", "objective_value": 0.5})
+    job(tmp_path / "optuna" / "1", ["aggregator.beta=1.2e-05", "hyperparams.lr=100"],
+        {"objective": "acc", "objective_value": 0.25})
+    lines = sweeps.sweep_table("optuna", every=True)
+    assert lines[1].split()[:3] == ["0", "0.903496", "0.1"] and lines[2].split()[:3] == ["1", "1.2e-05", "100"]
+    assert [sweeps.short(v) for v in ("0.806515568076084", "3.14159265e-07", "fedavg", "7", "0.10")] == \
+        ["0.806516", "3.14159e-07", "fedavg", "7", "0.10"]

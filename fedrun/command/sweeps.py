@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
+import re
 import shutil
 import socket
 import sys
@@ -183,7 +185,7 @@ def sweep_table(sweep_dir: Path, limit: int | None = 50, fmt: str = "text", ever
     file is for a paper's repository, not this machine)."""
     tables.check_format(fmt)
     sweep_dir = Path(sweep_dir)
-    head, rows, failed = _sweep_rows(sweep_dir, every)
+    head, rows, failed = _sweep_rows(sweep_dir, every)[:3]
     shown = rows if limit is None else rows[:limit]
     more = [f"... and {len(rows) - len(shown)} more jobs"] if len(shown) < len(rows) else []
     done = sum(row[-1] == "done" for row in rows)
@@ -203,9 +205,9 @@ def sweep_table(sweep_dir: Path, limit: int | None = 50, fmt: str = "text", ever
     return tables.render(head, shown, fmt, align=align).splitlines() + tables.note(more + [count], fmt)
 
 
-def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]], int]:
-    """The sweep table's header, its rows (job, swept settings, objective, status) and how many
-    jobs failed (:func:`sweep_table`)."""
+def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]], int, list[float | None]]:
+    """The sweep table's header, its rows (job, swept settings, objective, status), how many
+    jobs failed (:func:`sweep_table`) and each row's objective value as a number (None: none)."""
     from fedrun import results
 
     folders = {path: name for name, path in sweep_jobs(sweep_dir, every).items()}
@@ -225,17 +227,71 @@ def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]
                     if len({overrides[m].get(k) for m in known}) > 1})
     summaries = {key: results.read_summary(key) if key in folders else {} for key in jobs}
     objective = next((s.get("objective") for s in summaries.values() if s.get("objective")), None) or "objective"
-    rows = []
+    rows, values = [], []
     for key in jobs:
         value = summaries[key].get("objective_value")
+        values.append(None if value is None else float(value))
         stopped = _stopped(key) if key in folders and not summaries[key] else None
         status = (f"diverged at round {stopped['round']}" if stopped and stopped["reason"] == "diverged" and stopped["round"]
                   else "failed" if key in failed else "done" if summaries[key] else "not finished")
-        rows.append([names[key], *(overrides[key].get(k, "-") for k in swept),
+        rows.append([names[key], *(short(overrides[key].get(k, "-")) for k in swept),
                      "-" if value is None else f"{value:.4f}", status])
     # Read from a folder alone, a job that diverged is the failed job its sweep listed.
     n_failed = sum(row[-1].startswith("diverged") for row in rows) if every else len(failed)
-    return ["job", *swept, objective, "status"], rows, n_failed
+    return ["job", *swept, objective, "status"], rows, n_failed, values
+
+
+def short(value: str, digits: int = 6) -> str:
+    """A setting's value as the table shows it: a number a sampler drew (Optuna's
+    ``0.9034962584119619``) to ``digits`` significant digits (``0.903496``); any other value
+    (``0.1``, ``100``, ``fedavg``) as it was given."""
+    if not re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)", value):
+        return value
+    rounded = f"{float(value):.{digits}g}"
+    return rounded if float(rounded) != float(value) else value  # more digits than ``digits``: rounded
+
+
+def grouped_table(sweep_dir: Path, fmt: str = "text", every: bool = True) -> list[str]:
+    """The sweep's runs grouped by setting over their seeds, as a paper prints them: one row per
+    combination of the swept settings other than ``seed``, its objective as mean ± sd (the sample
+    standard deviation, over the runs that finished; the mean alone for one run, ``-`` for none)
+    and ``n``, the number of finished runs it is the mean of.  A setting's runs that did not
+    finish (failed, diverged, still going) are counted under the table, never averaged."""
+    tables.check_format(fmt)
+    sweep_dir = Path(sweep_dir)
+    head, rows, _failed, values = _sweep_rows(sweep_dir, every)
+    settings = [i for i, name in enumerate(head[1:-2], start=1) if name != "seed"]
+    groups: dict[tuple[str, ...], list[float]] = {}
+    left_out = 0
+    for row, value in zip(rows, values):
+        cell = groups.setdefault(tuple(row[i] for i in settings), [])
+        if row[-1] == "done" and value is not None and math.isfinite(value):
+            cell.append(value)
+        else:
+            left_out += 1
+    body = [[*key, mean_sd(cell), str(len(cell))] for key, cell in groups.items()]
+    # A sweep of seeds alone is one setting: its row is named by the folder.
+    names = [head[i] for i in settings] or ["runs"]
+    body = [row if settings else [sweep_dir.name, *row] for row in body]
+    table_head = [*names, f"{head[-2]} (mean ± sd)", "n"]
+    where = sweep_dir.resolve() if fmt == "text" else sweep_dir
+    left = f"; {left_out} run(s) not finished or failed, left out" if left_out else ""
+    count = (f"{len(body)} setting(s), {len(rows)} run(s), mean ± sd over the seeds of each (sample sd); "
+             f"n: the finished runs averaged{left}; results in {where}")
+    lines = tables.render(table_head, body, fmt, align="l" * len(names) + "rr").splitlines()
+    return lines + (tables.note([count], fmt) if fmt != "text" else [count])
+
+
+def mean_sd(values: list[float], digits: int = 4) -> str:
+    """``mean ± sd`` of ``values`` (sample sd, n - 1), each to ``digits`` decimals: the mean
+    alone for one value, ``-`` for none."""
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
 # The sweep table's files in the sweep folder, by format: what a paper or a README takes as it is.
@@ -288,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="write the table to FILE instead of printing it (e.g. table.tex)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="at most N rows, the rest counted (default: all)")
+    p.add_argument("--group-seeds", action="store_true",
+                   help="one row per setting over its seeds, as a paper prints it: the objective's mean ± sd "
+                        "(sample sd) over the finished runs, and n, how many")
     try:
         args = p.parse_args(argv)
         if args.limit is not None and args.limit < 1:
@@ -300,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         sweep_dir = results.folders(args.sweep_dir)[0]
         if not sweep_jobs(sweep_dir, every=True):
             raise results.no_runs(sweep_dir, require=("config.yaml",))
-        lines = sweep_table(sweep_dir, limit=args.limit, fmt=fmt, every=True)
+        if args.group_seeds and args.limit is not None:
+            raise UsageError("--limit: not with --group-seeds (a grouped table shows every setting)")
+        lines = (grouped_table(sweep_dir, fmt) if args.group_seeds
+                 else sweep_table(sweep_dir, limit=args.limit, fmt=fmt, every=True))
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text("\n".join(lines) + "\n")
