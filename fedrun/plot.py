@@ -145,12 +145,22 @@ def integer_rounds(ax) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def plain(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reST's markup taken out (````x```` is ``x``,
+    ``:func:`fedrun.results.load``` is ``fedrun.results.load``, ``:func:`~a.b``` is ``b``)."""
+    import re
+
+    doc = re.sub(r":[a-z]+:`~?([^`]+)`", lambda m: m.group(1).rpartition(".")[2] if m.group(0).split("`")[1]
+                 .startswith("~") else m.group(1), doc)
+    return re.sub(r"``([^`]+)``", r"\1", doc)
+
+
 def parser(prog: str | None, doc: str, out_required: bool = True, dirs_required: bool = True
            ) -> argparse.ArgumentParser:
     """A plot command line: DIRs searched for run directories (``dirs_required=False``: none is
     allowed, the program checks) and ``--out``; its errors are one line
     (:class:`fedrun.errors.ArgumentParser`)."""
-    p = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=prog, description=plain(doc), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+" if dirs_required else "*", metavar="DIR",
                    help="folders searched recursively for run directories")
     p.add_argument("--out", required=out_required,

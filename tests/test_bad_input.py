@@ -32,6 +32,8 @@ SETTINGS = [
     (["hyperparams.rounds=0"], ["hyperparams.rounds=0", "must be >= 1"]),
     (["hyperparams.rounds=abc"], ["hyperparams.rounds=abc", "must be an integer"]),
     (["+hyperparams.roundz=3"], ["hyperparams.roundz=3", "unknown setting", "rounds, num_clients"]),
+    (["partiton=iid"], ["partiton=iid: unknown setting; did you mean partition? see `fedrun --help`"]),
+    (["hyperparam.lr=0.1"], ["hyperparam.lr=0.1: unknown setting; did you mean hyperparams?"]),
     (["hyperparams.lr=0"], ["hyperparams.lr=0", "must be > 0"]),
     (["hyperparams.lr=nan"], ["hyperparams.lr=nan", "must be a finite number"]),
     (["hyperparams.client_fraction=1.5"], ["hyperparams.client_fraction=1.5", "(0, 1]"]),

@@ -234,3 +234,17 @@ def test_the_readmes_runs_build_at_tiny_scale(where, command, data_root):
         assert per_class >= values["hyperparams"]["num_clients"], \
             f"{command} scale=tiny: {values['hyperparams']['num_clients']} clients, a class sure of {per_class}"
     check_partition(cfg, {})
+
+
+def test_the_bring_your_own_data_commands_train_several_clients_a_round():
+    """A worked example of federated learning trains more than one client a round: the
+    huggingface and table commands of docs/configuration.md, composed as fedrun composes them."""
+    from fedrun.seeding import clients_per_round
+
+    text = (REPO_ROOT / "docs" / "configuration.md").read_text().replace("\\\n", " ")
+    found = re.findall(r"^ {4}(fedrun dataset=(?:huggingface|table) .*)$", text, re.M)
+    assert len(found) == 2 and any("dataset=huggingface" in c for c in found)
+    for command in found:
+        overrides = [w for w in shlex.split(command)[1:] if "=" in w and not w.startswith("dataset.load.path=")]
+        hp = compose(overrides, resolve=True)["hyperparams"]
+        assert clients_per_round(hp["num_clients"], hp["client_fraction"]) >= 2, command

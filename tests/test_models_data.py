@@ -669,7 +669,7 @@ def test_per_image_standardization_is_tensorflows():
     torch.testing.assert_close(data.train_x, out)
     torch.testing.assert_close(data.test_x, out)
     assert data.std is None
-    with pytest.raises(ConfigError, match=r"^dataset\.normalize=zscore: choose one of: per_channel, per_image$"):
+    with pytest.raises(ConfigError, match=r"^dataset\.normalize=zscore: choose one of: per_channel, per_image, per_feature$"):
         DP.prepare(D.RawData(x, torch.tensor([0, 1]), x, torch.tensor([1, 0]), 2), None, None, normalize="zscore")
 
 

@@ -225,3 +225,36 @@ def test_a_table_run_and_bad_input_from_the_command_line(tmp_path):
                        f"hydra.run.dir={tmp_path / 'synthetic'}"], tmp_path)
     assert proc.returncode == 2 and "partition=natural: keeps the clients a dataset names" in proc.stderr
     assert not (tmp_path / "synthetic").exists()
+
+
+def test_a_tables_features_are_standardized_each_on_its_own_as_standard_scaler(tmp_path):
+    """dataset=table standardizes every feature column by its own training mean and std (ddof=0,
+    StandardScaler's), so an income in thousands and a ratio in hundredths weigh alike; the
+    zero padding (no variance) stays 0; the test rows use the training rows' statistics."""
+    from conftest import compose
+
+    path = tmp_path / "scales.csv"
+    rng = np.random.default_rng(1)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user", "income", "ratio", "age", "target"])
+        for i in range(40):
+            w.writerow([f"u{i % 4}", round(rng.normal(50_000, 9_000), 1), round(rng.normal(0.02, 0.005), 5),
+                        int(rng.integers(18, 90)), i % 2])
+    raw = table(str(path), label_column="target", client_column="user", channels=1, image_size=None)
+    assert compose(["dataset=table"], resolve=True)["dataset"]["normalize"] == "per_feature"
+    data = prepare(raw, None, None, normalize="per_feature")
+    train = raw.train_x.flatten(1).double().numpy()
+    mean, std = train[:, :3].mean(0), train[:, :3].std(0)  # StandardScaler: ddof=0
+    got = data.train_x.flatten(1).double().numpy()
+    np.testing.assert_allclose(got[:, :3], (train[:, :3] - mean) / std, atol=1e-4)
+    np.testing.assert_allclose(got[:, :3].mean(0), 0, atol=1e-4)
+    np.testing.assert_allclose(got[:, :3].std(0), 1, atol=1e-4)
+    assert float(np.abs(got[:, 3:]).max()) == 0.0  # the 4th value pads 3 features to 2 x 2
+    test = raw.test_x.flatten(1).double().numpy()
+    np.testing.assert_allclose(data.test_x.flatten(1).double().numpy()[:, :3], (test[:, :3] - mean) / std, atol=1e-4)
+    # per_channel, the images' normalization, scales every feature by one std: the ratio's spread vanishes.
+    channel = prepare(raw, None, None, normalize="per_channel").train_x.flatten(1).double().numpy()
+    assert channel[:, 1].std() < 1e-3
+    with pytest.raises(ConfigError, match=r"^dataset.mean=\[0.5\]: must be null with dataset.normalize=per_feature"):
+        prepare(raw, [0.5], [0.2], normalize="per_feature")

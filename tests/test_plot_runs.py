@@ -482,3 +482,16 @@ def test_partition_from_a_real_run_and_its_bad_input(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith(f"fedrun-plot: error: {error}") and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_the_help_shows_no_rest_markup(capsys):
+    """fedrun-plot --help is its docstring without reST's ``literals`` and :func:`roles`."""
+    from fedrun import plot
+
+    with pytest.raises(SystemExit):
+        plot.main(["--help"])
+    text = capsys.readouterr().out
+    assert "read with fedrun.results.load;" in text and "(partition=iid)" in text
+    assert "``" not in text and ":func:" not in text and ":class:" not in text
+    assert plot.plain("see :func:`~fedrun.results.load` and :mod:`fedrun.plot`, ``x=1``") == \
+        "see load and fedrun.plot, x=1"

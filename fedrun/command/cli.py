@@ -489,10 +489,18 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     parent, _, _ = key.rpartition(".")
     rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
     try:
-        node = OmegaConf.select(_compose(rest, hydra=False), parent) if parent else None
-        keys = [k for k in node if k not in settings.HYDRA_KEYS] if isinstance(node, DictConfig) else []
+        cfg = _compose(rest, hydra=False)
     except Exception:  # noqa: BLE001 - the hint is optional; the error is not
-        keys = []
+        cfg = None
+    node = OmegaConf.select(cfg, parent) if parent and cfg is not None else None
+    keys = [k for k in node if k not in settings.HYDRA_KEYS] if isinstance(node, DictConfig) else []
+    top = key.split(".", 1)[0]
+    if cfg is not None and top not in cfg:
+        # A misspelt group or top-level setting (partiton=iid, hyperparam.lr=0.1): the closest of them.
+        names = [k for k in cfg if k not in settings.HYDRA_KEYS]
+        names += sorted(d.name for d in CONF_DIR.iterdir() if d.is_dir() and d.name not in ("hydra", "__pycache__"))
+        hint = did_you_mean(top, dict.fromkeys(names))
+        return ConfigError(key, value, f"unknown setting; {hint}see `fedrun --help` and docs/configuration.md")
     has = f"; {did_you_mean(key.rpartition('.')[2], keys)}{parent} has: {', '.join(keys)}" if keys else \
         " (see `fedrun --help` and docs/configuration.md)"
     return ConfigError(key, value, f"unknown setting{has}")

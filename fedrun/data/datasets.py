@@ -51,7 +51,7 @@ class DatasetConfig:
     std: Union[list[float], None] = None  # per-channel std to divide by; null: from the training images
     max_train: Union[int, None] = None  # keep a random subset of the training set
     max_test: Union[int, None] = None  # keep a random subset of the test set
-    normalize: str = "per_channel"  # per_channel ((x - mean) / std) | per_image (TF per_image_standardization)
+    normalize: str = "per_channel"  # per_channel ((x - mean) / std) | per_image (TF per_image_standardization) | per_feature (each value its own, as StandardScaler)
     per_class: Union[int, None] = None  # keep the first n training images of each class
     label: Union[str, None] = None  # the name titles, tables, run.json and dashboards show; null: from name
 

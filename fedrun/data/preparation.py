@@ -47,7 +47,7 @@ def _take(tensors: tuple, keep: torch.Tensor | None) -> tuple:
     return tuple(t if t is None or keep is None else t[keep] for t in tensors)
 
 
-NORMALIZATIONS = ("per_channel", "per_image")
+NORMALIZATIONS = ("per_channel", "per_image", "per_feature")
 
 
 def per_image_standardization(x: torch.Tensor) -> torch.Tensor:
@@ -60,6 +60,16 @@ def per_image_standardization(x: torch.Tensor) -> torch.Tensor:
     floor = 1.0 / (255.0 * math.sqrt(flat.shape[1]))
     std = flat.std(1, unbiased=False).clamp_min(floor)
     return (x - mean.view(-1, 1, 1, 1)) / std.view(-1, 1, 1, 1)
+
+
+def feature_statistics(train_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each feature's (each value's of ``[C, H, W]``) mean and standard deviation over the
+    training rows, as scikit-learn's ``StandardScaler`` computes them: the population std
+    (``ddof=0``), 1 for a feature without variance (a constant column, the zero padding of a
+    table), so it is centred and not scaled.  Shaped ``[1, C, H, W]``."""
+    mean = train_x.mean(0, keepdim=True)
+    std = train_x.std(0, unbiased=False, keepdim=True)
+    return mean, torch.where(std > 0, std, torch.ones_like(std))
 
 
 def first_per_class(x: torch.Tensor, y: torch.Tensor, per_class: int, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,9 +105,12 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
       seed: the run's seed (the validation split derives from it).
       max_train, max_test: keep a random subset (the smoke scale).
       normalize: ``per_channel`` (``(x - mean_c) / std_c``, the papers' "subtracting the mean
-        and dividing by the standard deviation") or ``per_image``
+        and dividing by the standard deviation"), ``per_image``
         (:func:`per_image_standardization` of every image, what the parameter-divergence paper's
-        code feeds its networks; ``mean``/``std`` are then unused).
+        code feeds its networks; ``mean``/``std`` are then unused) or ``per_feature`` (every
+        value standardized by its own mean and std over the training rows,
+        :func:`feature_statistics`: a table's columns, as scikit-learn's ``StandardScaler``;
+        ``mean``/``std`` must be null).
       per_class: keep only the first ``per_class`` training images of each class
         (:func:`first_per_class`); None keeps all.
     """
@@ -115,6 +128,17 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
 
         return FederatedData(standardized(train_x), on_device(train_y), standardized(test_x), on_device(test_y),
                              standardized(val_x), on_device(val_y), raw.num_classes, None, **groups)
+    if normalize == "per_feature":
+        m, s = feature_statistics(train_x)
+
+        def scaled(x):
+            return None if x is None else ((x - m) / s).to(device)
+
+        def moved(y):
+            return None if y is None else y.to(device)
+
+        return FederatedData(scaled(train_x), moved(train_y), scaled(test_x), moved(test_y), scaled(val_x),
+                             moved(val_y), raw.num_classes, None, **groups)
     mean, std = _channel_statistics(train_x, mean, std)
     m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
@@ -132,6 +156,9 @@ def prepare(raw: RawData, mean: list[float] | None, std: list[float] | None,
 def _check_settings(validation_fraction, max_train, max_test, normalize, per_class, mean, std) -> None:
     """Every setting of :func:`prepare` in range, each a one-line error naming it."""
     check(normalize in NORMALIZATIONS, "dataset.normalize", normalize, f"choose one of: {', '.join(NORMALIZATIONS)}")
+    for setting, values in (("dataset.mean", mean), ("dataset.std", std)):
+        check(normalize != "per_feature" or values is None, setting, None if values is None else list(values),
+              "must be null with dataset.normalize=per_feature (each feature's own, from the training rows)")
     check(per_class is None or (isinstance(per_class, int) and per_class >= 1), "dataset.per_class", per_class,
           "must be an integer >= 1, or null for all the training images")
     check(0 <= validation_fraction < 1, "hyperparams.validation_fraction", validation_fraction,
