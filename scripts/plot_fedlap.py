@@ -338,14 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     groups = group(runs, cell)
     if args.summary:
         rows = summary_rows(groups, args.round_)
-        with tables.use_format(args.format):
+        with tables.use_format(args.format), tables.latex_only(args.format):
             print(format_summary(rows, args.round_))
-        tables.print_notes(NOT_PAPER, count_notes(deviations(r) for r in runs), sys.stdout)
-        root, sections = doc_claims.sections_of(args.dirs, doc_claims.FEDLAP_SECTIONS)
-        if root is not None:  # the committed runs: the figures docs/reproductions.md quotes from them
-            doc_claims.print_sections(sections, root, sys.stdout)
-        if args.csv:
-            tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")
+            tables.print_notes(NOT_PAPER, count_notes(deviations(r) for r in runs), sys.stdout)
+            root, sections = doc_claims.sections_of(args.dirs, doc_claims.FEDLAP_SECTIONS)
+            if root is not None:  # the committed runs: the figures docs/reproductions.md quotes from them
+                doc_claims.print_sections(sections, root, sys.stdout)
+            if args.csv:
+                tables.write_csv(rows, args.csv, SUMMARY_COLUMNS, ".4g")
     if args.out:
         left_out = stopped_notes(skipped, lambda r: r.dataset, lambda r: f"{METHOD_LABELS.get(r.method, r.method)}, "
                                  f"{straggler_label(stragglers(r))},")

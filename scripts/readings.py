@@ -174,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     df = results.load(*args.dirs)  # no run below the DIRs, a damaged file: one line (exit 2)
     results.require_rows(df)
     rows = reading_rows(relabel(df, args.ignore), args.metric, args.target, args.at, args.mean_to, args.upto)
-    with tables.use_format(args.format):
+    with tables.use_format(args.format), tables.latex_only(args.format):
         print(format_table(rows, args.metric, args.target, args.at, args.mean_to, args.upto))
-    if args.csv:
-        tables.write_csv(long_rows(rows), args.csv, COLUMNS, ".4g")
+        if args.csv:
+            tables.write_csv(long_rows(rows), args.csv, COLUMNS, ".4g")
     return 0
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import fedlayerwise_table1
 import niidbench_table3
 import pd_tables
 import pytest
-from test_scripts_fedlayerwise_fedlap import grid as fedlayerwise_runs  # noqa: F401  (fixtures)
+from test_scripts_fedlayerwise_fedlap import fedlap_grid  # noqa: F401  (fixtures)
+from test_scripts_fedlayerwise_fedlap import grid as fedlayerwise_runs  # noqa: F401
 from test_scripts_fednnnn import grid as fednnnn_runs  # noqa: F401
 from test_scripts_niidbench import runs as niidbench_runs  # noqa: F401
 from test_scripts_pd import runs_dir as pd_runs  # noqa: F401
@@ -68,6 +69,18 @@ def test_a_paper_scripts_latex_table_is_the_tabular_alone_and_compiles(name, req
     text = capsys.readouterr().out
     only_tabulars(text)
     assert "% wrote " in text  # the lines under the table are kept, as comments
+    compiles(text, tmp_path / "tex")
+
+
+def test_readings_and_the_fedlap_summary_as_latex_compile(fedlap_grid, tmp_path, capsys):
+    import plot_fedlap
+    import readings
+    from test_scripts_readings import _grid
+
+    assert readings.main([str(_grid(tmp_path)), "--at", "1,2", "--format", "latex"]) == 0
+    assert plot_fedlap.main([str(fedlap_grid), "--summary", "--round", "2", "--format", "latex"]) == 0
+    text = capsys.readouterr().out
+    only_tabulars(text)
     compiles(text, tmp_path / "tex")
 
 
