@@ -292,6 +292,12 @@ def flwr_partition(labels, num_clients: int, num_classes: int, seed: int, partit
     return parts
 
 
+def _rows(dataset) -> np.ndarray:
+    """A dataset's ``_fedrun_row`` column as one array, read as a NumPy batch (``dataset[name]``
+    is a lazy column in datasets 4, which NumPy would read one decoded row at a time)."""
+    return np.asarray(dataset.with_format("numpy", columns=["_fedrun_row"])[:]["_fedrun_row"], dtype=np.int64)
+
+
 def _flwr_parts(made, num_clients: int) -> list[np.ndarray]:
     """Every partition's rows (the ``_fedrun_row`` column).  Partitioners that compute all the
     partitions at once and keep them (flwr-datasets' ``_partition_id_to_indices``: Dirichlet, Shard,
@@ -302,15 +308,15 @@ def _flwr_parts(made, num_clients: int) -> list[np.ndarray]:
     one by one, ``load_partition(k)``, which costs some milliseconds a partition (minutes at
     K = 100,000)."""
     def load(k: int) -> np.ndarray:
-        return np.asarray(made.load_partition(k)["_fedrun_row"], dtype=np.int64)
+        return _rows(made.load_partition(k))
 
     first, parts = load(0), None
     table = getattr(made, "_partition_id_to_indices", None)
     if isinstance(table, Mapping) and len(table) == num_clients and all(k in table for k in range(num_clients)):
-        rows = np.asarray(made.dataset["_fedrun_row"], dtype=np.int64)  # the partitioner's own order (Shard sorts)
+        rows = _rows(made.dataset)  # in the partitioner's own order (Shard sorts)
         parts = [rows[np.asarray(table[k], dtype=np.int64)] for k in range(num_clients)]
     elif type(made).__name__ == "IidPartitioner":
-        rows = np.asarray(made.dataset["_fedrun_row"], dtype=np.int64)
+        rows = _rows(made.dataset)
         div, mod = divmod(len(rows), num_clients)
         bounds = (div * np.arange(num_clients + 1) + np.minimum(np.arange(num_clients + 1), mod)).tolist()
         parts = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]

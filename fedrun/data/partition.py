@@ -764,7 +764,10 @@ def dirichlet_labels(labels, num_clients: int, num_classes: int, seed: int, alph
     ``n_ck ~= n_c q_ck`` of class c's shuffled samples (largest-remainder rounding, so
     ``sum_k n_ck = n_c``: every sample goes to exactly one client).  Client sizes follow from the
     draw (``n_k = sum_c n_ck``).  If a client gets fewer than ``min_size`` samples, all the
-    classes are drawn again, up to :data:`LABEL_DRAWS` times.
+    classes are drawn again, up to :data:`LABEL_DRAWS` times; a draw that leaves
+    :data:`SHORT_STOP` clients or more short ends the redraws (the number short being about
+    Poisson, a draw leaving none then has a chance of about ``exp(-40)``), and the refusal names
+    about the largest K a draw serves half the time (:func:`labels_limit`).
 
     ``balance=False`` is flwr-datasets' ``DirichletPartitioner(partition_by="label",
     self_balancing=False)`` (its default; Yurochkin et al. 2019), so an alpha here means what it
