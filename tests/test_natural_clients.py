@@ -203,7 +203,8 @@ def test_per_client_accuracy_without_per_client_test_data_is_one_line(tmp_path):
                        f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(
-        "fedrun: error: client_eval_every=1: needs each client's own test data: partition=natural")
+        "fedrun: error: client_eval_every=1: needs each client's own test data: client_test_fraction > 0 (on any partition), "
+        "or partition=natural")
     assert not (tmp_path / "run").exists()
 
 
