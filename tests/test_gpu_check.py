@@ -227,7 +227,8 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case):
                 "unknown stage": "stage must be one of prepare, draw,",
                 "unknown step": "unknown step 'colum'; choose from cuda, preset, engines, balanced, lockstep, table2",
                 "unknown condition": "unknown condition 'mnist_iid'; choose from mnist_iid_b, mnist_noniid_b, "
-                                     "mnist_iid_ub, mnist_noniid_ub (comma-separated)",
+                                     "mnist_iid_ub, mnist_noniid_ub, cifar10_iid_b, cifar10_noniid_b, cifar10_iid_ub, "
+                                     "cifar10_noniid_ub (comma-separated)",
                 "bad add-rounds": "--add-rounds must be a number of rounds, 0 or more (got '-1')",
                 "no stage": "usage: bash",
                 "no CUDA": "torch sees no CUDA device here",

@@ -601,7 +601,9 @@ def test_cifar10_missing_without_download(tmp_path):
     msg = str(info.value)
     assert msg.startswith(f"CIFAR-10 not found: data_batch_1, data_batch_2, data_batch_3, data_batch_4, "
                           f"data_batch_5, test_batch, batches.meta missing from {tmp_path / 'cifar-10-batches-py'}")
-    assert msg.endswith("download is disabled: dataset.load.download=true would fetch them")
+    assert "download is disabled: dataset.load.download=true would fetch them; " in msg
+    assert msg.endswith('offline, dataset=cifar10_jpeg reads a JPEG copy of CIFAR-10 (shown as "CIFAR-10 (JPEG q75 copy)", '
+                        'not CIFAR-10)')
     assert "download=True" not in msg
 
 

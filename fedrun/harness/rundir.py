@@ -90,7 +90,8 @@ LINK_CHECKED = ("models", "tensorboard")
 # What the scripts may build from a run's config.yaml (scripts/loss_surface.py): fedrun's model
 # classes and dataset loaders, nothing else, whatever a crafted config.yaml names.
 MODEL_TARGETS = ("fedrun.models.nets.MnistCNN", "fedrun.models.nets.TFTutorialCNN", "fedrun.models.nets.Cifar10CNN",
-                 "fedrun.models.nets.SimpleCNN", "fedrun.models.nets.MLP", "fedrun.models.pd_nets.PDNet", "fedrun.models.pd_nets.CifarResNet")
+                 "fedrun.models.nets.SimpleCNN", "fedrun.models.nets.MLP", "fedrun.models.nets.LeafCNN",
+                 "fedrun.models.pd_nets.PDNet", "fedrun.models.pd_nets.CifarResNet")
 DATA_LOADERS = ("fedrun.data.datasets.mnist", "fedrun.data.datasets.fashion_mnist", "fedrun.data.datasets.cifar10", "fedrun.data.datasets.svhn",
                 "fedrun.data.datasets.idx", "fedrun.data.datasets.synthetic", "fedrun.data.natural.femnist",
                 "fedrun.data.natural.table", "fedrun.data.huggingface.hf_dataset",
