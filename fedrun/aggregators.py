@@ -11,6 +11,8 @@ An :class:`Aggregator` is five parts and a choice:
 * an optional client regularizer (:mod:`fedrun.client.regularizers`): FedProx, FedLap;
 * an optional client correction (:mod:`fedrun.server.corrections`): per-client state across rounds that
   the regularizer reads (SCAFFOLD's control variates);
+* an optional personalization (:mod:`fedrun.server.personal`): what each client keeps of its own
+  across rounds, and the personal model it is scored with (FedBN, FedPer, Ditto);
 * which model is evaluated (below).
 
 The machine itself, :class:`~fedrun.server.aggregator.Aggregator`, is in :mod:`fedrun.server`;
@@ -43,6 +45,7 @@ from fedrun.server import reduce as R
 from fedrun.server import transforms as T
 from fedrun.server.aggregator import Aggregator
 from fedrun.server.corrections import control_variates
+from fedrun.server.personal import Personalization
 from fedrun.server.weighting import angle_rule, base_rule, equal_rule, krum_rule, nova_rule
 
 
@@ -244,3 +247,38 @@ def krum(f: int = 1, multi: int = 1, weighting: str = "examples") -> Aggregator:
       weighting: the base weights of N, E and the BatchNorm statistics: ``examples`` or ``uniform``.
     """
     return Aggregator("krum", T.identity(), krum_rule(f, multi, weighting))
+
+
+# ----------------------------------------------------------------------------- personalized FL
+# Every client keeps part of a model (or a whole one) of its own across rounds, in the aggregator's
+# state and the checkpoint (fedrun.server.personal); its personal model is what clients.csv's
+# pers_* scores and rounds.csv's pers_acc_* columns report, on each client's own test data.
+
+def fedbn(weighting: str = "examples") -> Aggregator:
+    """FedBN (Li, Jiang, Zhang, Kamp, Dou, ICLR 2021, Algorithm 1): FedAvg over every parameter but
+    the BatchNorm layers', which each client keeps (scale, shift and running statistics),
+    ``w_{t+1} = w_t + sum_k p_k dw_k`` outside them.  Needs a model with BatchNorm."""
+    return Aggregator("fedbn", T.identity(), base_rule(weighting), personal=Personalization("fedbn"))
+
+
+def fedper(local_layers: int = 1, weighting: str = "examples") -> Aggregator:
+    """FedPer (Arivazhagan, Aggarwal, Singh, Choudhary 2019, sec. 3): the base layers averaged as in
+    FedAvg, the last ``local_layers`` layers (the personalization layers) kept by each client."""
+    return Aggregator("fedper", T.identity(), base_rule(weighting),
+                      personal=Personalization("fedper", local_layers=local_layers))
+
+
+def ditto(lam: float = 1.0, personal_epochs: int | None = None, weighting: str = "examples") -> Aggregator:
+    """Ditto (Li, Hu, Beirami, Smith, ICML 2021, Algorithm 1): the global model is FedAvg's, and each
+    sampled client k also trains its personal model on the regularized objective of eq. 2,
+    ``min_v F_k(v) + lambda/2 ||v - w_t||^2``: ``personal_epochs`` local epochs of
+    ``v_k <- v_k - eta (grad F_k(v_k) + lambda (v_k - w_t))`` from its kept ``v_k`` (line 7;
+    ``v_k`` starts as ``w_0``), with the clients' optimizer, batch size and learning rate.
+
+    Args:
+      lam: lambda >= 0 (0: local models only; the paper tunes it over {0.05, 0.1, 0.2, 0.5, 1, 2, 5}).
+      personal_epochs: local epochs of the personal step (None: ``hyperparams.local_epochs``).
+      weighting: the global model's FedAvg weights, ``examples`` or ``uniform``.
+    """
+    return Aggregator("ditto", T.identity(), base_rule(weighting),
+                      personal=Personalization("ditto", lam=lam, epochs=personal_epochs))

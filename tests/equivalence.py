@@ -21,6 +21,7 @@ rounding cannot be amplified into a false alarm:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import copy
 
 import numpy as np
@@ -108,6 +109,17 @@ def assert_engines_agree(model, local, float32: bool = True, f32_rtol: float = F
     return seq, bat
 
 
+class BNMLP(torch.nn.Module):
+    """A one-hidden-layer MLP with BatchNorm on 12 x 12 images: a model every personalized method runs on."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.bn, self.fc2 = torch.nn.Linear(144, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x.flatten(1)))))
+
+
 def assert_whole_runs_agree(tmp_path, aggregator, engine, local, federation) -> None:
     """Three-round runs of ``aggregator`` on a small synthetic MLP task, on the sequential engine
     and on ``engine``: their rounds.csv agree to float rounding in accuracy, N, E, server step and
@@ -119,10 +131,14 @@ def assert_whole_runs_agree(tmp_path, aggregator, engine, local, federation) -> 
     from fedrun.models.nets import MLP
 
     data = prepare(synthetic(num_train=240, num_test=60, image_size=12, noise=0.5), None, None)
+    make_model, columns = (lambda: MLP(image_size=12, hidden=[16])), ["test_acc", "N", "E", "server_step", "train_loss"]
+    if aggregator.personal is not None:  # FedBN, FedPer, Ditto: BatchNorm to keep, each client's test data to score
+        make_model, columns = BNMLP, columns + ["pers_acc_mean"]
+        federation = dataclasses.replace(federation, client_test_fraction=0.25, client_eval_every=1)
     runs = {}
     for name, make in (("seq", SequentialEngine), ("other", engine)):
-        simulate(tmp_path / name, data, lambda: MLP(image_size=12, hidden=[16]), iid, aggregator, local, federation,
-                 make_engine=make, progress=False)
+        simulate(tmp_path / name, data, make_model, iid, aggregator, local, federation, make_engine=make,
+                 progress=False)
         runs[name] = pd.read_csv(tmp_path / name / "rounds.csv")
-    for col in ("test_acc", "N", "E", "server_step", "train_loss"):
+    for col in columns:
         np.testing.assert_allclose(runs["seq"][col], runs["other"][col], rtol=1e-3, atol=2e-3, err_msg=col)

@@ -72,6 +72,11 @@ MEMBERS = {
 # Every other aggregator of conf/aggregator/ joins with its YAML's defaults (5 clients a round, enough
 # for Krum's m > 2f + 2), so a method added as one YAML is in the population test without an edit here.
 _COVERED = {o.split("=")[1] for overrides in MEMBERS.values() for o in overrides if o.startswith("aggregator=")}
+# The personalized methods train in a population of their own (test_personalized_population_...): an
+# MLP with BatchNorm for FedBN to keep is another architecture.
+PERSONAL = {name: [f"aggregator={name}", "hyperparams.client_fraction=0.5", "client_test_fraction=0.25",
+                   "model.batch_norm=true", f"seed={n}"] for n, name in enumerate(("fedbn", "fedper", "ditto"))}
+_COVERED |= set(PERSONAL)
 MEMBERS.update({name: [f"aggregator={name}", "hyperparams.client_fraction=0.5"]
                 for name in sorted(p.stem for p in (CONF_DIR / "aggregator").glob("*.yaml")) if name not in _COVERED})
 CSVS = ("rounds", "layers", "clients", "client_layers", "output_layer", "partition")
@@ -167,7 +172,8 @@ def test_evaluate_stacked_equals_evaluate(tiny_data):
 # ----------------------------------------------------------------------------- whole runs
 
 def test_every_aggregator_has_a_population_member():
-    chosen = {o.split("=")[1] for overrides in MEMBERS.values() for o in overrides if o.startswith("aggregator=")}
+    chosen = {o.split("=")[1] for overrides in [*MEMBERS.values(), *PERSONAL.values()] for o in overrides
+              if o.startswith("aggregator=")}
     assert len(chosen) >= 15 and chosen == {p.stem for p in (CONF_DIR / "aggregator").glob("*.yaml")}
 
 
@@ -183,6 +189,14 @@ def test_population_equals_runs_alone(tmp_path):
         summary = run_alone(build(overrides, tmp_path / f"alone_{name}"), progress=False)
         assert outcome["rounds"] == summary["rounds"] == (2 if "fewer" in name else 3)
         assert_same_csvs(tmp_path / f"alone_{name}", tmp_path / f"pop_{name}")
+
+
+def test_personalized_population_equals_runs_alone(tmp_path):
+    """FedBN, FedPer and Ditto in one population: each client's own layers reach its rows of the
+    shared lock-step, and each run writes its CSVs (personal scores included) as alone."""
+    population_equals_alone(tmp_path, list(PERSONAL.values()))
+    clients = pd.read_csv(tmp_path / "pop0" / "clients.csv")
+    assert clients["pers_test_acc"].notna().any()
 
 
 @pytest.mark.slow

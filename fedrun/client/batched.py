@@ -127,11 +127,12 @@ class BatchedEngine(InProcessEngine):
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
-              opt_states: Params | None = None, inputs: Params | None = None) -> ClientResults:
+              opt_states: Params | None = None, inputs: Params | None = None,
+              own: Params | None = None) -> ClientResults:
         """As :meth:`fedrun.client.sequential.SequentialEngine.train`: the round's clients in chunks of
         :meth:`chunk_size`, each chunk trained in lock-step by :func:`train_shares`."""
         return train_shares([Share(self, params, buffers, list(clients), list(indices), round_,
-                                   None if epochs is None else list(epochs), lr, opt_states, inputs)])[0]
+                                   None if epochs is None else list(epochs), lr, opt_states, inputs, own)])[0]
 
     def chunk_size(self, params: Params, buffers: Params, m: int) -> int:
         """How many of this call's m clients train at once.
@@ -220,16 +221,17 @@ class Share:
     lr: float | None = None
     opt_states: Params | None = None
     inputs: Params | None = None  # the regularizer's per-client inputs [m, ...] (SCAFFOLD's c - c_k), or None
+    own: Params | None = None  # the clients' own starting values of some parameters/buffers [m, ...], or None
 
     def __post_init__(self):
         if self.epochs is None:
             self.epochs = [self.engine.local.epochs] * len(self.clients)
 
     def part(self, i: int, j: int) -> "Share":
-        """Clients ``i:j`` of this share (their optimizer states and regularizer inputs too)."""
+        """Clients ``i:j`` of this share (their optimizer states, regularizer inputs and own values too)."""
         rows = lambda stacked: None if stacked is None else {k: v[i:j] for k, v in stacked.items()}  # noqa: E731
         return Share(self.engine, self.params, self.buffers, self.clients[i:j], self.indices[i:j], self.round_,
-                     self.epochs[i:j], self.lr, rows(self.opt_states), rows(self.inputs))
+                     self.epochs[i:j], self.lr, rows(self.opt_states), rows(self.inputs), rows(self.own))
 
 
 def train_shares(shares: list[Share]) -> list[ClientResults]:

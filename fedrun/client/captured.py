@@ -180,6 +180,9 @@ class Workspace:
                 self.stacked[k][rows].copy_(v)  # broadcast over the share's rows
             for k, v in share.buffers.items():
                 self.bufs[k][rows].copy_(v)
+            first = self.offsets[n]  # the share's clients' own layers over w_t's (not the scratch row)
+            for k, v in (share.own or {}).items():
+                (self.stacked if k in self.stacked else self.bufs)[k][first:first + len(share.clients)].copy_(v)
             self.slots[n].load(share, self.sizes[n])
         self.loss_sum.zero_()
         self.reg_sum.zero_()

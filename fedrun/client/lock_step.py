@@ -160,6 +160,9 @@ class ChunkTraining:
                     for k, v in getattr(shares[0], key).items()}
 
         self.stacked, self.bufs = stack("params"), stack("buffers")
+        for share, (lo, hi) in zip(shares, self.spans):  # a personalized method's own layers over w_t's
+            for k, v in (share.own or {}).items():
+                (self.stacked if k in self.stacked else self.bufs)[k][lo:hi] = v
         self.anchors = [s.params for s in shares]
         self.cohorts = _cohorts(shares, self.spans, self.stacked, self.names)
         self.share_cohorts = [next((c, c.local[lo]) for c in self.cohorts if lo in c.local) if hi > lo else

@@ -167,12 +167,13 @@ class ParallelEngine:
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
-              opt_states: Params | None = None, inputs: Params | None = None) -> ClientResults:
+              opt_states: Params | None = None, inputs: Params | None = None,
+              own: Params | None = None) -> ClientResults:
         """As :meth:`SequentialEngine.train`, the clients spread over the workers."""
         m = len(clients)
         epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         if self.workers == 1 or m <= 1:
-            return self.inner.train(params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs)
+            return self.inner.train(params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs, own)
         pool = self._start()
         # Longest work first onto the least loaded worker: the round ends when the last one does.
         cost = [len(indices[j]) * epochs[j] for j in range(m)]
@@ -186,7 +187,8 @@ class ParallelEngine:
         for rows in shares:
             rows.sort()
             tasks.append(("train", params, buffers, [clients[j] for j in rows], [indices[j] for j in rows], round_,
-                          [epochs[j] for j in rows], lr, rows_of(opt_states, rows), rows_of(inputs, rows)))
+                          [epochs[j] for j in rows], lr, rows_of(opt_states, rows), rows_of(inputs, rows),
+                          rows_of(own, rows)))
         parts = pool.run(tasks, what=f"round {round_}")
         return merge_results([(rows, part) for rows, part in zip(shares, parts)], list(clients))
 

@@ -36,7 +36,8 @@ class Engine(Protocol):
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
-              opt_states: Params | None = None, inputs: Params | None = None) -> ClientResults: ...
+              opt_states: Params | None = None, inputs: Params | None = None,
+              own: Params | None = None) -> ClientResults: ...
 
     def fit(self, per_round: int) -> str | None: ...
 

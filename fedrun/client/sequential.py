@@ -60,7 +60,8 @@ class SequentialEngine(InProcessEngine):
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
               round_: int, epochs: list[int] | None = None, lr: float | None = None,
-              opt_states: Params | None = None, inputs: Params | None = None) -> ClientResults:
+              opt_states: Params | None = None, inputs: Params | None = None,
+              own: Params | None = None) -> ClientResults:
         """Train ``clients`` from ``w_t = params``.
 
         Args:
@@ -74,11 +75,17 @@ class SequentialEngine(InProcessEngine):
           inputs: the regularizer's per-client inputs, named tensors stacked ``[m, ...]`` (SCAFFOLD's
             ``c - c_k``: :meth:`fedrun.server.aggregator.Aggregator.client_inputs`); client j's rows reach
             ``regularizer.init``.  None: the regularizer has none.
+          own: the clients' own values of some parameters and buffers, named tensors stacked
+            ``[m, ...]`` (a personalized method's local layers: :mod:`fedrun.server.personal`): client
+            j starts from ``w_t`` with these replaced by its rows.  ``params`` stays the anchor: the
+            regularizer's ``w_t`` and what the deltas are measured from.  None: every client starts
+            from ``w_t``.
         """
         with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
-            return self._train(params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs)
+            return self._train(params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs, own)
 
-    def _train(self, params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs=None) -> ClientResults:
+    def _train(self, params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs=None,
+               own=None) -> ClientResults:
         m = len(clients)
         epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         deltas = {k: torch.empty((m, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
@@ -89,9 +96,10 @@ class SequentialEngine(InProcessEngine):
         extras: dict[str, torch.Tensor] = {}
         for j, k in enumerate(clients):
             start = None if opt_states is None else {name: v[j].clone() for name, v in opt_states.items()}
-            own = None if inputs is None else {name: v[j : j + 1] for name, v in inputs.items()}
+            mine = None if inputs is None else {name: v[j : j + 1] for name, v in inputs.items()}
+            first = None if own is None else {name: v[j] for name, v in own.items()}
             losses[j], steps[j], metrics, end = self._train_client(params, buffers, k, indices[j], round_,
-                                                                   epochs[j], lr, start, own)
+                                                                   epochs[j], lr, start, mine, first)
             if final_states is not None:
                 for name, v in end.items():
                     final_states[name][j] = v
@@ -109,7 +117,7 @@ class SequentialEngine(InProcessEngine):
 
     def _train_client(self, params: Params, buffers: Params, client: int, idx: torch.Tensor, round_: int,
                       epochs: int, lr: float | None = None, start_state: Params | None = None,
-                      inputs: Params | None = None):
+                      inputs: Params | None = None, own: Params | None = None):
         """One client's local training: ``epochs`` passes over its samples ``idx`` in batches of B,
         one optimizer step (plus the regularizer's penalty) per batch.
 
@@ -118,7 +126,7 @@ class SequentialEngine(InProcessEngine):
         own), and its final optimizer state (None when the state is reset every round).
         """
         model, local, reg = self.model, self.local, self.regularizer
-        model.load_state_dict({**params, **buffers})
+        model.load_state_dict({**params, **buffers, **(own or {})})  # its own layers over w_t's
         model.train()
         names = [name for name, _ in model.named_parameters()]
         weights = [p for _, p in model.named_parameters()]

@@ -3,7 +3,7 @@
 puts its workers' answers back together.
 
 A task is a tuple: ``("train", w_t, buffers, clients, indices, round, epochs, lr, optimizer states,
-regularizer inputs)`` trains the given clients one after another with the reference
+regularizer inputs, own values)`` trains the given clients one after another with the reference
 :class:`~fedrun.client.sequential.SequentialEngine` (one thread), ``("evaluate", state, split, batch
 starts, batch size)`` scores a range of an evaluation split's batches.  Each client's update depends
 only on ``w_t`` and seeds derived from ``(seed, round, client)``, so whichever worker trains it, the
@@ -33,14 +33,14 @@ def do_task(conn, task: tuple, engine: SequentialEngine, shared: dict):
         state, key, starts, batch_size = args
         x, y = shared[key]
         return batch_scores(engine.model, state, x, y, batch_size, starts)
-    params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs = args
+    params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs, own = args
     parts = []
     for j, k in enumerate(clients):
         if conn is not None:  # which client it trains now, should the worker die
             conn.send(("client", k))
         one = [j]
         parts.append((one, engine.train(params, buffers, [k], [indices[j]], round_, [epochs[j]], lr,
-                                        rows_of(opt_states, one), rows_of(inputs, one))))
+                                        rows_of(opt_states, one), rows_of(inputs, one), rows_of(own, one))))
     return merge_results(parts, clients)
 
 

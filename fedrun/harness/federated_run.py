@@ -22,6 +22,7 @@ from torch import nn
 from fedrun.data.client_tests import hold_out
 from fedrun.data.names import dataset_label
 from fedrun.server.aggregator import Aggregator, check_finite
+from fedrun.server.personal import Personalization
 from fedrun.data.preparation import FederatedData
 from fedrun.diagnostics.communication import method_payload
 from fedrun.diagnostics.divergence import LearnerParams, round_divergence, train_vanilla
@@ -30,6 +31,7 @@ from fedrun.errors import (ConfigError, DivergenceError, Interrupted, NoSpaceErr
 from fedrun.diagnostics.evaluation import client_scores, client_summary, eval_batch, evaluate_round
 from fedrun.models.layers import layers as model_layers
 from fedrun.client.local_training import LocalTraining, OptimizerStates
+from fedrun.client.regularizers import Proximal
 from fedrun.logs import FILE_ONLY, ROUND_LINE
 from fedrun.diagnostics.nwda import RoundSums
 from fedrun.params import split_state
@@ -160,6 +162,18 @@ class FederatedRun:
         self.engine = make_engine(self.model, data.train_x, data.train_y, local, regularizer, seed)
         # Fine-tuning for the personalized scores: the clients' own optimizer, no method's regularizer.
         self.tuner = None
+        personal = aggregator.personal
+        if personal is not None:  # a model without the layers it keeps is refused before anything is written
+            check(not federation.personalize_epochs, "personalize_epochs", federation.personalize_epochs,
+                  f"fine-tunes the global model; aggregator={aggregator.name} scores each client's own personal "
+                  "model in the pers_* columns already: set personalize_epochs=0")
+            check(self.client_eval_every > 0, "aggregator", aggregator.name,
+                  "scores each client's personal model on the client's own test data: it needs "
+                  "client_test_fraction > 0 (or natural clients with their own test split) and client_eval_every > 0")
+            personal.local_names(*split_state(self.model), self.layers, f"model {type(self.model).__name__}")
+        if personal is not None and personal.whole_model:  # Ditto's personal step: lambda/2 ||v - w_t||^2
+            self.tuner = make_engine(self.model, data.train_x, data.train_y, local,
+                                     Proximal(personal.lam).for_layers(self.layers), seed)
         if federation.personalize_epochs:
             check(self.client_eval_every > 0, "personalize_epochs", federation.personalize_epochs,
                   "scores each client on its own test data after fine-tuning: it needs client_test_fraction > 0 "
@@ -178,10 +192,13 @@ class FederatedRun:
             self.tuner.fit(federation.per_round)
             self.tuner.start()
         self.params, self.buffers = split_state(self.model)
-        self.state = aggregator.init(self.params, federation.num_clients, self.layers)
+        self.state = aggregator.init(self.params, federation.num_clients, self.layers, self.buffers)
         self.opt = OptimizerStates(local, self.params)
-        # The bytes one client's exchange costs each round (the rounds.csv bytes columns).
-        self.payload = method_payload(self.params, self.buffers, aggregator, self.opt)
+        # The bytes one client's exchange costs each round (the rounds.csv bytes columns): FedBN's and
+        # FedPer's local layers never travel.
+        kept = () if personal is None or personal.whole_model else set(self.state["personal"]["names"])
+        self.payload = method_payload({k: v for k, v in self.params.items() if k not in kept},
+                                      {k: v for k, v in self.buffers.items() if k not in kept}, aggregator, self.opt)
         self.done = 0  # the last round recorded
         self.saved = 0  # the last round whose checkpoint is on disk (= done, unless checkpoint_every > 1)
         self.finished: dict | None = None  # the summary of a run a previous process completed
@@ -196,7 +213,7 @@ class FederatedRun:
         try:
             self.recorder = Recorder(self.dir, self.layers, self.params, fingerprint(self.parts), self.dashboard,
                                      self.device, config=self.config, payload=self.payload, data=self.data_digest,
-                                     data_source=self.data_source, personal=self.tuner is not None,
+                                     data_source=self.data_source, personal=self.personalized,
                                      privacy=None if private is None else private.summary())
             if self.resume:  # every check before a byte is written: a refused resume leaves the run as it was
                 self.dir.check_config(self.config)  # settings that differ from config.yaml's
@@ -232,6 +249,15 @@ class FederatedRun:
                  sum(p.numel() for p in self.params.values()))
         for note in self.notes:
             log.warning(note)
+        if self.aggregator.personal is not None:  # the clients' kept state: K x the local layers
+            kept = self.state["personal"]
+            held = Personalization.state_bytes(kept)
+            owners = list(dict.fromkeys(k.rpartition(".")[0] for k in kept["names"]))  # the layers, in order
+            log.info("%s: each client keeps %s of its own (%d tensors), %.1f KiB a client, %.1f MiB for the K=%d "
+                     "clients, on %s and in every checkpoint.pt", self.aggregator.name,
+                     "a whole model" if self.aggregator.personal.whole_model else "the layers " + ", ".join(owners),
+                     len(kept["names"]),
+                     held / self.federation.num_clients / 2**10, held / 2**20, self.federation.num_clients, self.device)
         held = tensor_bytes(self.state)
         if held > STATE_NOTE_BYTES:  # SCAFFOLD's control variates: K x the model's parameters
             log.info("%s keeps %.1f GiB of server state%s, on %s and in every checkpoint.pt", self.aggregator.name,
@@ -293,14 +319,18 @@ class FederatedRun:
         r.clients, r.epochs = clients, epochs
         r.starts = self.opt.starting(clients) if clients else None
         r.inputs = self.aggregator.client_inputs(self.state, clients)  # SCAFFOLD's c - c_k, or None
+        personal = self.aggregator.personal  # FedBN's, FedPer's local layers: each client starts from its own
+        r.own = None if personal is None or personal.whole_model or not clients else \
+            Personalization.own(self.state["personal"], clients)
         r.models = {"average": self.params, "sent": self.params}  # if everyone dropped out: keep w_t
         return r
 
     def training(self, r: RoundRecord) -> tuple:
-        """Step 2's arguments of ``engine.train``: w_t, the clients and their data, the round, and
-        the regularizer's per-client inputs from the aggregator's correction (or None)."""
+        """Step 2's arguments of ``engine.train``: w_t, the clients and their data, the round, the
+        regularizer's per-client inputs from the aggregator's correction (or None) and a personalized
+        method's local layers, each client's own (or None)."""
         return (self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients], r.round,
-                r.epochs, r.lr, r.starts, r.inputs)
+                r.epochs, r.lr, r.starts, r.inputs, r.own)
 
     def train_reference(self, r: RoundRecord) -> None:
         """Step 2, end: on the rounds that have one, the PD-VL reference learner (client K, all the
@@ -310,8 +340,29 @@ class FederatedRun:
                                       len(self.data.train_y), self.seed, r.round, self.local.epochs, r.lr, r.starts)
             r.vanilla_loss = float(r.vanilla.loss[0])
 
+    def keep_own(self, r: RoundRecord) -> None:
+        """Step 2, end, for a personalized method (:mod:`fedrun.server.personal`): the clients keep
+        what is their own.  FedBN and FedPer: their local layers after training, taken out of what
+        the server aggregates.  Ditto: each client's personal step, ``personal_epochs`` epochs from
+        its kept ``v_k`` on ``F_k(v) + lambda/2 ||v - w_t||^2`` (its batches from (seed, round,
+        client), as its global update's), the result kept."""
+        personal = self.aggregator.personal
+        if personal is None:
+            return
+        kept = self.state["personal"]
+        if personal.whole_model:
+            epochs = [personal.epochs or self.local.epochs] * len(r.clients)
+            trained = self.tuner.train(self.params, self.buffers, r.clients, [self.client_data[k] for k in r.clients],
+                                       r.round, epochs, r.lr, own=Personalization.own(kept, r.clients))
+            values = Personalization.trained(kept, self.params, trained)
+        else:
+            values = Personalization.trained(kept, self.params, r.results)
+            r.results = Personalization.shared_only(kept, self.params, self.buffers, r.results)
+        self.state = {**self.state, "personal": Personalization.keep(kept, r.clients, values)}
+
     def aggregate(self, r: RoundRecord) -> None:
         """Step 3: the new global model."""
+        self.keep_own(r)
         # The round's diagnostics stream over the updates, O(m d) (fedrun.diagnostics.nwda.RoundSums):
         # N and E, the clients' angles and the learners' norms in one pass, PD-Ls in one more.
         reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}
@@ -342,11 +393,29 @@ class FederatedRun:
                                self.client_test_y, [self.client_tests[k] for k in sampled], eval_batch(self.device))
         r.client_eval = dict(zip(sampled, scores))
         out = client_summary([acc for acc, _ in scores])
-        if self.tuner is not None:
+        if self.aggregator.personal is not None:  # FedBN, FedPer, Ditto: each client's own model
+            r.personal_eval = self.own_scores(r, sampled)
+        elif self.tuner is not None:
             r.personal_eval = self.personalized_scores(r, sampled)
+        if r.personal_eval:
             personal = client_summary([acc for acc, _ in r.personal_eval.values()])
             out.update({k.replace("client_acc", "pers_acc"): v for k, v in personal.items()})
         return out
+
+    def own_scores(self, r: RoundRecord, clients: list[int]) -> dict[int, tuple[float, float]]:
+        """A personalized method's scores: each client's personal model (the evaluated global model
+        with its kept layers; Ditto: its whole ``v_k``) on its own test data.  A client never sampled
+        yet keeps ``w_0``'s values."""
+        state, kept = r.models[self.aggregator.evaluate], self.state["personal"]
+        return {k: client_scores(self.model, Personalization.model(kept, k, state, self.buffers), self.client_test_x,
+                                 self.client_test_y, [self.client_tests[k]], eval_batch(self.device))[0]
+                for k in clients}
+
+    @property
+    def personalized(self) -> bool:
+        """Whether the run scores personal models (``pers_*`` columns): a personalized method's, or
+        the global model fine-tuned (``personalize_epochs``)."""
+        return self.aggregator.personal is not None or bool(self.federation.personalize_epochs)
 
     def personalized_scores(self, r: RoundRecord, clients: list[int]) -> dict[int, tuple[float, float]]:
         """FedAvg + fine-tuning (the personalized-FL baseline of Wang et al. 2019, "Federated evaluation

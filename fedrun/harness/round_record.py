@@ -26,6 +26,7 @@ class RoundRecord:
     epochs: list[int] = field(default_factory=list)  # their local epochs (fewer for a straggler)
     starts: Optional[Params] = None  # their starting optimizer states, stacked (None: reset every round)
     inputs: Optional[Params] = None  # their regularizer inputs from the aggregator's correction (SCAFFOLD's c - c_k)
+    own: Optional[Params] = None  # a personalized method's local layers, each client's own (FedBN, FedPer), stacked
     models: dict[str, Params] = field(default_factory=dict)  # {"average": ..., "sent": ...}: the round's global models
     results: Optional[ClientResults] = None  # the clients' updates, losses, steps
     outcome: Optional[RoundOutcome] = None  # the aggregator's new model, N, E and its per-round values
@@ -35,5 +36,5 @@ class RoundRecord:
     vanilla_loss: Optional[float] = None
     evaluation: dict[str, float] = field(default_factory=dict)  # test/val accuracy and loss (eval rounds only)
     client_eval: dict[int, tuple[float, float]] = field(default_factory=dict)  # client -> (accuracy, loss), own test data
-    personal_eval: dict[int, tuple[float, float]] = field(default_factory=dict)  # the same after fine-tuning (personalize_epochs)
+    personal_eval: dict[int, tuple[float, float]] = field(default_factory=dict)  # the same with personal models (fine-tuned, or a personalized method's)
     seconds: dict[str, float] = field(default_factory=dict)  # TIMING_COLUMNS

@@ -176,24 +176,28 @@ class Cifar10CNN(nn.Module):
 
 
 class MLP(nn.Module):
-    """A multilayer perceptron on flattened images; ``hidden=[200]`` is FedLap's 2-layer MLP."""
+    """A multilayer perceptron on flattened images; ``hidden=[200]`` is FedLap's 2-layer MLP.
+    ``batch_norm``: a BatchNorm after each hidden layer, before its ReLU (``bn1``, ``bn2``, ...: the
+    layers FedBN keeps on its clients)."""
 
     def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
-                 hidden: list[int] = (200,)):
+                 hidden: list[int] = (200,), batch_norm: bool = False):
         super().__init__()
         check(all(isinstance(h, int) and h >= 1 for h in hidden), "model.hidden", list(hidden),
               "each hidden layer needs >= 1 unit ([] for none: a linear model)")
         sizes = [in_channels * image_size * image_size, *hidden, num_classes]
-        self.depth = len(sizes) - 1
+        self.depth, self.batch_norm = len(sizes) - 1, bool(batch_norm)
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
             self.add_module(f"fc{i}", nn.Linear(a, b))
+            if self.batch_norm and i < self.depth:
+                self.add_module(f"bn{i}", nn.BatchNorm1d(b))
 
     def forward(self, x):
         x = x.flatten(1)
         for i in range(1, self.depth + 1):
             x = getattr(self, f"fc{i}")(x)
             if i < self.depth:
-                x = torch.relu(x)
+                x = torch.relu(getattr(self, f"bn{i}")(x) if self.batch_norm else x)
         return x
 
 

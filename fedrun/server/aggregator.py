@@ -19,6 +19,7 @@ from fedrun.params import Params
 from fedrun.server import reduce as R
 from fedrun.server import transforms as T
 from fedrun.server.corrections import ClientCorrection
+from fedrun.server.personal import Personalization
 from fedrun.server.privacy import ClientLevelDP
 from fedrun.server.weighting import WeightingRule, base_rule
 
@@ -58,7 +59,9 @@ class Aggregator:
     per-client inputs of ``correction`` (if any), whose state outlives the round for every client.
     ``client_optimizers`` names the client optimizers the method is defined for (empty: any).
     ``privacy`` (set by :meth:`fedrun.server.privacy.Privacy.attach`, never by a method) clips the
-    updates, takes their mean over the expected number of clients and noises it: DP-FedAvg."""
+    updates, takes their mean over the expected number of clients and noises it: DP-FedAvg.
+    ``personal`` (a personalized method: FedBN, FedPer, Ditto) says what every client keeps of its
+    own across rounds (:mod:`fedrun.server.personal`)."""
 
     name: str
     server: T.ServerTransform
@@ -69,6 +72,7 @@ class Aggregator:
     correction: ClientCorrection | None = None  # per-client state across rounds (fedrun.server.corrections)
     client_optimizers: tuple[str, ...] = ()
     privacy: ClientLevelDP | None = None  # client-level DP around the mean (fedrun.server.privacy)
+    personal: Personalization | None = None  # what each client keeps of its own (fedrun.server.personal)
 
     def __post_init__(self):
         if self.evaluate not in EVALUATE:
@@ -87,16 +91,19 @@ class Aggregator:
         transform other than the identity), so both have a test accuracy."""
         return self.server is not T.IDENTITY
 
-    def init(self, params: Params, num_clients: int, layers: list[Layer]) -> dict:
+    def init(self, params: Params, num_clients: int, layers: list[Layer], buffers: Params | None = None) -> dict:
         """The server's state before round 1: the transforms' (``d_0 = 0``, FedOpt's moments), the
-        weighting rule's (per client, so ``num_clients``), the layer grouping the rules use and a
-        correction's (SCAFFOLD's control variates, per client too)."""
+        weighting rule's (per client, so ``num_clients``), the layer grouping the rules use, a
+        correction's (SCAFFOLD's control variates, per client too) and a personalized method's
+        kept values (every client's, ``buffers`` among them where it keeps BatchNorm layers)."""
         state = {"server": self.server.init(params), "weighting": self.weighting.init(num_clients, len(layers)),
                  "layers": [(layer.name, layer.type, tuple(layer.params)) for layer in layers]}
         if self.correction is not None:  # only then: every other method's state (and checkpoint) is as it was
             state["correction"] = self.correction.init(params, num_clients)
         if self.privacy is not None:  # the adaptive clip C_t, kept in the checkpoint
             state["privacy"] = self.privacy.init()
+        if self.personal is not None:
+            state["personal"] = self.personal.init(params, buffers or {}, num_clients, layers)
         return state
 
     def client_inputs(self, state: dict, clients: list[int]) -> Params | None:

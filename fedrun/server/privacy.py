@@ -72,8 +72,10 @@ ACCOUNTINGS = ("fixed_size", "poisson")
 COLUMNS = ("dp_clip", "dp_clipped_fraction", "dp_noise_std", "dp_epsilon")
 # The conf/aggregator options that run privately (tests/test_privacy.py checks this list against
 # every YAML): FedAvg's weighted mean, any client-side change and any server transform that reads
-# the mean update alone.
-SUPPORTED = ("fedavg", "fedprox", "fedlap", "momentum", "fedavgm", "fedadagrad", "fedadam", "fedyogi")
+# the mean update alone; the personalized methods too, whose kept layers never leave the clients
+# (FedBN, FedPer: what they send is clipped; Ditto: its global model is FedAvg's).
+SUPPORTED = ("fedavg", "fedprox", "fedlap", "momentum", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "fedbn",
+             "fedper", "ditto")
 INSTALL = "pip install 'fedrun[privacy]' (Google's dp-accounting, which computes epsilon)"
 
 
