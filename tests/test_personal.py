@@ -31,6 +31,7 @@ from fedrun.harness.federated_run import Federation
 from fedrun.harness.recorder import Recorder
 from fedrun.harness.simulation import simulate
 from fedrun.models.nets import MLP
+from fedrun.server.personal import Personalization
 
 K, ROUNDS, LR, EPOCHS, HELD = 4, 3, 0.1, 2, 0.25
 
@@ -141,7 +142,8 @@ def check_against(path, ref_scores, ref_glob, ref_own, kept_names):
     assert kept["names"] == kept_names
     for k in range(K):
         for n in kept_names:
-            torch.testing.assert_close(kept["own"][n][k], ref_own[k][n], rtol=1e-4, atol=1e-5, msg=f"{k} {n}")
+            torch.testing.assert_close(Personalization.own(kept, [k])[n][0], ref_own[k][n], rtol=1e-4, atol=1e-5,
+                                       msg=f"{k} {n}")
 
 
 def sampled_clients(path) -> dict[int, list[int]]:
@@ -180,9 +182,12 @@ def test_kept_layers_never_move_on_the_server_and_unsampled_clients_keep_w0(tmp_
     assert torch.equal(ckpt["params"]["fc2.weight"], w0["fc2.weight"])  # the global head is w_0's
     assert not torch.equal(ckpt["params"]["fc1.weight"], w0["fc1.weight"])
     sampled = {k for c in sampled_clients(tmp_path).values() for k in c}
-    own = ckpt["aggregator"]["personal"]["own"]["fc2.weight"]
+    kept = ckpt["aggregator"]["personal"]
+    assert sorted(kept["clients"].tolist()) == sorted(sampled)  # rows only for the clients that trained
+    assert kept["own"]["fc2.weight"].shape[0] == len(sampled) < K
     for k in range(K):
-        assert torch.equal(own[k], w0["fc2.weight"]) == (k not in sampled)
+        own = Personalization.own(kept, [k])["fc2.weight"][0]
+        assert torch.equal(own, w0["fc2.weight"]) == (k not in sampled)
     # clients.csv: the global model and each client's own model scored side by side
     clients = pd.read_csv(tmp_path / "clients.csv")
     assert {"own_test_acc", "pers_test_acc"} <= set(clients.columns)
@@ -205,9 +210,10 @@ def test_ditto_with_lambda_zero_trains_purely_local_models(tmp_path, data):
     run(tmp_path, data, A.ditto(lam=0.0, personal_epochs=3))
     sampled = sampled_clients(tmp_path)
     ref_scores, _, ref_own = reference(data, sampled, None, ditto_lam=0.0, ditto_epochs=3)
-    own = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["aggregator"]["personal"]["own"]
+    kept = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["aggregator"]["personal"]
     for k in range(K):
-        torch.testing.assert_close(own["fc1.weight"][k], ref_own[k]["fc1.weight"], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(Personalization.own(kept, [k])["fc1.weight"][0], ref_own[k]["fc1.weight"],
+                                   rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("aggregator", [A.fedbn(), A.fedper(), A.ditto(lam=0.5)], ids=["fedbn", "fedper", "ditto"])
@@ -237,9 +243,10 @@ def test_resume_after_ctrl_c_is_byte_exact(tmp_path, data, monkeypatch, aggregat
     monkeypatch.setattr(Recorder, "write", write)
     go(tmp_path / "cut", resume=True)
     same_run(tmp_path / "whole", tmp_path / "cut")
-    end = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["aggregator"]["personal"]["own"]
+    end = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["aggregator"]["personal"]
            for d in ("whole", "cut")]
-    assert all(torch.equal(end[0][n], end[1][n]) for n in end[0])
+    assert torch.equal(end[0]["clients"], end[1]["clients"])
+    assert all(torch.equal(end[0]["own"][n], end[1]["own"][n]) for n in end[0]["own"])
 
 
 # ----------------------------------------------------------------------------- refusals

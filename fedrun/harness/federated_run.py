@@ -251,13 +251,14 @@ class FederatedRun:
             log.warning(note)
         if self.aggregator.personal is not None:  # the clients' kept state: K x the local layers
             kept = self.state["personal"]
-            held = Personalization.state_bytes(kept)
+            each = Personalization.client_bytes(kept)
             owners = list(dict.fromkeys(k.rpartition(".")[0] for k in kept["names"]))  # the layers, in order
-            log.info("%s: each client keeps %s of its own (%d tensors), %.1f KiB a client, %.1f MiB for the K=%d "
-                     "clients, on %s and in every checkpoint.pt", self.aggregator.name,
+            log.info("%s: each client keeps %s of its own (%d tensors), %.1f KiB a client once it has trained, "
+                     "on %s and in every checkpoint.pt: %.1f MiB now, %.1f MiB once all K=%d clients have",
+                     self.aggregator.name,
                      "a whole model" if self.aggregator.personal.whole_model else "the layers " + ", ".join(owners),
-                     len(kept["names"]),
-                     held / self.federation.num_clients / 2**10, held / 2**20, self.federation.num_clients, self.device)
+                     len(kept["names"]), each / 2**10, self.device, each * len(kept["clients"]) / 2**20,
+                     each * self.federation.num_clients / 2**20, self.federation.num_clients)
         held = tensor_bytes(self.state)
         if held > STATE_NOTE_BYTES:  # SCAFFOLD's control variates: K x the model's parameters
             log.info("%s keeps %.1f GiB of server state%s, on %s and in every checkpoint.pt", self.aggregator.name,

@@ -15,9 +15,11 @@ some values ``v_k`` of its own from one round it is sampled to the next, and its
   ``v_k <- v_k - eta (grad F_k(v_k) + lambda (v_k - w_t))`` (line 7, the regularized objective
   of eq. 2), kept across rounds.
 
-The state is data, part of the aggregator's state (so of the checkpoint): the kept values of every
-client, stacked ``[K, *shape]`` (K x the local layers' size; Ditto: K x the model), starting as
-``w_0``'s.  Three pure functions over it::
+The state is data, part of the aggregator's state (so of the checkpoint): ``w_0``'s values of the
+kept tensors, which every client starts from, and the kept values of each client that has trained,
+stacked ``[n, *shape]`` in the order the clients first trained.  So it grows with the clients
+sampled so far, not with K: n x the local layers (Ditto: n x the model), at most K x.  Three pure
+functions over it::
 
     state = personal.init(params, buffers, num_clients, layers)  # before round 1
     own = personal.own(state, clients)       # stacked [m, ...]: the clients' kept values
@@ -102,30 +104,47 @@ class Personalization:
         return names
 
     def init(self, params: Params, buffers: Params, num_clients: int, layers: list[Layer]) -> dict:
-        """Every client's kept values before round 1: ``w_0``'s, stacked ``[K, *shape]``."""
+        """Before round 1: ``w_0``'s values of the kept tensors (every client's until it trains) and
+        no client's own yet."""
         names = self.local_names(params, buffers, layers, strict=False)
         source = {**params, **buffers}
-        return {"names": names,
-                "own": {k: source[k].unsqueeze(0).repeat(num_clients, *([1] * source[k].ndim)) for k in names}}
+        return {"names": names, "initial": {k: source[k].clone() for k in names},
+                "clients": torch.zeros(0, dtype=torch.long),
+                "own": {k: source[k].new_zeros((0, *source[k].shape)) for k in names}}
+
+    @staticmethod
+    def rows(state: dict, clients: list[int]) -> list[int]:
+        """Each client's row in ``state["own"]``, -1 for a client that has not trained yet."""
+        where = {k: i for i, k in enumerate(state["clients"].tolist())}
+        return [where.get(k, -1) for k in clients]
 
     @staticmethod
     def own(state: dict, clients: list[int]) -> Params:
-        """The clients' kept values, stacked ``[m, ...]`` in their order."""
-        own = state["own"]
-        if not own:
-            return {}
-        idx = torch.as_tensor(clients, dtype=torch.long, device=next(iter(own.values())).device)
-        return {k: v[idx] for k, v in own.items()}
+        """The clients' kept values, stacked ``[m, ...]`` in their order (``w_0``'s for a client that
+        has not trained yet)."""
+        rows = Personalization.rows(state, clients)
+        return {k: torch.stack([own[r] if r >= 0 else state["initial"][k] for r in rows])
+                for k, own in state["own"].items()}
 
     @staticmethod
     def keep(state: dict, clients: list[int], values: Params) -> dict:
-        """The state with ``values`` (stacked ``[m, ...]``) kept for ``clients``: a new state, the
-        old one untouched (the state is data)."""
-        own = state["own"]
-        if not own:
+        """The state with ``values`` (stacked ``[m, ...]``) kept for ``clients``: a client that trained
+        before has its row replaced, a new one is appended.  A new state, the old one untouched (the
+        state is data)."""
+        if not state["names"]:
             return state
-        idx = torch.as_tensor(clients, dtype=torch.long, device=next(iter(own.values())).device)
-        return {**state, "own": {k: v.index_copy(0, idx, values[k].to(v.dtype)) for k, v in own.items()}}
+        rows = Personalization.rows(state, clients)
+        old = [j for j, r in enumerate(rows) if r >= 0]
+        new = [j for j, r in enumerate(rows) if r < 0]
+        own = {}
+        for k, v in state["own"].items():
+            fresh = values[k].to(v.dtype)
+            if old:
+                at = torch.as_tensor([rows[j] for j in old], dtype=torch.long, device=v.device)
+                v = v.index_copy(0, at, fresh[old])
+            own[k] = torch.cat([v, fresh[new]]) if new else v
+        added = torch.as_tensor([clients[j] for j in new], dtype=torch.long, device=state["clients"].device)
+        return {**state, "clients": torch.cat([state["clients"], added]), "own": own}
 
     @staticmethod
     def trained(state: dict, params: Params, results: ClientResults) -> Params:
@@ -147,10 +166,11 @@ class Personalization:
     @staticmethod
     def model(state: dict, client: int, params: Params, buffers: Params) -> Params:
         """Client ``client``'s personal model: the global ``params`` and ``buffers`` with its kept
-        values in place (Ditto: its whole model)."""
-        return {**params, **buffers, **{k: v[client] for k, v in state["own"].items()}}
+        values in place (Ditto: its whole model); ``w_0``'s for a client that has not trained."""
+        own = Personalization.own(state, [client])
+        return {**params, **buffers, **{k: v[0] for k, v in own.items()}}
 
     @staticmethod
-    def state_bytes(state: dict) -> int:
-        """The bytes the clients' kept values take (K x the local layers)."""
-        return sum(v.numel() * v.element_size() for v in state["own"].values())
+    def client_bytes(state: dict) -> int:
+        """The bytes one client's kept values take (the local layers; Ditto: the model)."""
+        return sum(v.numel() * v.element_size() for v in state["initial"].values())
