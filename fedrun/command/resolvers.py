@@ -7,6 +7,11 @@ least M clients a round: the smallest K >= K0 with ``m = max(C K, 1) >= M``; 1 f
 run (``mode=centralized``: one learner).  With C = 0.1 and K0 = 10, one client
 a round would make FedAvg, FedProx, Norm-Norm and Momentum the same method (N = E when one
 client trains); K = 30 keeps three.
+
+``${fedrun.default_of:CLASS,${.partitioner},VALUE}``: VALUE when the partitioner chosen is CLASS (by
+its name or a dotted path ending in it), else null: ``partition=flwr``'s defaults are
+DirichletPartitioner's alone, so another partitioner named never gets one of them, and the run's
+config.yaml records what was passed.
 """
 from __future__ import annotations
 
@@ -31,4 +36,11 @@ def num_clients_for(at_least: int, per_round: int, client_fraction: float, centr
     return k
 
 
+def default_of(owner: str, chosen, value):
+    """``value`` when ``chosen`` (``partition.partitioner``: a class name or ``module.Class``) is
+    the class ``owner``, else None (not passed: the chosen class's own default)."""
+    return value if str(chosen).rsplit(".", 1)[-1] == owner else None
+
+
 OmegaConf.register_new_resolver("fedrun.num_clients", num_clients_for, replace=True)
+OmegaConf.register_new_resolver("fedrun.default_of", default_of, replace=True)

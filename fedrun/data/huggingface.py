@@ -252,21 +252,27 @@ def hf_dataset(path: str | None = None, name: str | None = None, data_dir: str |
 def flwr_partition(labels, num_clients: int, num_classes: int, seed: int, partitioner=None) -> list[np.ndarray]:
     """A flwr-datasets partitioner's split of the training set, as fedrun's index arrays.
 
-    ``partitioner``: the partitioner's class or a partial of it with its settings (from the
-    config: ``partition.partitioner._target_: flwr_datasets.partitioner.DirichletPartitioner``,
-    ``partition_by: label``, ``alpha: 0.5`` ...); fedrun gives it ``num_partitions`` (K) and, where
-    it takes one, a ``seed`` derived from the run's seed.  It partitions a dataset of the training
-    labels (column ``label``) with each example's row number beside it, which comes back as the
-    client's indices.
+    ``partitioner``: the partitioner's class or a partial of it with its own settings
+    (``partition=flwr`` builds one from the config: :func:`fedrun.data.flower.flwr_partitioner`).
+    fedrun gives it what is fedrun's, where the class takes it: ``num_partitions`` (K),
+    ``partition_by`` (``label``) and, unless the partial holds a seed of the user's, a ``seed``
+    derived from the run's seed.  It partitions a dataset of the training labels (column
+    ``label``) with each example's row number beside it, which comes back as the client's indices.
     """
     datasets = _require("datasets", "partition", "flwr")
     _require("flwr_datasets", "partition", "flwr")
     if partitioner is None:
         raise ConfigError("partition.partitioner", None, "name a flwr-datasets partitioner, e.g. "
-                          "partition.partitioner._target_=flwr_datasets.partitioner.IidPartitioner")
+                          "partition.partitioner=IidPartitioner")
     base = getattr(partitioner, "func", partitioner)
-    kwargs = {"num_partitions": num_clients}
-    if "seed" in inspect.signature(base).parameters:
+    given = getattr(partitioner, "keywords", None) or {}
+    params = inspect.signature(base).parameters
+    kwargs = {}
+    if "num_partitions" in params:
+        kwargs["num_partitions"] = num_clients
+    if "partition_by" in params and "partition_by" not in given:
+        kwargs["partition_by"] = "label"
+    if "seed" in params and given.get("seed") is None:  # a seed the user gave is the partitioner's own
         kwargs["seed"] = derive_seed(seed, "flwr_partition") % 2**32
     try:
         made = partitioner(**kwargs)
@@ -277,6 +283,8 @@ def flwr_partition(labels, num_clients: int, num_classes: int, seed: int, partit
         raise too_many_clients(num_clients, len(labels), "flwr", "gives every client at least one example (fedrun's "
                                f"clients train on their own) and the training set has {len(labels):,}")
     made.dataset = datasets.Dataset.from_dict({"label": labels, "_fedrun_row": np.arange(len(labels))})
+    if "num_partitions" not in params:  # sized by its own settings (InnerDirichletPartitioner's partition_sizes)
+        _check_count(made, base.__name__, given, num_clients)
     try:
         parts = _flwr_parts(made, num_clients)
     except ValueError as e:  # the partitioner's own checks (min_partition_size not reached ...)
@@ -288,8 +296,33 @@ def flwr_partition(labels, num_clients: int, num_classes: int, seed: int, partit
                           f"left {len(empty):,} of {num_clients:,} clients without an example (the first is client "
                           f"{empty[0]}), and fedrun's clients each train on their own: use fewer clients "
                           "(hyperparams.num_clients) or the partitioner's own minimum (e.g. "
-                          "partition.partitioner.min_partition_size=1)")
+                          "partition.min_partition_size=1)")
     return parts
+
+
+def _check_count(made, name: str, given: Mapping, num_clients: int) -> None:
+    """A partitioner that takes no ``num_partitions`` makes as many partitions as its settings say
+    (``partition_sizes``: one size a client): they must be the run's K clients."""
+    sizes = given.get("partition_sizes")
+    if sizes is not None and not callable(sizes):
+        if len(sizes) != num_clients:
+            raise ConfigError("partition.partition_sizes", _shown(sizes), f"gives {len(sizes):,} partitions, one "
+                              f"a client, and the run has K={num_clients:,} clients (hyperparams.num_clients)")
+        return
+    try:
+        count = made.num_partitions
+    except (TypeError, ValueError) as e:
+        raise ConfigError("partition.partitioner", name, f"cannot split these labels: {first_line(e)}") from None
+    if count != num_clients:
+        raise ConfigError("partition.partitioner", name, f"makes {count:,} partitions, and the run has "
+                          f"K={num_clients:,} clients (hyperparams.num_clients): make them equal")
+
+
+def _shown(values) -> str:
+    """A list setting as an override writes it, shortened: ``[10,10,10]``, ``[10,10,...]`` (20 values)."""
+    values = list(values)
+    head = ",".join(str(v) for v in values[:8])
+    return f"[{head}]" if len(values) <= 8 else f"[{head},...] ({len(values):,} values)"
 
 
 def _rows(dataset) -> np.ndarray:
