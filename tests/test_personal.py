@@ -289,3 +289,16 @@ def test_one_line_refusals_from_the_cli(tmp_path):
         assert bad.returncode == 2, (name, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith(said[name]), (name, bad.stderr)
         assert not (tmp_path / name).exists()
+
+
+def test_fedbn_runs_privately_with_its_batchnorm_kept_on_the_clients(tmp_path):
+    """DP-FedAvg refuses a model whose running statistics the server averages without noise; FedBN
+    keeps them on the clients, so its private run goes ahead, and reports the privacy spent."""
+    pytest.importorskip("dp_accounting")
+    from conftest import fedrun_ok
+
+    run = tmp_path / "run"
+    fedrun_ok([*TINY, "aggregator=fedbn", "aggregator.weighting=uniform", "model=mlp", "model.batch_norm=true",
+               "client_test_fraction=0.2", "privacy.clip=1.0", f"hydra.run.dir={run}"], tmp_path)
+    rounds = pd.read_csv(run / "rounds.csv")
+    assert rounds["dp_epsilon"].is_monotonic_increasing and rounds["pers_acc_mean"].notna().all()

@@ -333,7 +333,12 @@ REFUSALS = [
     (["aggregator=normnorm"], "aggregator=normnorm cannot run privately: its server step reads E"),
     (["aggregator=fednnnn"], "aggregator=fednnnn cannot run privately: its server step reads E"),
     (["aggregator=fedavg"], "aggregator.weighting=examples: privacy.clip needs aggregator.weighting=uniform"),
-    ([*PRIVATE, "hyperparams.sampling=size"], "hyperparams.sampling=size: privacy.clip needs sampling=uniform"),
+    ([*PRIVATE, "hyperparams.sampling=size"], "hyperparams.sampling=size: privacy.clip needs sampling=uniform or "
+     "poisson"),
+    ([*PRIVATE, "hyperparams.sampling=poisson"], "privacy.accounting=fixed_size: hyperparams.sampling=poisson draws "
+     "each client with probability q = m/K: its accounting is privacy.accounting=poisson"),
+    ([*PRIVATE, "aggregator=ditto", "model=mlp", "model.batch_norm=true", "client_test_fraction=0.2"],
+     "privacy.clip=1.0: the model keeps running statistics"),
     ([*PRIVATE, "mode=centralized"], "privacy.clip=1.0: client-level privacy needs clients: use mode=federated"),
     ([*PRIVATE, "hyperparams.optimizer_state=average", "hyperparams.momentum=0.9"],
      "hyperparams.optimizer_state=average: privacy.clip: the server would average the clients' optimizer states"),

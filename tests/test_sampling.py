@@ -34,6 +34,36 @@ def test_size_sampling_draws_clients_in_proportion_to_their_data():
     assert Participation(sampling="size").sample(1, 1, [0, 0, 5], 2) == [2]  # only one client can be drawn
 
 
+def test_poisson_sampling_asks_each_client_with_probability_m_over_k():
+    """Each client in each round independently with q = m/K: every client about q of the rounds,
+    the round's size binomial(K, q) (mean m, variance m (1 - q)), sometimes no client at all."""
+    p = Participation(sampling="poisson")
+    rounds = [p.sample(0, t, [1] * 100, 10) for t in range(1, 2001)]
+    sizes = [len(r) for r in rounds]
+    mean = sum(sizes) / len(sizes)
+    var = sum((n - mean) ** 2 for n in sizes) / (len(sizes) - 1)
+    assert 9.7 < mean < 10.3 and 7.5 < var < 10.5  # binomial(100, 0.1): mean 10, variance 9
+    drawn = Counter(k for r in rounds for k in r)
+    assert set(drawn) == set(range(100)) and all(140 < c < 260 for c in drawn.values())  # 200 expected
+    assert all(r == sorted(set(r)) for r in rounds) and p.sample(0, 7, [1] * 100, 10) == rounds[6]
+    assert p.sample(1, 7, [1] * 100, 10) != rounds[6]  # another seed, another draw
+    tiny = [len(p.sample(0, t, [1] * 20, 1)) for t in range(1, 201)]  # q = 1/20: many rounds ask nobody
+    assert tiny.count(0) > 40
+
+
+def test_a_poisson_round_without_clients_keeps_the_model(tmp_path):
+    """A round that asks nobody trains nothing: rounds.csv says 0 clients and the model stays w_t
+    (FedAvg: one model, so the round's test loss is the previous round's)."""
+    run = tmp_path / "run"
+    fedrun_ok([*TINY, "aggregator=fedavg", "hyperparams.num_clients=20", "hyperparams.client_fraction=0.05", "hyperparams.sampling=poisson",
+               "hyperparams.rounds=6", f"hydra.run.dir={run}"], tmp_path)
+    rounds = pd.read_csv(run / "rounds.csv")
+    assert 0 in set(rounds["clients"]) and rounds["clients"].max() >= 1
+    for t in rounds.index[rounds["clients"] == 0]:
+        if t > 0:  # the same model as the round before
+            assert rounds.loc[t, "test_loss"] == rounds.loc[t - 1, "test_loss"]
+
+
 def test_seeded_availability_is_a_bernoulli_draw_per_round():
     p = Participation(sampling="available", availability=0.3)
     reach = [len(p.reachable(0, t, 1000)) for t in range(1, 21)]
@@ -74,7 +104,7 @@ def test_a_bad_trace_is_one_line_naming_it(tmp_path, text, expected):
 
 
 @pytest.mark.parametrize("kwargs,expected", [
-    (dict(sampling="random"), "hyperparams.sampling=random: must be one of uniform, size, available"),
+    (dict(sampling="random"), "hyperparams.sampling=random: must be one of uniform, poisson, size, available"),
     (dict(availability=0.5), "hyperparams.availability=0.5: is read only with hyperparams.sampling=available"),
     (dict(sampling="available"), "hyperparams.availability=None: must be a probability in (0, 1] or the path"),
     (dict(sampling="available", availability=1.5), "must be a probability in (0, 1] (each client's chance"),

@@ -7,6 +7,13 @@ Sampling (``hyperparams.sampling``), m = max(C K, 1) clients a round:
   clients, without replacement, each set equally likely.  Every client is in a round with
   probability m/K, so the aggregate's weights (``n_k / n`` over the sampled) estimate the
   full-participation average with a bias only from the ratio of sums (none with equal sizes).
+* ``poisson``: each client independently with probability ``q = m/K`` (Poisson sampling), so a
+  round has m clients on average (binomial; it may have none, and the server then keeps ``w_t``).
+  The sampling that DP-FedAvg's analysis assumes (McMahan et al., ICLR 2018; Andrew et al., NeurIPS
+  2021): with ``privacy.accounting=poisson`` the epsilon fedrun reports is then a guarantee for the
+  run.  Every client is in a round with probability q, as under ``uniform``; the aggregate's
+  ``n_k / n`` weights are a ratio estimator again (unbiased with equal sizes), but over a random
+  number of clients (more variance than ``uniform`` at the same m).
 * ``size``: m of the K without replacement, drawn one after another with probability proportional
   to n_k (``torch.multinomial``), as FLGo's and pfl-research's size-weighted samplers.  Large clients
   are then both likelier sampled and, with ``aggregator.weighting=examples``, weighted more: the
@@ -47,7 +54,7 @@ import torch
 from fedrun.errors import ConfigError, DataError, check
 from fedrun.seeding import sample_clients, torch_generator
 
-SAMPLINGS = ("uniform", "size", "available")
+SAMPLINGS = ("uniform", "poisson", "size", "available")
 
 
 def _pick(fraction: float, pool: list[int], generator: torch.Generator, most: int | None = None) -> list[int]:
@@ -146,6 +153,9 @@ class Participation:
             return sorted(pool[i] for i in perm[:per_round].tolist())
         if self.sampling == "uniform":  # Nagura et al., Alg. 1 lines 3-4
             return sample_clients(seed, round_, num_clients, per_round)
+        if self.sampling == "poisson":  # each client with probability q = m/K, independently
+            draw = torch.rand(num_clients, generator=torch_generator(seed, "poisson", round_))
+            return torch.nonzero(draw < per_round / num_clients).flatten().tolist()
         if per_round >= num_clients:
             return list(range(num_clients))
         if self.sampling == "size":

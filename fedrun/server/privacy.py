@@ -37,7 +37,9 @@ library (RDP accountant; install ``fedrun[privacy]``), never from code of fedrun
 * ``accounting=poisson``: the analysis of McMahan et al. and Andrew et al., each client in each
   round independently with probability ``q = m/K`` and add-or-remove-one neighbours
   (``PoissonSampledDpEvent(q, GaussianDpEvent(z))``): the epsilon those papers report, for
-  comparison; fedrun's sampler is not Poisson, so it is not a guarantee for the run.
+  comparison under ``hyperparams.sampling=uniform``, whose sampler is not Poisson (not a guarantee
+  for the run); the guarantee under ``hyperparams.sampling=poisson``, which samples this way (and
+  needs this accounting).
 
 Rounds compose: epsilon after round t is the accountant's for t identical rounds.  The noise is
 drawn from ``(seed, round)`` (:func:`fedrun.seeding.torch_generator`) and the adaptive ``C`` is
@@ -62,6 +64,7 @@ import torch
 
 from fedrun.errors import check
 from fedrun.models.layers import Layer
+from fedrun.models.layers import layers as model_layers
 from fedrun.params import Params
 from fedrun.seeding import torch_generator
 from fedrun.server import reduce as R
@@ -135,14 +138,23 @@ class Privacy:
         check(not centralized, "privacy.clip", value, "client-level privacy needs clients: use mode=federated")
         _refuse_aggregator(aggregator, value)
         if participation is not None:
-            check(participation.sampling == "uniform", "hyperparams.sampling", participation.sampling,
-                  "privacy.clip needs sampling=uniform: the accountant's rate q = m/K is that of a uniform sample")
+            check(participation.sampling in ("uniform", "poisson"), "hyperparams.sampling", participation.sampling,
+                  "privacy.clip needs sampling=uniform or poisson: the accountant's rate q = m/K is that of a "
+                  "uniform or a Poisson sample")
+            check(participation.sampling != "poisson" or self.accounting == "poisson", "privacy.accounting",
+                  self.accounting, "hyperparams.sampling=poisson draws each client with probability q = m/K: "
+                  "its accounting is privacy.accounting=poisson")
         if local is not None:
             check(local.optimizer_state != "average", "hyperparams.optimizer_state", local.optimizer_state,
                   "privacy.clip: the server would average the clients' optimizer states without clipping or "
                   "noise; choose reset or local")
         if model is not None:
-            kept = [name for name, b in model.named_buffers() if b.is_floating_point()]
+            # FedBN keeps its BatchNorm layers, running statistics included, on the clients: nothing to noise.
+            # (Ditto's personal models stay too, but its global model is FedAvg's, statistics averaged.)
+            personal = aggregator.personal
+            own = set() if personal is None or personal.whole_model else set(personal.local_names(
+                dict(model.named_parameters()), dict(model.named_buffers()), model_layers(model), strict=False))
+            kept = [name for name, b in model.named_buffers() if b.is_floating_point() and name not in own]
             check(not kept, "privacy.clip", value, f"the model keeps running statistics ({kept[0] if kept else ''}"
                   "...), which the server averages from the clients without clipping or noise: choose a model "
                   "without BatchNorm (model.norm=none where the model has it)")
