@@ -713,8 +713,10 @@ def plot_partition(run: str | Path, out: str | Path, formats: tuple[str, ...] = 
     """Draw the run directory ``run``'s partition (:func:`read_partition`) as a stacked bar chart:
     one bar per client (by id; the first ``most`` of them, the caption saying how many were left
     out), its training examples of each class stacked in the class's colour (:func:`class_colors`),
-    a legend of the classes beside the bars (a colour bar beyond :data:`MAX_LEGEND_CLASSES`),
-    titled with :func:`partition_title`; written as ``partition.<format>`` into ``out`` (300-dpi
+    a legend of the classes beside the bars.  Beyond :data:`MAX_LEGEND_CLASSES` classes (FEMNIST's
+    62), where neighbouring colours cannot be told apart, a heat map instead (:func:`_class_heat_map`):
+    a client a column, a class a row, its examples as the cell's colour, blank where it has none,
+    under a bar of each client's size.  Titled with :func:`partition_title`; written as ``partition.<format>`` into ``out`` (300-dpi
     PNG, PDF with TrueType fonts, as :func:`plot`'s).  The width grows with the clients drawn,
     from one column (3.5 in, up to about 20 clients) to a page (7.16 in, from about 75), unless
     ``figsize`` is given.  ``table``: :func:`read_partition`'s, when the caller read it already.
@@ -734,12 +736,18 @@ def plot_partition(run: str | Path, out: str | Path, formats: tuple[str, ...] = 
     if drawn < total:
         below.append(f"clients {ids[0]}-{ids[drawn - 1]} drawn, the first {drawn} by id; {total - drawn} more "
                      f"(clients {ids[drawn]}-{ids[-1]}) left out")
+    if len(classes) > MAX_LEGEND_CLASSES:
+        below[0] = (f"{total} clients, {int(counts.sum()):,} training examples, {len(classes)} classes; each column "
+                    "a client: its size above, its examples of each class below (blank: none)")
     colors = class_colors(len(classes))
     legend_cols = 1 if len(classes) <= 10 else 2
     width = min(PAGE_WIDTH, max(COLUMN_WIDTH, 1.6 + 0.35 * legend_cols + 0.07 * drawn))
     size = tuple(figsize) if figsize else (width, ROW_HEIGHT + 0.4)
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=size, layout="constrained")
+        if len(classes) > MAX_LEGEND_CLASSES:
+            _class_heat_map(fig, counts[:drawn], ids[:drawn], title, size)
+            return _save_partition(fig, out, formats, title, below, size, caption, log)
         ax = fig.subplots()
         x = np.arange(drawn)
         bottom = np.zeros(drawn)
@@ -761,26 +769,55 @@ def plot_partition(run: str | Path, out: str | Path, formats: tuple[str, ...] = 
         # characters of the title's font the bars' width holds.
         chars = int((size[0] - 0.6 - 0.45 * legend_cols) * 72 / (0.55 * FONT_SIZE))
         ax.set_title(textwrap.fill(title, width=max(chars, 20)), fontsize=FONT_SIZE)
-        if len(classes) <= MAX_LEGEND_CLASSES:  # right of the bars, never over them
-            fig.legend([b[0] for b in bars[::-1]], [b.get_label() for b in bars[::-1]], loc="outside right upper",
-                       ncols=legend_cols, frameon=False, title="Class", handlelength=1.2, columnspacing=0.8)
-        else:
-            from matplotlib.cm import ScalarMappable
-            from matplotlib.colors import BoundaryNorm, ListedColormap
+        # right of the bars, never over them
+        fig.legend([b[0] for b in bars[::-1]], [b.get_label() for b in bars[::-1]], loc="outside right upper",
+                   ncols=legend_cols, frameon=False, title="Class", handlelength=1.2, columnspacing=0.8)
+        return _save_partition(fig, out, formats, title, below, size, caption, log)
 
-            norm = BoundaryNorm(np.arange(len(classes) + 1) - 0.5, len(classes))
-            bar = fig.colorbar(ScalarMappable(norm, ListedColormap(colors)), ax=ax, pad=0.01, aspect=30)
-            bar.set_ticks(range(0, len(classes), 10))  # the classes' own numbers, every tenth
-            bar.minorticks_off()
-            bar.set_label("Class")
-        if caption:
-            wrap = int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))
-            fig.supxlabel("\n".join(textwrap.fill(line, width=wrap) for line in below), fontsize=FONT_SIZE - 1)
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = [out / f"partition.{fmt}" for fmt in formats]
-        for path in paths:
-            fig.savefig(path, dpi=DPI)
+
+def _class_heat_map(fig, counts, ids, title: str, size: tuple[float, float]) -> None:
+    """The partition of many classes (:func:`plot_partition`): on top, each client's training
+    examples as a bar; below, a heat map of ``counts`` (clients x classes), a client a column and a
+    class a row, the cell's colour its examples of that class on a log scale (class sizes differ
+    by orders of magnitude between writers), white where it has none; a colour bar beside."""
+    import matplotlib
+    import numpy as np
+    from matplotlib.colors import LogNorm
+
+    drawn, classes = counts.shape
+    fig.set_size_inches(size[0], max(size[1], 1.2 + 0.035 * classes))
+    top, ax = fig.subplots(2, 1, sharex=True, height_ratios=[1, 3])
+    x = np.arange(drawn)
+    top.bar(x, counts.sum(1), width=0.85 if drawn <= 40 else 1.0, color="0.35", linewidth=0)
+    top.set_ylabel("Examples")
+    top.grid(axis="y", alpha=0.3)
+    top.set_axisbelow(True)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    shown = np.ma.masked_equal(counts.T, 0)  # no examples of a class: a blank cell, not the darkest colour
+    image = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap=cmap, origin="lower",
+                      norm=LogNorm(vmin=1, vmax=max(counts.max(), 2)), extent=(-0.5, drawn - 0.5, -0.5, classes - 0.5))
+    ax.set_ylabel("Class")
+    ax.set_yticks(range(0, classes, 10))  # the classes' own numbers, every tenth
+    ax.set_xlabel("Client")
+    step = tick_step(drawn, len(str(max(ids, key=lambda k: len(str(k))))), size[0] - 1.2)
+    ax.set_xticks(x[::step], [str(k) for k in ids[::step]])
+    bar = fig.colorbar(image, ax=[top, ax], pad=0.01, aspect=30)
+    bar.set_label("Examples of the class")
+    chars = int((size[0] - 1.0) * 72 / (0.55 * FONT_SIZE))
+    top.set_title(textwrap.fill(title, width=max(chars, 20)), fontsize=FONT_SIZE)
+
+
+def _save_partition(fig, out, formats, title: str, below: list[str], size, caption: bool, log) -> list[Path]:
+    """The partition figure's caption (``below``), its files ``partition.<format>`` in ``out`` and
+    its log lines; the paths written."""
+    if caption:
+        wrap = int(size[0] * 72 / (0.5 * (FONT_SIZE - 1)))
+        fig.supxlabel("\n".join(textwrap.fill(line, width=wrap) for line in below), fontsize=FONT_SIZE - 1)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"partition.{fmt}" for fmt in formats]
+    for path in paths:
+        fig.savefig(path, dpi=DPI)
     log(f"partition: {title}")
     for line in below:
         log(f"  {line}")

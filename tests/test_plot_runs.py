@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -426,6 +427,29 @@ def test_partition_draws_a_stacked_bar_per_client(tmp_path, capsys, monkeypatch)
     printed = capsys.readouterr().out.splitlines()
     assert printed[:2] == ["partition: synthetic data, partition=shards (shards_per_client=2), K=4 clients",
                            "  4 clients, 32 training examples, 3 classes; each bar a client's examples of each class"]
+
+
+def test_partition_of_many_classes_is_a_heat_map_of_clients_by_classes(tmp_path, capsys, monkeypatch):
+    """62 classes (FEMNIST's): a client a column, a class a row, its examples as the colour (blank
+    where none), each client's size in a bar above."""
+    from matplotlib.figure import Figure
+
+    counts = [[(k * c) % 5 if (k + c) % 3 else 0 for c in range(62)] for k in range(12)]
+    run = fake_partition(tmp_path / "run", counts, "dirichlet", alpha=0.5)
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), save(self, *a, **k)))
+    fedrun_plot.plot_partition(run, tmp_path / "figs", ("png",))
+    top, heat = figures[0].axes[:2]
+    shown = heat.get_images()[0].get_array()
+    assert shown.shape == (62, 12)  # classes x clients
+    assert (shown.mask == (np.array(counts).T == 0)).all()  # no examples: a blank cell
+    assert (shown.filled(0) == np.array(counts).T).all()
+    assert [p.get_height() for p in top.patches] == [sum(row) for row in counts]
+    assert heat.get_ylabel() == "Class" and top.get_ylabel() == "Examples"
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1] == (f"  12 clients, {sum(map(sum, counts)):,} training examples, 62 classes; each column a "
+                          "client: its size above, its examples of each class below (blank: none)")
 
 
 def test_partition_of_many_clients_draws_the_first_hundred_and_says_so(tmp_path, capsys):
