@@ -250,8 +250,8 @@ def test_two_dashboards_at_once_get_the_same_rounds(tmp_path):
     assert tb == ml == [(int(r), round(a, 6)) for r, a in zip(rounds["round"], rounds["test_acc"])]
     assert isinstance(dashboards.dashboards({"tensorboard": True}), dashboards.TensorBoard)
     assert dashboards.dashboards({}) is None
-    with pytest.raises(ConfigError, match=r"^logger\.use=wandb: choose among tensorboard, mlflow"):
-        dashboards.dashboards({"wandb": True})
+    with pytest.raises(ConfigError, match=r"^logger\.use=comet: choose among tensorboard, mlflow, wandb"):
+        dashboards.dashboards({"comet": True})
 
 
 @pytest.mark.parametrize("line", ["seed=0,1,2", "seed=range(2)", "seed=range(0,3)", "aggregator=fedavg,fednnnn",

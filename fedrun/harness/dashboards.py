@@ -1,4 +1,5 @@
-"""Dashboards: the values of ``rounds.csv`` and ``layers.csv`` sent to TensorBoard or MLflow.
+"""Dashboards: the values of ``rounds.csv`` and ``layers.csv`` sent to TensorBoard, MLflow or
+Weights & Biases.
 
 Off by default (``logger=none``); the CSVs stay the record, and a dashboard only mirrors them, one
 point per round: ``round/<column>`` for every number of the round's ``rounds.csv`` row and
@@ -29,6 +30,10 @@ settings its command line set).
   at the end, the CSVs, ``config.yaml`` and ``summary.json`` as artifacts.  Logging needs only
   ``mlflow-skinny``; ``mlflow ui`` needs the whole ``mlflow`` package (its web server and pages),
   which ``pip install 'fedrun[dashboards]'`` installs.
+* ``logger=wandb``: a Weights & Biases run (:mod:`fedrun.harness.wandb_logger`, ``pip install
+  'fedrun[wandb]'``), with the same settings as its config (:func:`run_settings`, values kept as
+  numbers), the tags as ``key=value`` labels, every round's values at ``step=round`` and the
+  summary values as its summary; offline too (``WANDB_MODE=offline``, then ``wandb sync``).
 
 Where the dataset option has a label of its own (a stand-in: ``dataset=cifar10_jpeg`` is "CIFAR-10
 (JPEG q75 copy)"), both dashboards also carry it as ``dataset_label`` (an HParam, an MLflow tag),
@@ -80,23 +85,33 @@ def none():
     return None
 
 
-KINDS = ("tensorboard", "mlflow")
+KINDS = ("tensorboard", "mlflow", "wandb")
 
 
 def dashboards(use: dict, log_dir: str | None = None, tracking_uri: str = "mlflow.db", experiment: str = "fedrun",
-               run_name: str | None = None):
-    """``logger=tensorboard``, ``logger=mlflow``, or both at once (``logger=[tensorboard,mlflow]``,
-    as Lightning takes a list of loggers).  Hydra merges the options chosen into one ``logger``
-    node: each option's YAML adds itself to ``use`` (a mapping, so the merge keeps both; a list
-    would keep the last) and its own settings beside the other's.  Returns the one dashboard, or
-    :class:`Dashboards` feeding every round's values to each."""
+               run_name: str | None = None, project: str = "fedrun", entity: str | None = None,
+               wandb_mode: str | None = None, wandb_dir: str | None = None):
+    """``logger=tensorboard``, ``logger=mlflow``, ``logger=wandb``, or several at once
+    (``logger=[tensorboard,mlflow]``, as Lightning takes a list of loggers).  Hydra merges the
+    options chosen into one ``logger`` node: each option's YAML adds itself to ``use`` (a mapping,
+    so the merge keeps both; a list would keep the last) and its own settings beside the other's.
+    Returns the one dashboard, or :class:`Dashboards` feeding every round's values to each."""
     chosen = [kind for kind, on in (use or {}).items() if on]
     unknown = [kind for kind in chosen if kind not in KINDS]
     if unknown:
         raise ConfigError("logger.use", unknown[0], f"choose among {', '.join(KINDS)} (logger=tensorboard, "
-                          "logger=mlflow or logger=[tensorboard,mlflow])")
-    made = [TensorBoard(log_dir) if kind == "tensorboard" else MLflow(tracking_uri, experiment, run_name)
-            for kind in KINDS if kind in chosen]
+                          "logger=mlflow, logger=wandb, or several: logger=[tensorboard,mlflow])")
+
+    def make(kind: str):
+        if kind == "tensorboard":
+            return TensorBoard(log_dir)
+        if kind == "mlflow":
+            return MLflow(tracking_uri, experiment, run_name)
+        from fedrun.harness.wandb_logger import WandB  # its own module: W&B's run, offline or not
+
+        return WandB(project, entity, run_name, wandb_mode, wandb_dir)
+
+    made = [make(kind) for kind in KINDS if kind in chosen]
     if not made:
         return None
     return made[0] if len(made) == 1 else Dashboards(made)
@@ -327,19 +342,24 @@ def run_hparams(config: dict | None, run_dir: str | Path) -> dict:
     return {k: _hparam(v) for k, v in out.items() if v is not None}
 
 
-def run_params(config: dict | None) -> dict[str, str]:
-    """The run's settings as MLflow parameters: config.yaml flattened (``hyperparams.lr``,
+def run_settings(config: dict | None) -> dict:
+    """The run's settings, as the dashboards record them: config.yaml flattened (``hyperparams.lr``,
     ``choices.aggregator``, ``overrides`` as one line), without Hydra's keys, the mirrors of
     ``hyperparams`` and how the run was carried out (:data:`MECHANICS`: ``logger.*``, ``resume``,
-    ``data_root``, ``progress`` ...)."""
+    ``data_root``, ``progress`` ...); values as they are (W&B's config keeps numbers numbers)."""
     out = {}
     for key, value in _flat(config or {}).items():
         if _internal(key) or _under(key, MECHANICS):
             continue
         if key == "overrides" and isinstance(value, list):
             value = " ".join(map(str, value))
-        out[key] = "null" if value is None else str(value)
+        out[key] = value
     return out
+
+
+def run_params(config: dict | None) -> dict[str, str]:
+    """The run's settings as MLflow parameters (:func:`run_settings`), each a string."""
+    return {k: "null" if v is None else str(v) for k, v in run_settings(config).items()}
 
 
 def run_tags(config: dict | None, run_dir: str | Path) -> dict[str, str]:
