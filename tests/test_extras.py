@@ -3,7 +3,9 @@
 ``pip install 'fedrun[dashboards]'`` must be enough for ``logger=mlflow`` (its SQLite store, and
 ``mlflow ui`` to look at the runs: it answers on localhost) and ``logger=tensorboard``; ``pip install 'fedrun[sweeps]'`` for a stored Optuna study that a second
 command resumes; ``pip install 'fedrun[huggingface]'`` for the bring-your-own-data example
-(docs/examples/bring_your_own) with ``partition=natural`` and ``partition=flwr``.  Each extra goes into a fresh virtual environment that holds nothing else of the
+(docs/examples/bring_your_own) with ``partition=natural`` and ``partition=flwr`` (its default and
+ShardPartitioner named with its own argument); ``pip install 'fedrun[wandb]'`` for ``logger=wandb``
+offline.  Each extra goes into a fresh virtual environment that holds nothing else of the
 extras.  Installing needs the package index, so these tests are marked ``extras`` and left out of
 the default run (pyproject's ``addopts``); ``.ci/run`` runs them after the suite:
 
@@ -200,3 +202,22 @@ def test_the_huggingface_extra_alone_runs_the_worked_example(tmp_path):
     fedrun(bin_, [*common, "partition=flwr", "hyperparams.num_clients=4", f"hydra.run.dir={tmp_path / 'flwr'}"],
            tmp_path)
     assert (tmp_path / "flwr" / "summary.json").is_file()
+    fedrun(bin_, [*common, "partition=flwr", "partition.partitioner=ShardPartitioner",
+                  "partition.num_shards_per_partition=2", "hyperparams.num_clients=4",
+                  f"hydra.run.dir={tmp_path / 'shard'}"], tmp_path)
+    assert (tmp_path / "shard" / "summary.json").is_file()
+
+
+def test_the_wandb_extra_alone_logs_a_run_offline(tmp_path, monkeypatch):
+    """logger=wandb with W&B offline (no network, no login): a W&B run folder that `wandb sync`
+    would upload, named in the run directory's wandb.json."""
+    bin_ = environment_with("wandb", tmp_path / "venv")
+    assert not importable(bin_, "mlflow") and not importable(bin_, "optuna")
+    for name in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
+        (tmp_path / name.lower()).mkdir()
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    fedrun(bin_, [*TINY, "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    marker = json.loads((tmp_path / "run" / "wandb.json").read_text())
+    (folder,) = marker["folders"]
+    assert list(Path(folder).glob(f"run-{marker['run_id']}.wandb"))
