@@ -129,12 +129,12 @@ def test_train_shares_equals_each_share_alone(capture):
     parts = [torch.arange(i, 120, 6) for i in range(6)]  # 20 samples each
     sgdm = LocalTraining(epochs=2, batch_size=8, lr=0.1, momentum=0.9, optimizer_state="local")
     specs = [  # (local, regularizer, seed, clients, epochs, lr, start state)
-        (LocalTraining(epochs=2, batch_size=8, lr=0.1), None, 0, [0, 1, 2], None, None, None),
-        (LocalTraining(epochs=2, batch_size=5, lr=0.05), Proximal(0.5), 1, [3, 4], [2, 1], None, None),
+        (LocalTraining(epochs=2, batch_size=8, lr=0.1), None, 0, [0, 1, 2], None, 0.1, None),
+        (LocalTraining(epochs=2, batch_size=5, lr=0.05), Proximal(0.5), 1, [3, 4], [2, 1], 0.05, None),
         (LocalTraining(epochs=3, batch_size=8, lr=0.1), LayerAdaptive(0.5), 2, [0, 5], None, 0.02, None),
-        (sgdm, None, 3, [1, 2], None, None, {k: torch.randn(2, *v.shape) * 0.1 for k, v in sgdm.fresh_state(params).items()}),
-        (LocalTraining(epochs=1, batch_size=8, lr=0.01, optimizer="adam"), None, 4, [4], None, None, None),
-        (LocalTraining(epochs=2, batch_size=8, lr=0.1), None, 5, [3], None, None, None),  # shares the first's cohort
+        (sgdm, None, 3, [1, 2], None, 0.1, {k: torch.randn(2, *v.shape) * 0.1 for k, v in sgdm.fresh_state(params).items()}),
+        (LocalTraining(epochs=1, batch_size=8, lr=0.01, optimizer="adam"), None, 4, [4], None, 0.01, None),
+        (LocalTraining(epochs=2, batch_size=8, lr=0.1), None, 5, [3], None, 0.1, None),  # shares the first's cohort
     ]
     shares, alone = [], []
     for n, (local, reg, seed, clients, epochs, lr, start) in enumerate(specs):
@@ -189,6 +189,19 @@ def test_population_equals_runs_alone(tmp_path):
         summary = run_alone(build(overrides, tmp_path / f"alone_{name}"), progress=False)
         assert outcome["rounds"] == summary["rounds"] == (2 if "fewer" in name else 3)
         assert_same_csvs(tmp_path / f"alone_{name}", tmp_path / f"pop_{name}")
+
+
+def test_a_populations_log_is_in_round_order(tmp_path, caplog):
+    """The console's lines: each population round's line, and the runs' "done" lines after the last."""
+    import logging
+
+    datasets = {}  # one training set for both
+    runs = [build([f"aggregator={name}"], tmp_path / name, datasets, batched=True) for name in ("fedavg", "fedprox")]
+    with caplog.at_level(logging.INFO, logger="fedrun"):
+        simulate_runs(runs, progress=False)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("population round", "done:"))]
+    assert [line.split(":")[0] for line in lines] == ["population round 1", "population round 2",
+                                                     "population round 3", "done", "done"]
 
 
 def test_personalized_population_equals_runs_alone(tmp_path):

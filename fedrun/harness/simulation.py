@@ -139,6 +139,7 @@ def _rounds(runs: list[FederatedRun], live: list[int], outcomes: list, progress:
             wall = sync(device) - t0
             live = _record(runs, live, records, outcomes, population, wall)  # 5. record
             _show(bar, runs, live, records, population, wall)
+            live = _finish(runs, live, outcomes, population)  # after the round's line: the log in round order
 
 
 def _finish_resumed(runs: list[FederatedRun], live: list[int], outcomes: list, population: bool) -> list[int]:
@@ -202,12 +203,19 @@ def _evaluate(runs: list[FederatedRun], live: list[int], records: dict) -> None:
 
 def _record(runs: list[FederatedRun], live: list[int], records: dict, outcomes: list, population: bool,
             wall: float) -> list[int]:
-    """Step 5: each run's CSV rows and checkpoint; a run that has done its rounds writes its
-    summary and closes.  The runs still going."""
+    """Step 5: each run's CSV rows and checkpoint.  The runs still going (a run whose disk filled
+    stops here)."""
     for i in live:
         records[i].seconds["wall_s"] = wall
         _step(runs, i, outcomes, lambda run: run.record(records[i]), population)
-        if outcomes[i] is None and runs[i].done == runs[i].federation.rounds:
+    return [i for i in live if outcomes[i] is None]
+
+
+def _finish(runs: list[FederatedRun], live: list[int], outcomes: list, population: bool) -> list[int]:
+    """After the round's line: each run that has done its rounds writes its summary (its "done"
+    line) and closes.  The runs still going."""
+    for i in live:
+        if runs[i].done == runs[i].federation.rounds:
             _step(runs, i, outcomes, lambda run: run.summary(), population)
             runs[i].close()
     return [i for i in live if outcomes[i] is None]
