@@ -5,7 +5,7 @@
 command resumes; ``pip install 'fedrun[huggingface]'`` for the bring-your-own-data example
 (docs/examples/bring_your_own) with ``partition=natural`` and ``partition=flwr`` (its default and
 ShardPartitioner named with its own argument); ``pip install 'fedrun[wandb]'`` for ``logger=wandb``
-offline.  Each extra goes into a fresh virtual environment that holds nothing else of the
+offline; ``pip install 'fedrun[privacy]'`` for a private run's epsilon.  Each extra goes into a fresh virtual environment that holds nothing else of the
 extras.  Installing needs the package index, so these tests are marked ``extras`` and left out of
 the default run (pyproject's ``addopts``); ``.ci/run`` runs them after the suite:
 
@@ -206,6 +206,22 @@ def test_the_huggingface_extra_alone_runs_the_worked_example(tmp_path):
                   "partition.num_shards_per_partition=2", "hyperparams.num_clients=4",
                   f"hydra.run.dir={tmp_path / 'shard'}"], tmp_path)
     assert (tmp_path / "shard" / "summary.json").is_file()
+
+
+def test_the_privacy_extra_alone_runs_dp_fedavg_and_reports_epsilon(tmp_path):
+    """``pip install 'fedrun[privacy]'`` brings Google's dp-accounting: a private run writes the
+    privacy spent after every round (``dp_epsilon``, growing) and in its summary."""
+    bin_ = environment_with("privacy", tmp_path / "venv")
+    assert importable(bin_, "dp_accounting") and not importable(bin_, "mlflow") and not importable(bin_, "optuna")
+    run = tmp_path / "private"
+    fedrun(bin_, [*TINY, "aggregator=fedavg", "aggregator.weighting=uniform", "privacy.clip=1.0",
+                  "privacy.noise_multiplier=1.0", f"hydra.run.dir={run}"], tmp_path)
+    lines = (run / "rounds.csv").read_text().splitlines()
+    column = lines[0].split(",").index("dp_epsilon")
+    epsilons = [float(line.split(",")[column]) for line in lines[1:]]
+    assert len(epsilons) == 3 and 0 < epsilons[0] < epsilons[1] < epsilons[2]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["dp_epsilon"] == epsilons[-1] and summary["dp_delta"] == 1e-5
 
 
 def test_the_wandb_extra_alone_logs_a_run_offline(tmp_path, monkeypatch):
