@@ -80,13 +80,18 @@ def aggregate(agg, params, deltas, n, layers, state=None, clients=None, buffers=
 
 class OnPartition:
     """An engine with a fixed partition, called as the round loop calls it: ``train(params,
-    buffers, clients, round_, ...)`` hands the engine ``indices[k]`` for each client k."""
+    buffers, clients, round_, epochs, lr, ...)`` hands the engine ``indices[k]`` for each client k.
+
+    ``epochs`` defaults to None (E each) and ``lr`` to the engine's ``local.lr``: a test's
+    convenience for a round at the configured rate.  The engines themselves require ``lr``."""
 
     def __init__(self, engine, indices):
         self.engine, self.indices = engine, indices
 
-    def train(self, params, buffers, clients, round_, *args, **kwargs):
-        return self.engine.train(params, buffers, clients, [self.indices[k] for k in clients], round_, *args, **kwargs)
+    def train(self, params, buffers, clients, round_, epochs=None, lr=None, *args, **kwargs):
+        lr = self.engine.local.lr if lr is None else lr
+        return self.engine.train(params, buffers, clients, [self.indices[k] for k in clients], round_, epochs, lr,
+                                 *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.engine, name)

@@ -243,3 +243,39 @@ def test_every_engine_keeps_the_engine_protocol(tiny_data):
         def train(self, *args, **kwargs): ...
 
     assert not isinstance(TrainsOnly(), Engine)
+
+
+def test_every_engine_requires_the_rounds_lr(tiny_data):
+    """``lr`` is a required argument of ``engine.train`` (and of a lock-step ``Share``): a call
+    without it, or with None, is a TypeError before any training, never a round at ``local.lr``;
+    the rate given is the one trained with and reported."""
+    from fedrun.client.batched import BatchedEngine, Share
+    from fedrun.client.parallel import ParallelEngine
+
+    local = LocalTraining(epochs=1, batch_size=7, lr=0.1)
+    args = (tiny_mlp(0), tiny_data.train_x, tiny_data.train_y, local, None, 0)
+    params, buffers = split_state(tiny_mlp(0))
+    indices = [torch.arange(0, 10), torch.arange(10, 33)]
+    parallel = ParallelEngine(*args, workers=2)
+    try:
+        for engine in (SequentialEngine(*args), BatchedEngine(*args), parallel):
+            with pytest.raises(TypeError, match="lr"):
+                engine.train(params, buffers, [0, 1], indices, 1)
+            with pytest.raises(TypeError, match="lr"):
+                engine.train(params, buffers, [0, 1], indices, 1, None)
+            with pytest.raises(TypeError, match="lr must be this round's learning rate"):
+                engine.train(params, buffers, [0, 1], indices, 1, None, None)
+        assert parallel._pool is None  # refused in the run's process, no worker started
+        batched = BatchedEngine(*args)
+        with pytest.raises(TypeError, match="lr"):
+            Share(batched, params, buffers, [0, 1], indices, 1, None)
+        with pytest.raises(TypeError, match="lr must be this round's learning rate"):
+            Share(batched, params, buffers, [0, 1], indices, 1, None, None)
+        # The round's rate, not local.lr: after a schedule's drop the updates are smaller.
+        for engine in (SequentialEngine(*args), BatchedEngine(*args)):
+            dropped = engine.train(params, buffers, [0, 1], indices, 1, None, 0.01)
+            full = engine.train(params, buffers, [0, 1], indices, 1, None, local.lr)
+            assert dropped.lr.tolist() == [0.01, 0.01] and full.lr.tolist() == [0.1, 0.1]
+            assert not torch.equal(dropped.deltas["fc1.weight"], full.deltas["fc1.weight"])
+    finally:
+        parallel.close()

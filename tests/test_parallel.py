@@ -128,8 +128,8 @@ def test_batchnorm_dropout_and_augmentation_in_the_workers():
     try:
         params, buffers = split_state(model())
         indices = [torch.arange(12 * j, 12 * (j + 1)) for j in range(4)]
-        a = seq.train(params, buffers, [0, 1, 2, 3], indices, 1)
-        b = par.train(params, buffers, [0, 1, 2, 3], indices, 1)
+        a = seq.train(params, buffers, [0, 1, 2, 3], indices, 1, None, local.lr)
+        b = par.train(params, buffers, [0, 1, 2, 3], indices, 1, None, local.lr)
         assert_same(a, b)
         assert any(not torch.equal(a.buffers[k][0], buffers[k]) for k in buffers)  # BatchNorm statistics moved
     finally:
@@ -201,7 +201,7 @@ def test_a_worker_that_dies_is_an_error_naming_it_the_client_and_the_round(tiny_
     start = time.monotonic()
     with pytest.raises(WorkerError, match=r"^engine=parallel: worker \d \(pid \d+\) killed by signal 9 .*on client "
                                           r"\d of round 4; the run stops after its last complete round"):
-        par.train(params, buffers, [0, 1], [torch.arange(10), torch.arange(10, 20)], 4)
+        par.train(params, buffers, [0, 1], [torch.arange(10), torch.arange(10, 20)], 4, None, 0.05)
     assert time.monotonic() - start < 30  # no hang
     par.close()
 
@@ -212,7 +212,7 @@ def test_an_exception_in_a_worker_reaches_the_run_with_its_type(tiny_data):
     params, buffers = split_state(tiny_mlp())
     try:
         with pytest.raises(ArithmeticError, match="a bug in a regularizer") as caught:
-            par.train(params, buffers, [0, 1], [torch.arange(10), torch.arange(10, 20)], 2)
+            par.train(params, buffers, [0, 1], [torch.arange(10), torch.arange(10, 20)], 2, None, 0.05)
         if sys.version_info >= (3, 11):
             assert "in parallel worker" in caught.value.__notes__[0] and "of round 2" in caught.value.__notes__[0]
         # The pool is still usable after a worker's error (it answered, it did not die).
@@ -231,7 +231,7 @@ def test_workers_exit_when_the_runs_process_is_killed(tmp_path):
         x, y = torch.randn(40, 1, 4, 4), torch.randint(0, 10, (40,))
         e = ParallelEngine(MLP(1, 4, 10, hidden=[8]), x, y, LocalTraining(batch_size=5), None, 0, workers=2)
         p = {k: v.detach() for k, v in e.model.named_parameters()}
-        e.train(p, {}, [0, 1], [torch.arange(20), torch.arange(20, 40)], 1)
+        e.train(p, {}, [0, 1], [torch.arange(20), torch.arange(20, 40)], 1, None, 0.05)
         print(" ".join(str(w.pid) for w in e._pool.processes), flush=True)
         time.sleep(600)
     """))

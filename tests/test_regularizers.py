@@ -113,7 +113,7 @@ def test_a_population_of_regularized_runs_adds_each_runs_gradient_to_its_own_row
     def population(wrap):
         engines = [BatchedEngine(model, x, y, local, None if r is None else wrap(r), 0, clients_per_step=None)
                    for r in regs]
-        return train_shares([Share(e, params, buffers, [0, 1, 2], idx, 3) for e in engines])
+        return train_shares([Share(e, params, buffers, [0, 1, 2], idx, 3, None, local.lr) for e in engines])
 
     closed, auto = population(lambda r: r), population(_autograd_only)
     for c, a in zip(closed, auto):

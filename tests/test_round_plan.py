@@ -137,7 +137,7 @@ def test_the_static_layout_matches_with_optimizers_and_regularizers(local, regul
 def scaffold_round(make, params, buffers, x, y, idx, inputs, round_=1):
     local = LocalTraining(epochs=2, batch_size=8, lr=0.05, momentum=0.5)
     engine = make(MnistCNN(channels=(4, 8), hidden=16), x, y, local, ControlVariate(), 0)  # (float64 by default here)
-    return engine.train(params, buffers, [0, 1, 2], idx, round_, inputs=inputs)
+    return engine.train(params, buffers, [0, 1, 2], idx, round_, None, local.lr, inputs=inputs)
 
 
 def test_scaffold_corrections_reach_the_static_layout():
@@ -221,8 +221,8 @@ def test_what_cannot_take_the_static_layout_says_why_once(caplog):
     runs = [STATIC(plain, x, y, LocalTraining(batch_size=5, lr=0.1, augment=augment), None, 0)
             for augment in (None, Augmentation())]
     with caplog.at_level(logging.INFO, logger="fedrun.client.batched"):
-        train_shares([Share(e, p, b, [0, 1], idx, 1) for e in runs])
-        runs[0].train(p, b, [0, 1], idx, 1)  # alone, the other run takes the static layout
+        train_shares([Share(e, p, b, [0, 1], idx, 1, None, 0.1) for e in runs])
+        runs[0].train(p, b, [0, 1], idx, 1, None, 0.1)  # alone, the other run takes the static layout
     said = [r.getMessage() for r in caplog.records]
     assert said == ["engine.capture=on: the lock-step runs eagerly (data augmentation draws each client's transforms "
                     "on the host)",

@@ -159,7 +159,7 @@ def test_scaffold_round_on_a_linear_model_by_hand(make, correction):
     inputs = agg.client_inputs(state, [0, 1])
     with default_dtype(torch.float64):
         engine = on_partition(make, model, x, y, idx, local, agg.regularizer, 0)
-        res = engine.train(params, buffers, [0, 1], 1, None, None, None, inputs)
+        res = engine.train(params, buffers, [0, 1], 1, None, local.lr, None, inputs)
     d0 = [[0.15, -0.1, -0.1, -0.1], [-0.35, -0.1, -0.1, -0.1]]
     d1 = [[0.2, -0.3, 0.2, 0.2], [0.2, 0.7, 0.2, 0.2]]
     assert approx(res.deltas["1.weight"], [d0, d1])
@@ -218,9 +218,9 @@ def test_scaffold_after_step_is_niidbenchs_client_loop(make):
     inputs = {k: c[k].unsqueeze(0) - c_k[k] for k in c}
     with default_dtype(dtype):
         res = on_partition(make, model, x, y, idx, local, agg.regularizer, 0).train(
-            params, buffers, [0, 1], 1, None, None, None, inputs)
+            params, buffers, [0, 1], 1, None, local.lr, None, inputs)
         other = on_partition(make, model, x, y, idx, local, ControlVariate("gradient"), 0).train(
-            params, buffers, [0, 1], 1, None, None, None, inputs)
+            params, buffers, [0, 1], 1, None, local.lr, None, inputs)
     new = agg.correction.update(state, res)["c_k"]
     for j in range(2):
         want_delta, want_c = niidbench_scaffold_client(reference, x[idx[j]], y[idx[j]], c,
@@ -256,9 +256,9 @@ def test_both_engines_agree_with_control_variates_and_chunks(correction):
             params, buffers = split_state(model)
             inputs = {k: 0.3 * torch.randn(4, *v.shape, dtype=dtype) for k, v in params.items()}
             seq = on_partition(SequentialEngine, model, x, y, idx, local, ControlVariate(correction), 0).train(
-                params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2], None, None, inputs)
+                params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2], local.lr, None, inputs)
             bat = on_partition(BatchedEngine, model, x, y, idx, local, ControlVariate(correction), 0, 2).train(
-                params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2], None, None, inputs)
+                params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2], local.lr, None, inputs)
             plain = on_partition(SequentialEngine, model, x, y, idx, local, None, 0).train(
                 params, buffers, [0, 1, 2, 3], 3, [2, 1, 2, 2])
         assert relative_difference(seq.deltas, bat.deltas) < bound

@@ -56,7 +56,7 @@ from fedrun.client.captured import Workspace, Workspaces, check_capture, static_
 from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.lock_step import ChunkTraining
 from fedrun.client.precision import check_engine_options, compile_errors, precision_scope
-from fedrun.client.protocol import InProcessEngine
+from fedrun.client.protocol import InProcessEngine, check_lr
 from fedrun.client.regularizers import Regularizer
 from fedrun.client.round_plan import RoundPlan
 from fedrun.client.vmap_batchnorm import uses_batch_norm
@@ -126,7 +126,7 @@ class BatchedEngine(InProcessEngine):
         self._fuse_bn = uses_batch_norm(model) and not compile
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
-              round_: int, epochs: list[int] | None = None, lr: float | None = None,
+              round_: int, epochs: list[int] | None, lr: float,
               opt_states: Params | None = None, inputs: Params | None = None,
               own: Params | None = None) -> ClientResults:
         """As :meth:`fedrun.client.sequential.SequentialEngine.train`: the round's clients in chunks of
@@ -217,13 +217,14 @@ class Share:
     clients: list[int]
     indices: list[torch.Tensor]
     round_: int
-    epochs: list[int] | None = None
-    lr: float | None = None
+    epochs: list[int] | None  # None: E each
+    lr: float  # this round's learning rate: required (None is a TypeError, never local.lr)
     opt_states: Params | None = None
     inputs: Params | None = None  # the regularizer's per-client inputs [m, ...] (SCAFFOLD's c - c_k), or None
     own: Params | None = None  # the clients' own starting values of some parameters/buffers [m, ...], or None
 
     def __post_init__(self):
+        self.lr = check_lr(self.lr)
         if self.epochs is None:
             self.epochs = [self.engine.local.epochs] * len(self.clients)
 

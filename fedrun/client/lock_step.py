@@ -53,7 +53,7 @@ class _Cohort:
     round's learning rate), with their stacked optimizer state.  A single run is one cohort; a
     population sweeping the client learning rate or momentum has one per value."""
 
-    def __init__(self, optimizer, lr: float | None, rows: list[int], state: dict):
+    def __init__(self, optimizer, lr: float, rows: list[int], state: dict):
         self.optimizer, self.lr, self.state = optimizer, lr, state
         self.local = {r: i for i, r in enumerate(rows)}  # chunk row -> row of the cohort's state
 
@@ -295,8 +295,8 @@ class ChunkTraining:
             for n, i0, i1, mine in slices:
                 if n in self.stepping and i0 < i1:  # a change after the optimizer's step (SCAFFOLD as NIID-Bench applies it)
                     share = self.shares[n]
-                    lr_n = share.engine.local.lr if share.lr is None else share.lr
-                    self.regs[n].after_step(self.reg_states[n], {k: w[i0:i1] for k, w in zip(names, weights)}, mine, lr_n)
+                    self.regs[n].after_step(self.reg_states[n], {k: w[i0:i1] for k, w in zip(names, weights)}, mine,
+                                            share.lr)
             if not whole:
                 for k, w in zip(names, weights):
                     self.stacked[k].index_copy_(0, idx, w)
@@ -357,10 +357,9 @@ class ChunkTraining:
             cohort, first_row = self.share_cohorts[n]
             final = None if share.opt_states is None else {
                 k: v[first_row:first_row + m_n].clone() for k, v in state_dict(cohort.state, names).items()}
-            lr = share.engine.local.lr if share.lr is None else share.lr
             out.append(ClientResults(list(share.clients), deltas, {k: v[rows].clone() for k, v in self.bufs.items()},
                                      sizes, loss, steps, n_epochs, extras, final,
-                                     torch.full((m_n,), lr, dtype=torch.float64),
+                                     torch.full((m_n,), share.lr, dtype=torch.float64),
                                      share.engine.local.effective_steps(steps)))
         return out
 

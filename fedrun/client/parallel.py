@@ -43,6 +43,7 @@ from torch import nn
 
 from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.precision import check_engine_options
+from fedrun.client.protocol import check_lr
 from fedrun.client.regularizers import Regularizer
 from fedrun.client.sequential import SequentialEngine
 from fedrun.client.worker_tasks import WorkerError, do_task, merge_results, note, rows_of, task_label
@@ -166,10 +167,11 @@ class ParallelEngine:
     # ---------------------------------------------------------------- training
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
-              round_: int, epochs: list[int] | None = None, lr: float | None = None,
+              round_: int, epochs: list[int] | None, lr: float,
               opt_states: Params | None = None, inputs: Params | None = None,
               own: Params | None = None) -> ClientResults:
         """As :meth:`SequentialEngine.train`, the clients spread over the workers."""
+        lr = check_lr(lr)  # here, not in a worker
         m = len(clients)
         epochs = [self.local.epochs] * m if epochs is None else list(epochs)
         if self.workers == 1 or m <= 1:

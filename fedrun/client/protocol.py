@@ -4,7 +4,8 @@ A run (:class:`fedrun.harness.federated_run.FederatedRun`) builds its engine onc
 ``make_engine(model, train_x, train_y, local, regularizer, seed)``, and then uses only what
 :class:`Engine` lists:
 
-* :meth:`~Engine.train` every round: the sampled clients from ``w_t``, their
+* :meth:`~Engine.train` every round: the sampled clients from ``w_t`` at the round's learning
+  rate (required: the schedule is the run's), their
   :class:`~fedrun.client.local_training.ClientResults` back (the one method that does the work);
 * :meth:`~Engine.fit` once, before the start: the engine's fit to the round's size (the parallel
   engine caps its workers at what can run at once), returning a line for the run's log or None;
@@ -20,6 +21,7 @@ your own) inherits :class:`InProcessEngine`, which has nothing to fit, share, st
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 import torch
@@ -35,9 +37,15 @@ class Engine(Protocol):
     evaluate: Optional[Callable]
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
-              round_: int, epochs: list[int] | None = None, lr: float | None = None,
+              round_: int, epochs: list[int] | None, lr: float,
               opt_states: Params | None = None, inputs: Params | None = None,
-              own: Params | None = None) -> ClientResults: ...
+              own: Params | None = None) -> ClientResults:
+        """Train ``clients`` from ``w_t = params`` (the arguments:
+        :meth:`fedrun.client.sequential.SequentialEngine.train`).  ``lr``, this round's learning
+        rate, is required: the schedule is the run's, and an engine never falls back to
+        ``local.lr`` (:func:`check_lr`).  ``epochs`` must be given too (it comes before ``lr``):
+        each client's epochs, or None for E each."""
+        ...
 
     def fit(self, per_round: int) -> str | None: ...
 
@@ -49,6 +57,15 @@ class Engine(Protocol):
 
     @property
     def summary(self) -> str: ...
+
+
+def check_lr(lr) -> float:
+    """``lr`` as an engine takes it: a number, this round's learning rate.  None (or anything else)
+    is a ``TypeError``: an engine trains at the rate the run hands it, never at ``local.lr`` by
+    default (after a schedule's drop the two differ)."""
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError(f"engine.train: lr must be this round's learning rate, a number (got {lr!r})")
+    return float(lr)
 
 
 class InProcessEngine:

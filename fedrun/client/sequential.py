@@ -1,7 +1,7 @@
 """The sequential engine: one client after another on one ``nn.Module``, the reference that every
 other engine is checked against.
 
-An engine is one call, ``engine.train(params, buffers, clients, indices, round_) ->
+An engine is one call, ``engine.train(params, buffers, clients, indices, round_, epochs, lr) ->
 ClientResults``: train these m clients, each on its own sample indices, from ``w_t = params``, and
 return their updates stacked ``[m, *shape]``.  The engine holds the training set, the client
 optimizer and the regularizer; the data each client trains on is handed to it per call, so any
@@ -23,7 +23,7 @@ from torch import nn
 from fedrun.client.local_training import ClientResults, LocalTraining
 from fedrun.client.optim import load_state, state_dict
 from fedrun.params import Params
-from fedrun.client.protocol import InProcessEngine
+from fedrun.client.protocol import InProcessEngine, check_lr
 from fedrun.client.precision import autocast, check_engine_options, compile_errors, precision_scope
 from fedrun.client.regularizers import Regularizer
 from fedrun.seeding import derive_seed, torch_generator
@@ -59,7 +59,7 @@ class SequentialEngine(InProcessEngine):
         self._forward = torch.compile(model) if compile else model
 
     def train(self, params: Params, buffers: Params, clients: list[int], indices: list[torch.Tensor],
-              round_: int, epochs: list[int] | None = None, lr: float | None = None,
+              round_: int, epochs: list[int] | None, lr: float,
               opt_states: Params | None = None, inputs: Params | None = None,
               own: Params | None = None) -> ClientResults:
         """Train ``clients`` from ``w_t = params``.
@@ -67,8 +67,10 @@ class SequentialEngine(InProcessEngine):
         Args:
           clients: the learners' ids (their batches, dropout and augmentation derive from them).
           indices: client j's training samples, an index tensor into the training set (on the device).
-          epochs: client j runs ``epochs[j]`` epochs (default E).
-          lr: this round's learning rate (default ``local.lr``; the schedule is the caller's).
+          epochs: client j runs ``epochs[j]`` epochs; None: E each (required all the same, as it
+            comes before ``lr``).
+          lr: this round's learning rate, required: the schedule is the caller's, and the engine
+            never falls back to ``local.lr`` (None is a ``TypeError``, :func:`fedrun.client.protocol.check_lr`).
           opt_states: the clients' starting optimizer states, named tensors stacked ``[m, ...]``
             (:meth:`LocalTraining.fresh_state`); their final states come back in
             ``ClientResults.opt_states``.  None: a fresh state each, nothing returned.
@@ -81,6 +83,7 @@ class SequentialEngine(InProcessEngine):
             regularizer's ``w_t`` and what the deltas are measured from.  None: every client starts
             from ``w_t``.
         """
+        lr = check_lr(lr)
         with precision_scope(self.precision, self.x.device), compile_errors(self.compile):
             return self._train(params, buffers, clients, indices, round_, epochs, lr, opt_states, inputs, own)
 
@@ -112,11 +115,11 @@ class SequentialEngine(InProcessEngine):
         sizes = torch.tensor([len(idx) for idx in indices])
         return ClientResults(list(clients), deltas, stacked_buffers, sizes, losses, steps,
                              torch.tensor(epochs), extras, final_states,
-                             torch.full((m,), self.local.lr if lr is None else lr, dtype=torch.float64),
+                             torch.full((m,), lr, dtype=torch.float64),
                              self.local.effective_steps(steps))
 
     def _train_client(self, params: Params, buffers: Params, client: int, idx: torch.Tensor, round_: int,
-                      epochs: int, lr: float | None = None, start_state: Params | None = None,
+                      epochs: int, lr: float, start_state: Params | None = None,
                       inputs: Params | None = None, own: Params | None = None):
         """One client's local training: ``epochs`` passes over its samples ``idx`` in batches of B,
         one optimizer step (plus the regularizer's penalty) per batch.
@@ -176,7 +179,7 @@ class SequentialEngine(InProcessEngine):
                 optimizer.step(weights, grads, opt_state, lr)
                 if after_step:
                     with torch.no_grad():
-                        reg.after_step(reg_state, live, one, local.lr if lr is None else lr)
+                        reg.after_step(reg_state, live, one, lr)
                 loss_sum += loss.detach() * len(batch)
                 steps += 1
         metrics = {} if reg is None else {"reg_loss": float(reg_sum) / max(steps, 1),

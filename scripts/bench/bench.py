@@ -166,7 +166,7 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
             for t in range(rounds + 1):  # round 0 warms up (kernels, allocator, compilation), not timed
                 _sync(device)
                 t0 = time.perf_counter()
-                res = engine.train(params, buffers, clients, [idx[k] for k in clients], t + 1)
+                res = engine.train(params, buffers, clients, [idx[k] for k in clients], t + 1, None, local.lr)
                 _sync(device)
                 t1 = time.perf_counter()
                 out, state = agg.apply(state, params, res)
@@ -195,7 +195,8 @@ def run(name: str, w: Workload, device: torch.device, rounds: int, peak_tflops: 
                   f"peak mem {peak_memory_mb(device):,.0f} MiB | {100 * floor / train_s:.1f}% of FLOP floor "
                   f"({floor * scale:.2f} s/round)" + chunk + (f" | warm-up round {warm_s:.1f} s" if comp else ""))
             if profile_rows:
-                profile(lambda: engine.train(params, buffers, clients, [idx[k] for k in clients], rounds + 2), device,
+                profile(lambda: engine.train(params, buffers, clients, [idx[k] for k in clients], rounds + 2, None,
+                                             local.lr), device,
                         profile_rows)
     for prec, comp in modes:
         label = _label(prec, comp)

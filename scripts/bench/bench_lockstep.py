@@ -149,7 +149,8 @@ class Bench:
 
     def train(self, steps: int) -> None:
         self.round += 1
-        self.engine.train(self.params, self.buffers, list(range(self.width)), self.indices[steps], self.round)
+        self.engine.train(self.params, self.buffers, list(range(self.width)), self.indices[steps], self.round, None,
+                          self.engine.local.lr)
 
     def timed(self, steps: int) -> float:
         """Seconds of one round of ``steps`` lock-steps."""

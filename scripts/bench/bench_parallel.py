@@ -175,10 +175,10 @@ def probe(tries: int) -> None:
         par.start()
         for threads in (1, cores):
             torch.set_num_threads(threads)
-            train[f"sequential, {threads} thread(s)"] = fastest(lambda: seq.train(params, {}, list(range(10)), indices, 1), tries)
+            train[f"sequential, {threads} thread(s)"] = fastest(lambda: seq.train(params, {}, list(range(10)), indices, 1, None, local.lr), tries)
             test[f"sequential, {threads} thread(s)"] = fastest(lambda: evaluate(model, state, test_x, test_y, 256), tries)
         torch.set_num_threads(1)
-        train[f"parallel, {cores} workers"] = fastest(lambda: par.train(params, {}, list(range(10)), indices, 1), tries)
+        train[f"parallel, {cores} workers"] = fastest(lambda: par.train(params, {}, list(range(10)), indices, 1, None, local.lr), tries)
         test[f"parallel, {cores} workers"] = fastest(lambda: par.evaluate(model, state, test_x, test_y, 256), tries)
     finally:
         par.close()

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize()
         t = time.perf_counter()
-        out = engine.train(params, buffers, list(range(args.clients)), idx, 1, inputs=inputs)
+        out = engine.train(params, buffers, list(range(args.clients)), idx, 1, None, local.lr, inputs=inputs)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t, out.deltas
