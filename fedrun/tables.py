@@ -3,7 +3,7 @@
 One renderer for every table fedrun and its paper scripts print, so a table pasted into a
 paper (``--format latex``) or a README (``--format markdown``) looks the same whichever command
 wrote it: the sweep's closing table (``fedrun-sweep-table``, :mod:`fedrun.command.sweeps`) and
-the paper scripts' tables (``scripts/tables.py``).  Cells are strings, already formatted; this
+the paper scripts' tables (``scripts/common/tables.py``).  Cells are strings, already formatted; this
 module only lays them out and escapes what the format needs escaped (``|`` in Markdown, LaTeX's
 special characters).  It imports nothing of fedrun's (no Hydra, no pandas), so any floor may use it.
 

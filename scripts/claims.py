@@ -10,8 +10,11 @@ another text, and the test names it.  Where a sentence says something that is tr
 than a number ("in each seed", "within a point"), the field holds the words, and renders other
 words when the data disagrees.
 
-The claims live in ``scripts/doc_claims/``, a module per section of the doc (:mod:`doc_claims`);
-this command prints them, checks them against the doc and rewrites the doc's marked ones.
+The claims live beside each paper's scripts (``scripts/<paper>/claims*.py``, a module per section
+of the doc; ``scripts/datasets/`` those of the reproductions about data), made of
+``scripts/common/claims_core.py`` (the numbers as text, the runs) and registered by
+``scripts/common/claims_registry.py``; this command alone loads every one of them, in the doc's
+order, prints them, checks them against the doc and rewrites the doc's marked ones.
 
 One rounding, everywhere: :func:`fmt` rounds half up (0.125 -> 0.13) on the exact decimal value
 (``Decimal(str(x))``, never the binary float), and :func:`exact` writes a value that has at most
@@ -24,17 +27,17 @@ a tie is decided on the exact values, never by two figures that print alike.
 The sections are those of docs/reproductions.md: ``niidbench`` (the NIID-Bench grid and its
 comparison with Flower's baseline), ``niidbench_readings`` (data size and SCAFFOLD's divergence),
 ``fednova_stragglers``, ``fedlap_fmnist`` (the bullets under "What holds and what does not"),
-``fedlap_readings``, ``fedlap_mnist_train10k``, ``fedlap_tuned`` (FedLap against baselines tuned by scripts/tune.py) and
+``fedlap_readings``, ``fedlap_mnist_train10k``, ``fedlap_tuned`` (FedLap against baselines tuned by scripts/common/tune.py) and
 ``fedlayerwise`` (Table I on the whole MNIST), ``fednnnn_gpu`` (Table 2's MNIST
 non-IID unbalanced column, one GPU run), ``niidbench_gpu`` (NIID-Bench's #C=2 and IID rows on
 the whole MNIST, GPU runs cut short), ``niidbench_tuned`` (FedProx's mu tuned per NIID-Bench cell
-by scripts/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST),
-``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/tune.py) and
+by scripts/common/tune.py), ``fedlap_mnist`` (FedLap's MNIST figures on the whole MNIST),
+``fedlap_mnist_tuned`` (FedLap on the whole MNIST against baselines tuned by scripts/common/tune.py) and
 ``niidbench_whole`` (Table III's MNIST rows on the whole MNIST as far as the CPU runs go, and
 SCAFFOLD under #C=2 there with both readings of its correction), ``fednnnn_whole`` (FedNNNN's Table 2,
 MNIST half, on the whole MNIST on a CPU, as far as its runs have gone), ``cifar10_jpeg`` (what
-CIFAR-10's JPEG q75 copy costs a model).  ``niidbench_table3.py collect`` and
-``plot_fedlap.py --summary`` print the sections of the folders they read (:func:`print_section`).
+CIFAR-10's JPEG q75 copy costs a model).  ``niidbench/table3.py collect`` and
+``fedlap/plot.py --summary`` print the sections of the folders they read (:func:`print_section`).
 
 Examples (from the repository root)::
 
@@ -49,8 +52,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from doc_claims.core import DOC, Data, ROOT
-from doc_claims.registry import in_doc, render_section, sections, write_marked
+if not __package__:  # python scripts/claims.py: the checkout's root on the path, for scripts.*
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from scripts.common.claims_core import DOC, Data, ROOT
+from scripts.common.claims_registry import in_doc, render_section, sections, write_marked
+# Every paper's claims, each module registering its sections' as it is imported: in the doc's order,
+# the order they are printed in (named after their sections).
+from scripts.niidbench import claims as niidbench, claims_stragglers as fednova_stragglers  # noqa: F401
+from scripts.fedlap import claims as fedlap  # noqa: F401
+from scripts.fedlayerwise import claims as fedlayerwise  # noqa: F401
+from scripts.fedlap import claims_tuned as fedlap_tuned  # noqa: F401
+from scripts.fednnnn import claims_gpu as fednnnn_gpu  # noqa: F401
+from scripts.niidbench import claims_gpu as niidbench_gpu, claims_tuned as niidbench_tuned  # noqa: F401
+from scripts.niidbench import claims_whole as niidbench_whole  # noqa: F401
+from scripts.fednnnn import claims_whole as fednnnn_whole  # noqa: F401
+from scripts.datasets import claims_cifar10_jpeg as cifar10_jpeg, claims_femnist_leaf as femnist_leaf  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- command line

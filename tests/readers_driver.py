@@ -21,10 +21,10 @@ from pathlib import Path
 
 # The programs, by the name they print, and the module whose main(argv) each one is.
 PROGRAMS = {
-    "fedrun-plot": "fedrun.plot", "readings": "readings", "fednnnn_table2": "fednnnn_table2",
-    "fedlayerwise_table1": "fedlayerwise_table1", "niidbench_table3": "niidbench_table3", "pd_tables": "pd_tables",
-    "plot_fednnnn": "plot_fednnnn", "plot_fedlayerwise": "plot_fedlayerwise", "plot_fedlap": "plot_fedlap",
-    "plot_pd": "plot_pd", "loss_surface": "loss_surface",
+    "fedrun-plot": "fedrun.plot", "readings": "scripts.common.readings", "fednnnn_table2": "scripts.fednnnn.table2",
+    "fedlayerwise_table1": "scripts.fedlayerwise.table1", "niidbench_table3": "scripts.niidbench.table3",
+    "pd_tables": "scripts.pd.tables", "plot_fednnnn": "scripts.fednnnn.plot", "plot_fedlayerwise": "scripts.fedlayerwise.plot",
+    "plot_fedlap": "scripts.fedlap.plot", "plot_pd": "scripts.pd.plot", "loss_surface": "scripts.pd.loss_surface",
 }
 
 
@@ -46,7 +46,7 @@ def run(main, args: list[str]) -> tuple[int, str, str]:
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: scripts.*
     for case in cases:
         os.chdir(case["cwd"])
         program = importlib.import_module(PROGRAMS[case["prog"]]).main

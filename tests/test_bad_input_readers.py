@@ -351,7 +351,7 @@ def test_a_run_stopped_after_round_1_is_drawn_as_far_as_it_got(runs, tmp_path, c
 def test_a_diverged_run_is_named_below_the_paper_figures(tmp_path, capsys, monkeypatch):
     """plot_fednnnn.py draws the finished runs; FedAvg's seed 1, which diverged at round 3, is not
     left out unsaid: every figure of its cell says so below the panels, and stderr names it."""
-    import plot_fednnnn
+    from scripts.fednnnn import plot as plot_fednnnn
     from matplotlib.figure import Figure
 
     make_run(tmp_path / "runs" / "ok")

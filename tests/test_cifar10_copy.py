@@ -205,10 +205,7 @@ def test_the_exact_subsets_label_says_which_pixels_it_trained_on():
 
 
 def test_a_run_on_the_copy_is_labelled_in_its_files_its_tags_and_its_tables(copy_files, tmp_path):
-    import sys
-
-    sys.path.insert(0, str(REPO_ROOT / "scripts"))
-    from papers import dataset_title, setting_deviations
+    from scripts.common.papers import dataset_title, setting_deviations
 
     from fedrun.harness.dashboards import run_hparams, run_tags
     from fedrun.plot import setting
@@ -256,8 +253,8 @@ def test_the_real_copy_has_cifar10s_labels_and_is_near_its_exact_pixels(real_cop
     assert np.abs(test[index].astype(np.int16) - np.roll(x, 1, axis=0)).mean() > 40  # another image is far off
 
 
-@pytest.mark.parametrize("script,cell", [("fednnnn_table2.py", ["--cells", "cifar10_iid_b", "--methods", "fedavg"]),
-                                         ("pd_tables.py", ["--tables", "4", "--settings", "iid", "--datasets", "cifar10"])])
+@pytest.mark.parametrize("script,cell", [("fednnnn/table2.py", ["--cells", "cifar10_iid_b", "--methods", "fedavg"]),
+                                         ("pd/tables.py", ["--tables", "4", "--settings", "iid", "--datasets", "cifar10"])])
 def test_the_paper_scripts_substitute_the_copy_for_cifar10(script, cell, tmp_path):
     import subprocess
     import sys

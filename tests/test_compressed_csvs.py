@@ -1,4 +1,4 @@
-"""A finished run's per-client CSVs gzipped (fedrun.results.compress_csvs; ``python scripts/grid.py
+"""A finished run's per-client CSVs gzipped (fedrun.results.compress_csvs; ``python scripts/common/grid.py
 compress``), as the committed reproductions keep them: the readers give the same frames as from
 the plain files, the bytes are the same each time, a run not finished is refused untouched, a
 damaged gzip is one line naming it, and ``resume=true`` on the complete run has nothing to do.
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,10 +15,7 @@ from conftest import TINY, fedrun_ok, run_fedrun
 
 from fedrun import results
 from fedrun.errors import RunDirectoryError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import grid  # noqa: E402
+from scripts.common import grid
 
 
 @pytest.fixture(scope="module")

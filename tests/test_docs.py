@@ -6,7 +6,7 @@ Each ```bash block is split into commands, and each command is checked by what i
   (:func:`fedrun.command.cli.precheck`, every value of a sweep with :func:`fedrun.command.cli.precheck_sweep`),
   in a fresh working folder, with ``-cd`` and the ``cd`` of its block applied;
 * ``fedrun-plot ...``: run on hand-made runs placed where the command looks;
-* ``python scripts/<table>.py run ...``: run with ``--dry-run`` (its commands printed, none run);
+* ``python scripts/<paper>/<table>.py run ...``: run with ``--dry-run`` (its commands printed, none run);
   the scripts' ``collect`` and plot commands: run on empty folders, which must not be an error of
   their command line;
 * ``bash scripts/bench/gpu_check.sh <stage>``: the stage exists (the stages need a GPU);
@@ -14,7 +14,7 @@ Each ```bash block is split into commands, and each command is checked by what i
 
 The data is what a user can have, made by the test (MNIST's and FashionMNIST's files where a
 download or Debian's package puts them, and ``dataset=mnist_train10k``'s files as
-scripts/mnist_train10k.py writes them): nothing beside the checkout, no network.  The README's
+scripts/datasets/mnist_train10k.py writes them): nothing beside the checkout, no network.  The README's
 single runs are also built at ``scale=tiny``, as the README suggests.
 
 A command of any other kind fails the test, so a new example is covered when it is written.
@@ -40,7 +40,7 @@ from fedrun.command.cli import precheck, precheck_sweep
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "export", "optuna-dashboard")
-TABLE_SCRIPTS = ("fednnnn_table2.py", "fedlayerwise_table1.py", "pd_tables.py", "niidbench_table3.py")
+TABLE_SCRIPTS = ("fednnnn/table2.py", "fedlayerwise/table1.py", "pd/tables.py", "niidbench/table3.py")  # below scripts/
 
 
 def commands() -> list[tuple[str, str, str]]:
@@ -189,7 +189,7 @@ def check_plot(args: list[str], folder: Path, monkeypatch) -> None:
 def check_script(args: list[str], folder: Path) -> None:
     """A paper script: ``run`` with ``--dry-run``; other modes on empty folders, where the
     command line must be accepted (argparse's errors print its usage)."""
-    script = Path(args[0]).name
+    script = Path(args[0]).relative_to("scripts").as_posix()
     if script == "claims.py":  # on the committed runs, but --write rewrites a copy of the doc, not the checkout's
         root = folder / "root"
         (root / "docs").mkdir(parents=True)
@@ -201,7 +201,7 @@ def check_script(args: list[str], folder: Path) -> None:
         return
     if script in TABLE_SCRIPTS and len(args) > 1 and args[1] == "run":
         args = [*args, "--dry-run"]
-    elif script == "tune.py" and "--show" not in args:  # the protocol's runs printed, none run
+    elif script == "common/tune.py" and "--show" not in args:  # the protocol's runs printed, none run
         cut = args.index("--") if "--" in args else len(args)
         args = [*args[:cut], "--dry-run", *args[cut:]]
     else:
@@ -210,7 +210,7 @@ def check_script(args: list[str], folder: Path) -> None:
                 (folder / a).mkdir(parents=True, exist_ok=True)
     proc = python_run([str(REPO_ROOT / args[0]), *args[1:]], folder, timeout=300)
     assert "usage:" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    if (script in TABLE_SCRIPTS or script == "tune.py") and "--dry-run" in args:
+    if (script in TABLE_SCRIPTS or script == "common/tune.py") and "--dry-run" in args:
         assert proc.returncode == 0, proc.stderr[-2000:]
 
 

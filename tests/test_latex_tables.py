@@ -10,10 +10,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-import fednnnn_table2  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
-import fedlayerwise_table1
-import niidbench_table3
-import pd_tables
+from scripts.fednnnn import table2 as fednnnn_table2
+from scripts.fedlayerwise import table1 as fedlayerwise_table1
+from scripts.niidbench import table3 as niidbench_table3
+from scripts.pd import tables as pd_tables
 import pytest
 from test_scripts_fedlayerwise_fedlap import fedlap_grid  # noqa: F401  (fixtures)
 from test_scripts_fedlayerwise_fedlap import grid as fedlayerwise_runs  # noqa: F401
@@ -73,8 +73,8 @@ def test_a_paper_scripts_latex_table_is_the_tabular_alone_and_compiles(name, req
 
 
 def test_readings_and_the_fedlap_summary_as_latex_compile(fedlap_grid, tmp_path, capsys):
-    import plot_fedlap
-    import readings
+    from scripts.fedlap import plot as plot_fedlap
+    from scripts.common import readings
     from test_scripts_readings import _grid
 
     assert readings.main([str(_grid(tmp_path)), "--at", "1,2", "--format", "latex"]) == 0
@@ -93,7 +93,7 @@ def test_a_cells_special_characters_are_escaped():
 def test_the_comments_filter_keeps_the_tabular_and_comments_the_rest():
     import io
 
-    import tables as script_tables  # scripts/tables.py
+    from scripts.common import tables as script_tables
 
     out = io.StringIO()
     stream = script_tables.LatexComments(out)

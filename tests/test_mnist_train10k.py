@@ -1,9 +1,9 @@
-"""scripts/mnist_train10k.py: the files ``dataset=mnist_train10k`` reads, made from MNIST's own, so
+"""scripts/datasets/mnist_train10k.py: the files ``dataset=mnist_train10k`` reads, made from MNIST's own, so
 anyone with MNIST has them.  CPU, offline (MNIST-format files written here; the real copy beside
 the checkout, where it is, must come out identical)."""
 from __future__ import annotations
 
-import mnist_train10k  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+from scripts.datasets import mnist_train10k
 import numpy as np
 import pytest
 from conftest import compose

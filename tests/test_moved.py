@@ -62,7 +62,7 @@ def test_an_old_run_is_read_but_not_resumed(tmp_path):
 def test_paper_scripts_read_old_and_new_paths_alike(stored, tmp_path):
     """The paper scripts' check of a run's setting finds no departure in the model's old path,
     and still names a different model."""
-    import papers
+    from scripts.common import papers
 
     def departures(target):
         run = results.Run(tmp_path, {"model": {"_target_": target}, "dataset": {"name": "mnist"}, "hyperparams": {}},

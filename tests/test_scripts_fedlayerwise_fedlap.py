@@ -1,5 +1,5 @@
-"""The FedLayerWise and FedLap reproduction scripts (scripts/fedlayerwise_table1.py,
-scripts/plot_fedlayerwise.py, scripts/plot_fedlap.py and their helpers in scripts/papers.py) on tiny
+"""The FedLayerWise and FedLap reproduction scripts (scripts/fedlayerwise/table1.py,
+scripts/fedlayerwise/plot.py, scripts/fedlap/plot.py and their helpers in scripts/common/papers.py) on tiny
 fake run directories, and the conf/experiment/fedlayerwise, fedlap presets against the scripts'
 paper settings through Hydra's compose API.  Fast, CPU, offline."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import csv
 import json
 from pathlib import Path
 
-import fedlayerwise_table1 as t1  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
-import papers
-import plot_fedlap
-import plot_fedlayerwise
+from scripts.fedlayerwise import table1 as t1
+from scripts.common import papers
+from scripts.fedlap import plot as plot_fedlap
+from scripts.fedlayerwise import plot as plot_fedlayerwise
 import pytest
 import yaml
 from conftest import compose

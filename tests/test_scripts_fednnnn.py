@@ -1,4 +1,4 @@
-"""The FedNNNN reproduction scripts (scripts/fednnnn_table2.py, scripts/plot_fednnnn.py and the
+"""The FedNNNN reproduction scripts (scripts/fednnnn/table2.py, scripts/fednnnn/plot.py and the
 run-directory reading of fedrun.results they file runs with) on tiny fake run directories, and the
 conf/experiment/fednnnn presets (Table 5 values) through Hydra's compose API.  Fast, CPU, offline."""
 from __future__ import annotations
@@ -7,13 +7,13 @@ import csv
 import json
 from pathlib import Path
 
-import fednnnn_table2  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
-import papers
-import plot_fednnnn
+from scripts.fednnnn import table2 as fednnnn_table2
+from scripts.common import papers
+from scripts.fednnnn import plot as plot_fednnnn
 import pytest
 import yaml
 from conftest import compose
-from grid import product_blocks
+from scripts.common.grid import product_blocks
 
 from fedrun import results
 
@@ -351,7 +351,7 @@ def test_a_grid_says_how_many_runs_and_a_time_before_it_starts_and_an_eta_after_
     """Before a grid starts: the runs to do and, from runs already finished in its folder (their
     summary's time in rounds, else its start and end), about how long; after each run that finishes:
     what is left and an ETA at the pace so far."""
-    import grid
+    from scripts.common import grid
 
     out = tmp_path / "o"
     for i, seconds in enumerate((20, 40)):  # two earlier runs of 20 s and 40 s
@@ -387,7 +387,7 @@ def test_a_grids_first_guess_takes_each_columns_own_pace(tmp_path, capsys, monke
     the mean of that column's finished runs (a: 20 s and 40 s, mean 30 s; c: 90 s), a column with
     none at the mean over the folder ((20 + 40 + 90) / 3 = 50 s): 1 x 30 + 2 x 90 + 1 x 50 = 260 s
     for 4 runs, 65 s a run, where the folder's mean alone would say 50 s."""
-    import grid
+    from scripts.common import grid
 
     out = tmp_path / "o"
     for column, i, seconds in (("a", 0, 20.0), ("a", 1, 40.0), ("c", 0, 90.0)):
@@ -437,7 +437,7 @@ def test_plot_writes_nonempty_pngs(tmp_path, capsys, n_def):
 def test_every_title_fits_inside_its_figure(tmp_path, monkeypatch):
     """The longest titles (substituted data, a legend beside the panel, two panels side by side)
     lie inside their figure and over no other panel, as saved: none is cut at the figure's edge."""
-    import plots
+    from scripts.common import plots
 
     saved = []
 
@@ -468,7 +468,7 @@ def test_every_title_fits_inside_its_figure(tmp_path, monkeypatch):
 def test_a_figure_of_substituted_data_is_titled_with_what_it_read(tmp_path):
     """A FashionMNIST run filed under a MNIST preset (``--substitute``) is titled with the data it
     read, beside the paper's, never as MNIST."""
-    import papers
+    from scripts.common import papers
 
     real = results.Run.load(make_run(tmp_path / "a", "fedavg", "mnist", "iid-b", 0.5))
     other = results.Run.load(make_run(tmp_path / "b", "fedavg", "mnist", "iid-b", 0.5, data_name="fmnist", seed=1))

@@ -1,4 +1,4 @@
-"""scripts/grid.py's launching of a grid: runs side by side (``--jobs``), a time limit that stops
+"""scripts/common/grid.py's launching of a grid: runs side by side (``--jobs``), a time limit that stops
 them resumably (``--stop-after``), and unfinished runs packed into ``OUT/resume.tar.gz`` and
 taken back from it (what a committed grid folder needs to go on in another checkout: git keeps
 no checkpoint).  A stand-in for fedrun writes the files the launcher reads, so the scheduling is
@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.common import grid
+from scripts.niidbench import table3 as niidbench_table3
 
-import grid  # noqa: E402
-import niidbench_table3  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 # A fedrun stand-in: the run folder as fedrun starts it (config.yaml, a checkpoint, output_layer.csv),
 # then `slow` waits for SIGTERM (fedrun's exit after its last complete round) and `quick` finishes

@@ -1,11 +1,11 @@
-"""scripts/niidbench_table3.py on fake run directories (collect) and as a dry run (run).  Fast, offline."""
+"""scripts/niidbench/table3.py on fake run directories (collect) and as a dry run (run).  Fast, offline."""
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
 
-import niidbench_table3 as T  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+from scripts.niidbench import table3 as T
 import pytest
 import yaml
 

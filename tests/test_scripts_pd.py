@@ -1,5 +1,5 @@
-"""The parameter-divergence reproduction scripts (scripts/pd_tables.py, scripts/plot_pd.py,
-scripts/loss_surface.py) on tiny fake run directories laid out as fedrun writes them (config.yaml
+"""The parameter-divergence reproduction scripts (scripts/pd/tables.py, scripts/pd/plot.py,
+scripts/pd/loss_surface.py) on tiny fake run directories laid out as fedrun writes them (config.yaml
 with ``choices``, rounds.csv / layers.csv with pd_ls / pd_vl, output_layer.csv), plus one real tiny
 CLI run for the loss surface.  CPU, offline."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import re
 from pathlib import Path
 
-import loss_surface  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
-import pd_tables
-import plot_pd
+from scripts.pd import loss_surface
+from scripts.pd import tables as pd_tables
+from scripts.pd import plot as plot_pd
 import pytest
 import yaml
 from conftest import TINY, run_fedrun

@@ -1,4 +1,4 @@
-"""scripts/plot_pd.py drawn as the other paper scripts draw: the mean over seeds with their range
+"""scripts/pd/plot.py drawn as the other paper scripts draw: the mean over seeds with their range
 shaded, a colour and open marker per configuration and a line style per setting, titles naming
 the data the runs read, the runs' setting as a caption, and a report of what each curve holds and
 what a figure leaves out.  On the fake run directories of test_scripts_pd.py (make_run)."""
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import plot_pd
-import plots
+from scripts.pd import plot as plot_pd
+from scripts.common import plots
 from test_scripts_pd import make_run
 
 from fedrun.plot import pyplot

@@ -1,4 +1,4 @@
-"""scripts/readings.py, the readings x outcome table, on tiny fake run directories: groups that
+"""scripts/common/readings.py, the readings x outcome table, on tiny fake run directories: groups that
 differ only in their seed, rounds to the target seed by seed, accuracies with their range, the
 mean over the first rounds, --upto and --ignore.  Numbers checked by hand."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 
-import readings  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+from scripts.common import readings
 from test_scripts_fedlayerwise_fedlap import make_run
 
 
@@ -113,7 +113,7 @@ def test_tables_come_as_text_markdown_or_latex():
     """Every script's table (tables.render): aligned text by default, GitHub Markdown (a group's
     title before its columns' names) or a booktabs LaTeX tabular (the title spans its columns;
     LaTeX's special characters escaped), chosen by --format."""
-    import tables
+    from scripts.common import tables
 
     head, body = ["method", "MNIST", "CIFAR10"], [["FedAvg", "99.0", "81.3"], ["Fed_x & y", "50%", "-"]]
     assert tables.render(head, body).splitlines()[0].startswith("method    |")

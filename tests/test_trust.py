@@ -105,7 +105,7 @@ def test_loss_surface_builds_only_fedrun_models_and_loaders_and_reads_no_code(fi
     which would reach torch.load(weights_only=False) through a run's settings), a node nested in a
     model's settings, an interpolation OmegaConf would resolve into one.  Each is refused in one
     line (exit 2) before anything is called or written."""
-    import loss_surface  # scripts/ is on the path (pyproject's pytest pythonpath)
+    from scripts.pd import loss_surface
     marker = tmp_path / "pwned"
     touch = {"_target_": "os.system", "command": f"touch {marker}"}
     crafted = {

@@ -1,4 +1,4 @@
-"""scripts/tune.py, the fair-baseline protocol: tune a setting on a validation split, pick by a
+"""scripts/common/tune.py, the fair-baseline protocol: tune a setting on a validation split, pick by a
 validation objective, then run the choice with several seeds on the test set.  The pick is
 checked by hand on fake run folders; one whole protocol runs from the command line."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-import tune  # scripts/ is on the tests' path (pyproject.toml: pythonpath)
+from scripts.common import tune
 from conftest import TINY
 from fedrun import results
 from fedrun.errors import ConfigError

@@ -87,7 +87,7 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 # TensorBoard event files).
 LINK_CHECKED = ("models", "tensorboard")
 
-# What the scripts may build from a run's config.yaml (scripts/loss_surface.py): fedrun's model
+# What the scripts may build from a run's config.yaml (scripts/pd/loss_surface.py): fedrun's model
 # classes and dataset loaders, nothing else, whatever a crafted config.yaml names.
 MODEL_TARGETS = ("fedrun.models.nets.MnistCNN", "fedrun.models.nets.TFTutorialCNN", "fedrun.models.nets.Cifar10CNN",
                  "fedrun.models.nets.SimpleCNN", "fedrun.models.nets.MLP", "fedrun.models.nets.LeafCNN",
@@ -333,7 +333,7 @@ def check_own_targets(config, source: Path | str) -> None:
     """Refuse a run's config unless what the scripts build from it is fedrun's own: ``model`` one
     of :data:`MODEL_TARGETS` and ``dataset.load`` one of :data:`DATA_LOADERS`, each with plain
     keyword arguments (no nested ``_target_``, no Hydra keys).  A run directory may come from
-    anywhere; rebuilding its model or data (scripts/loss_surface.py) must not call whatever a
+    anywhere; rebuilding its model or data (scripts/pd/loss_surface.py) must not call whatever a
     crafted file names (``os.system``, ``fedrun.harness.recorder.write_json``, ``fedrun.command.cli.run_overrides``)."""
     run_object(config, "model", MODEL_TARGETS, source)
     run_object(config, "dataset.load", DATA_LOADERS, source)

@@ -280,7 +280,7 @@ niidbench)
     # within one checkout, and .gpuruns, when there is one, is taken instead.  Git-ignored folders
     # do not outlive a checkout: commit the archives to keep a loan's rounds.
     # Unpack niidbench.tar.gz (no checkpoints) and collect with
-    # python scripts/niidbench_table3.py collect <folder>/niidbench.
+    # python scripts/niidbench/table3.py collect <folder>/niidbench.
     size=()
     [ "${GPU_CHECK_SIZE:-full}" = tiny ] && size=(scale=tiny hyperparams.rounds=2)
     subdir='hydra.sweep.subdir=${hydra:runtime.choices.aggregator}_seed${seed}'
