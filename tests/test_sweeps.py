@@ -58,6 +58,28 @@ def test_optuna_tunes_fednnnn_beta_and_gamma(tmp_path):
 
 
 @pytest.mark.skipif(not has("hydra_optuna_sweeper"), reason="pip install 'fedrun[sweeps]'")
+def test_a_stored_study_resumed_shows_its_trial_numbers(tmp_path):
+    """A second sweep into a stored study adds trials 2 and 3: its table says so beside jobs 0 and 1,
+    and each row's sampled value is that trial's in the study."""
+    import optuna
+
+    study = ["-m", *TINY, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
+             "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=again",
+             "aggregator.beta=interval(0.5,1.1)"]
+    for name in ("first", "second"):
+        proc = run_fedrun([*study, f"hydra.sweep.dir={tmp_path / name}"], tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "holds 2 trials already: this sweep's jobs 0, 1, ... are its trials 2, 3" in proc.stdout
+    table = (tmp_path / "second" / "sweep_table.md").read_text().splitlines()
+    assert table[0].startswith("| job | trial | aggregator.beta |")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:4]]
+    trials = optuna.load_study(study_name="again", storage=f"sqlite:///{tmp_path}/optuna.db").trials
+    for job, trial, beta, *_ in rows:
+        assert int(trial) == int(job) + 2
+        assert float(beta) == pytest.approx(trials[int(trial)].params["aggregator.beta"], rel=1e-5)
+
+
+@pytest.mark.skipif(not has("hydra_optuna_sweeper"), reason="pip install 'fedrun[sweeps]'")
 def test_a_sweeper_that_stops_before_any_job_is_said_not_tabled(tmp_path):
     """A storage Optuna cannot open stops the sweeper before its first job: no table of 0 jobs,
     one line saying that none ran."""

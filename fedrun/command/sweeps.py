@@ -122,6 +122,8 @@ class SweepCallback(Callback):
         global _SWEEP_DIR
         _SWEEP_DIR = Path(config.hydra.sweep.dir)
         os.environ[SWEEP_ID] = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+        with contextlib.suppress(OSError):  # a note it cannot write: the table shows no trial numbers
+            note_optuna_study(_SWEEP_DIR, config.hydra.get("sweeper"))
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
         from hydra.core.utils import JobStatus
@@ -130,6 +132,42 @@ class SweepCallback(Callback):
         if job_return.status == JobStatus.COMPLETED and hydra_cfg.mode == RunMode.MULTIRUN:
             with contextlib.suppress(OSError):  # a note it cannot write: the job is still done
                 record_job(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, Path(hydra_cfg.runtime.output_dir))
+
+
+OPTUNA_NOTE = "optuna.study"  # among the sweep's notes (JSON, not *.json: those are failed jobs): the stored study
+
+
+def note_optuna_study(sweep_dir: Path, sweeper) -> int | None:
+    """An Optuna sweep into a stored study (``hydra.sweeper.storage``, resumed by a second
+    command): how many trials the study holds already, noted for the sweep's table and said in
+    the log, since Optuna numbers this sweep's trials from there (job j is trial ``first + j``,
+    asked in job order; so long as no other process adds trials to the study meanwhile).  None
+    (and no note) for any other sweep, or a study not stored yet."""
+    if sweeper is None or "optuna" not in str(sweeper.get("_target_", "")) or not sweeper.get("storage"):
+        return None
+    import optuna
+
+    name, storage = sweeper.get("study_name"), sweeper.get("storage")
+    try:
+        first = len(optuna.load_study(study_name=name, storage=storage).trials)
+    except KeyError:  # optuna's "study not found": this sweep creates it, its trials from 0
+        first = 0
+    except Exception:  # noqa: BLE001 - a storage Optuna cannot open: the sweeper says so in its own line
+        return None
+    folder = _notes(sweep_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / OPTUNA_NOTE).write_text(json.dumps({"study": name, "first_trial": first}))
+    if first:
+        log.info("Optuna study %s (%s) holds %d trials already: this sweep's jobs 0, 1, ... are its trials %d, "
+                 "%d, ... (the sweep table's trial column)", name, storage, first, first, first + 1)
+    return first
+
+
+def optuna_first_trial(sweep_dir: Path) -> int | None:
+    """The stored study's number of this sweep's job 0 (:func:`note_optuna_study`), or None."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return int(json.loads((_notes(sweep_dir) / OPTUNA_NOTE).read_text())["first_trial"])
+    return None
 
 
 def forget_failures(sweep_dir: Path) -> None:
@@ -227,6 +265,9 @@ def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]
                     if len({overrides[m].get(k) for m in known}) > 1})
     summaries = {key: results.read_summary(key) if key in folders else {} for key in jobs}
     objective = next((s.get("objective") for s in summaries.values() if s.get("objective")), None) or "objective"
+    # An Optuna sweep into a stored study: each numbered job's trial number in that study.
+    first = None if every else optuna_first_trial(sweep_dir)
+    trial = (lambda key: str(first + int(names[key])) if names[key].isdigit() else "-") if first is not None else None
     rows, values = [], []
     for key in jobs:
         value = summaries[key].get("objective_value")
@@ -234,11 +275,11 @@ def _sweep_rows(sweep_dir: Path, every: bool) -> tuple[list[str], list[list[str]
         stopped = _stopped(key) if key in folders and not summaries[key] else None
         status = (f"diverged at round {stopped['round']}" if stopped and stopped["reason"] == "diverged" and stopped["round"]
                   else "failed" if key in failed else "done" if summaries[key] else "not finished")
-        rows.append([names[key], *(short(overrides[key].get(k, "-")) for k in swept),
+        rows.append([names[key], *([trial(key)] if trial else []), *(short(overrides[key].get(k, "-")) for k in swept),
                      "-" if value is None else f"{value:.4f}", status])
     # Read from a folder alone, a job that diverged is the failed job its sweep listed.
     n_failed = sum(row[-1].startswith("diverged") for row in rows) if every else len(failed)
-    return ["job", *swept, objective, "status"], rows, n_failed, values
+    return ["job", *(["trial"] if trial else []), *swept, objective, "status"], rows, n_failed, values
 
 
 def short(value: str, digits: int = 6) -> str:
