@@ -1,6 +1,6 @@
 """Aggregators: the server side of a method, FedJAX-shaped.
 
-An :class:`Aggregator` is five parts and a choice:
+An :class:`Aggregator` is six parts and a choice:
 
 * a client-weighting rule (:mod:`fedrun.server.weighting`): ``examples`` (``n_k / n``), ``uniform``
   (``1 / m``, what FedNNNN uses in its unbalanced runs, sec. 5.1), FedAdp/FedLayerWise's angle
