@@ -57,8 +57,8 @@ def test_jobs_run_side_by_side_a_time_limit_stops_them_and_resume_goes_on_from_t
     Their checkpoints go into OUT/resume.tar.gz; in a checkout without them (a fresh clone: git
     keeps none) --resume takes them back from it, the runs finish, and the archive is removed."""
     out = tmp_path / "grid"
-    failures = grid.launch(["mnist_c2"], fake(out, "slow"), ["fedavg", "fedprox"], ["0", "1"], out, dry_run=False,
-                           jobs=2, stop_after=0.05)
+    plan = grid.by_column(["mnist_c2"], fake(out, "slow"), ["fedavg", "fedprox"], ["0", "1"])
+    failures = grid.launch(plan, out, dry_run=False, jobs=2, stop_after=0.05)
     text = capsys.readouterr().out
     assert failures == [("mnist_c2", [("fedavg", "0"), ("fedavg", "1"), ("fedprox", "0"), ("fedprox", "1")])]
     started = [line for line in text.splitlines() if line.startswith("[1/1]")]
@@ -74,8 +74,8 @@ def test_jobs_run_side_by_side_a_time_limit_stops_them_and_resume_goes_on_from_t
     for m in ("fedavg", "fedprox"):  # what a fresh clone of the committed folder lacks
         for f in ("checkpoint.pt", "output_layer.csv"):
             (out / "mnist_c2" / f"{m}_seed0" / f).unlink()
-    failures = grid.launch(["mnist_c2"], fake(out, "quick"), ["fedavg", "fedprox"], ["0", "1"], out, dry_run=False,
-                           resume=True, jobs=2)
+    plan = grid.by_column(["mnist_c2"], fake(out, "quick"), ["fedavg", "fedprox"], ["0", "1"])
+    failures = grid.launch(plan, out, dry_run=False, resume=True, jobs=2)
     text = capsys.readouterr().out
     assert failures == []
     assert "resume: 2 run(s) take their checkpoint from" in text and " (2 to resume)" in text

@@ -4,8 +4,9 @@ Every table script's ``run`` launches its missing runs as sweeps, so that ``--po
 adds ``hydra/launcher=population``, see docs/sweeps.md) trains the runs of a sweep that share a
 dataset and model together, and any other Hydra launcher can be named with ``--set``.  A sweep is
 a product of values: a *column* of FedNNNN's or FedLayerWise's table (a condition, a scenario) is
-swept over methods x seeds into ``OUT/<column>/<method>_seed<seed>`` (:func:`run_sweeps`); the
-parameter-divergence study sweeps networks x seeds (``pd/tables.py``).  ``hydra.sweep.dir`` and
+swept over methods x seeds into ``OUT/<column>/<method>_seed<seed>`` (:func:`by_column`,
+:func:`run_sweeps`); the parameter-divergence study sweeps networks x seeds (its own plan, in
+``pd/tables.py``); :func:`launch` launches either (:data:`Plan`).  ``hydra.sweep.dir`` and
 ``hydra.sweep.subdir`` give every run the folder it has always had, so ``collect`` and earlier
 outputs read the same.  Runs already finished are skipped: the runs still to do are split into
 products (:func:`product_blocks`), one sweep each; what is still missing afterwards is reported.
@@ -438,96 +439,120 @@ def seed_major(items: list, seeds: list[str], seed_of: Callable[[object], str]) 
     return sorted(items, key=lambda item: seeds.index(seed_of(item)))
 
 
-def launch(columns: list[str], command: Callable[[str, list[str], list[str]], list[str]],
-           methods: list[str], seeds: list[str], out: Path, dry_run: bool,
-           resume: bool = False, jobs: int = 1, stop_after: float | None = None,
-           population: bool = False) -> list[tuple[str, list]]:
-    """Run ``command(column, methods, seeds)`` for the runs of every column still to do: one
-    sweep per column, or one per product of methods x seeds when the runs to do are not one.
-    Says how many runs there are and, as each finishes, how many are left and when the grid
-    should end (:class:`Progress`).  ``resume``: the runs that started but did not finish, and did
-    not diverge, are to do as well, every sweep with ``resume=true`` (a new run starts at round 1,
-    an unfinished one goes on from its checkpoint, taken from ``OUT/resume.tar.gz`` where the run
-    folder has none: :func:`unpack_resume`).
+# A grid's runs as sweeps, as one paper lays them out: ``plan(out, resume, jobs, dry_run)`` prints what
+# it will run and what it leaves as it is, and returns the sweeps to launch (made as they are reached,
+# in order) and ``missing()``, what did not finish, asked once they have ended (:func:`launch`).
+Plan = Callable[[Path, bool, int, bool], tuple[Iterable[Sweep], Callable[[], list]]]
 
-    ``jobs`` > 1: every run is a sweep of its own (a product stays one sweep with ``population``,
-    which trains its runs together), ``jobs`` of them at once (:func:`run_at_once`), each logged
-    to ``OUT/logs/<column>_<method>_seed<seed>.log``.  ``stop_after``: minutes, after which the
-    sweeps running are stopped and no more start.  Runs left unfinished are packed for a later
-    ``--resume`` elsewhere (:func:`pack_resume`).
 
-    Returns the (column, missing (method, seed) pairs) that did not finish.
-    """
+def launch(plan: Plan, out: Path, dry_run: bool, resume: bool = False, jobs: int = 1,
+           stop_after: float | None = None) -> list:
+    """Launch the sweeps of ``plan`` (:data:`Plan`) into ``out``: ``jobs`` at once
+    (:func:`run_at_once`), stopped after ``stop_after`` minutes.  ``resume``: the runs that started
+    but did not finish, and did not diverge, are to do as well (the plan adds ``resume=true``), each
+    taking its checkpoint from ``OUT/resume.tar.gz`` where its folder has none
+    (:func:`unpack_resume`); the runs left unfinished are packed into it afterwards for a later
+    ``--resume`` elsewhere (:func:`pack_resume`).  A dry run prints each sweep's line, runs nothing
+    and writes nothing.
+
+    Returns the plan's ``missing()``: what did not finish (nothing after a dry run)."""
     if not dry_run:  # a dry run prints the commands and writes nothing
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if resume:
             say_unpacked(out, unpack_resume(out))
-    wanted = {(m, s) for m in methods for s in seeds}
-    states = {column: cell_states(out / column) for column in columns}
-    # What stays skipped in a column: the finished runs, and the started ones unless resumed (a diverged one always).
-    kept = {column: done | (diverged if resume else started) for column, (done, started, diverged) in states.items()}
-    split = jobs > 1 and not population  # one run a sweep, so that `jobs` of them run side by side
-
-    def units(todo: list) -> list[tuple[list, list]]:
-        return [([m], [s]) for m, s in seed_major(todo, seeds, lambda ms: ms[1])] if split else product_blocks(todo)
-
-    progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs if split else 1,
-                        columns={column: len(wanted - k) for column, k in kept.items()})
-    progress.announce(sum(len(units(sorted(wanted - k))) for k in kept.values()))
-    seen = {column: set(states[column][0]) for column in columns}
-
-    def report(column: str) -> None:
-        for m, s in sorted(cell_state(out / column)[0] - seen[column]):
-            seen[column].add((m, s))
-            progress.done(f"{column}/{m}_seed{s}", run_seconds(out / column / f"{m}_seed{s}"))
-
-    def sweeps():
-        """The sweeps to launch, in column order; a column with nothing to do says why when reached."""
-        for i, column in enumerate(columns, 1):
-            done, started, diverged = states[column]
-            todo = [(m, s) for m in methods for s in seeds if (m, s) not in kept[column]]
-            if not todo:
-                left = len(wanted & diverged) if resume else len(wanted & started)
-                what = "diverged (not resumed)" if resume else "unfinished or failed (--resume continues them)"
-                print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, {left} {what}; "
-                      "delete a run directory to redo it)", flush=True)
-                continue
-            # What the column holds already: finished runs, runs left as they are, runs to go on from a checkpoint.
-            held = [(len(wanted & done), "finished"),
-                    (len(wanted & diverged), "diverged, not resumed") if resume else
-                    (len(wanted & started), "unfinished, skipped"),
-                    (len(wanted & (started - diverged)) if resume else 0, "to resume")]
-            blocks = units(todo)
-            for j, (todo_methods, todo_seeds) in enumerate(blocks, 1):
-                cmd = command(column, todo_methods, todo_seeds) + (["resume=true"] if resume else [])
-                part = f", sweep {j} of {len(blocks)}" if len(blocks) > 1 else ""
-                there = ", ".join(f"{k} {what}" for k, what in held if k)
-                there = f" ({there})" if there else ""
-                log = f"{column}_{todo_methods[0]}_seed{todo_seeds[0]}.log" if split else f"{column}.log"
-                before = cell_state(out / column)[0] if not dry_run else set()
-                own = {(m, s) for m in todo_methods for s in todo_seeds}  # not those of the sweeps beside it
-
-                def finish(rc: int, seconds: float, column=column, before=before, own=own, log_path=out / "logs" / log):
-                    after = cell_state(out / column)[0]
-                    print(f"    exit {rc}, {len((after - before) & own)} run(s) finished in {seconds:.0f} s "
-                          f"(log: {log_path})", flush=True)
-                    if rc != 0:
-                        print_errors(log_path, 4)
-
-                yield Sweep(f"[{i}/{len(columns)}] {column}{part}{there}: {shlex.join(cmd)}", cmd,
-                            out / "logs" / log, lambda column=column: report(column), finish)
-
+    sweeps, missing = plan(out, resume, jobs, dry_run)
     if dry_run:
-        for sweep in sweeps():
+        for sweep in sweeps:
             print(sweep.line, flush=True)
         return []
-    run_at_once(sweeps(), jobs, stop_after)
-    if split:  # each one-run sweep wrote its folder's sweep_table.md with itself alone: the folder's runs instead
-        for column in columns:
-            write_sweep_tables(out / column, every=True)
-    failures = [(column, sorted(wanted - cell_state(out / column)[0])) for column in columns]
+    run_at_once(sweeps, jobs, stop_after)
+    failures = missing()
     say_packed(out, pack_resume(out))
-    return [(column, missing) for column, missing in failures if missing]
+    return failures
+
+
+def by_column(columns: list[str], command: Callable[[str, list[str], list[str]], list[str]],
+              methods: list[str], seeds: list[str], population: bool = False) -> Plan:
+    """The plan (:data:`Plan`) of a table whose columns are swept over methods x seeds into
+    ``OUT/<column>/<method>_seed<seed>``: ``command(column, methods, seeds)`` for the runs of every
+    column still to do, one sweep per column, or one per product of methods x seeds when the runs
+    to do are not one.  Says how many runs there are and, as each finishes, how many are left and
+    when the grid should end (:class:`Progress`).  Finished runs are skipped, and started ones
+    unless resumed (a diverged one always).
+
+    ``jobs`` > 1: every run is a sweep of its own (a product stays one sweep with ``population``,
+    which trains its runs together), so that ``jobs`` of them run side by side, each logged to
+    ``OUT/logs/<column>_<method>_seed<seed>.log``.
+
+    ``missing()`` gives the (column, missing (method, seed) pairs) that did not finish.
+    """
+    def plan(out: Path, resume: bool, jobs: int, dry_run: bool) -> tuple[Iterable[Sweep], Callable[[], list]]:
+        wanted = {(m, s) for m in methods for s in seeds}
+        states = {column: cell_states(out / column) for column in columns}
+        # What stays skipped in a column: the finished runs, and the started ones unless resumed (a diverged one always).
+        kept = {column: done | (diverged if resume else started) for column, (done, started, diverged) in states.items()}
+        split = jobs > 1 and not population  # one run a sweep, so that `jobs` of them run side by side
+
+        def units(todo: list) -> list[tuple[list, list]]:
+            return [([m], [s]) for m, s in seed_major(todo, seeds, lambda ms: ms[1])] if split else product_blocks(todo)
+
+        progress = Progress(sum(len(wanted - k) for k in kept.values()), out, jobs=jobs if split else 1,
+                            columns={column: len(wanted - k) for column, k in kept.items()})
+        progress.announce(sum(len(units(sorted(wanted - k))) for k in kept.values()))
+        seen = {column: set(states[column][0]) for column in columns}
+
+        def report(column: str) -> None:
+            for m, s in sorted(cell_state(out / column)[0] - seen[column]):
+                seen[column].add((m, s))
+                progress.done(f"{column}/{m}_seed{s}", run_seconds(out / column / f"{m}_seed{s}"))
+
+        def sweeps():
+            """The sweeps to launch, in column order; a column with nothing to do says why when reached."""
+            for i, column in enumerate(columns, 1):
+                done, started, diverged = states[column]
+                todo = [(m, s) for m in methods for s in seeds if (m, s) not in kept[column]]
+                if not todo:
+                    left = len(wanted & diverged) if resume else len(wanted & started)
+                    what = "diverged (not resumed)" if resume else "unfinished or failed (--resume continues them)"
+                    print(f"[{i}/{len(columns)}] {column}: nothing to run ({len(wanted & done)} done, {left} {what}; "
+                          "delete a run directory to redo it)", flush=True)
+                    continue
+                # What the column holds already: finished runs, runs left as they are, runs to go on from a checkpoint.
+                held = [(len(wanted & done), "finished"),
+                        (len(wanted & diverged), "diverged, not resumed") if resume else
+                        (len(wanted & started), "unfinished, skipped"),
+                        (len(wanted & (started - diverged)) if resume else 0, "to resume")]
+                blocks = units(todo)
+                for j, (todo_methods, todo_seeds) in enumerate(blocks, 1):
+                    cmd = command(column, todo_methods, todo_seeds) + (["resume=true"] if resume else [])
+                    part = f", sweep {j} of {len(blocks)}" if len(blocks) > 1 else ""
+                    there = ", ".join(f"{k} {what}" for k, what in held if k)
+                    there = f" ({there})" if there else ""
+                    log = f"{column}_{todo_methods[0]}_seed{todo_seeds[0]}.log" if split else f"{column}.log"
+                    before = cell_state(out / column)[0] if not dry_run else set()
+                    own = {(m, s) for m in todo_methods for s in todo_seeds}  # not those of the sweeps beside it
+
+                    def finish(rc: int, seconds: float, column=column, before=before, own=own,
+                               log_path=out / "logs" / log):
+                        after = cell_state(out / column)[0]
+                        print(f"    exit {rc}, {len((after - before) & own)} run(s) finished in {seconds:.0f} s "
+                              f"(log: {log_path})", flush=True)
+                        if rc != 0:
+                            print_errors(log_path, 4)
+
+                    yield Sweep(f"[{i}/{len(columns)}] {column}{part}{there}: {shlex.join(cmd)}", cmd,
+                                out / "logs" / log, lambda column=column: report(column), finish)
+
+        def missing() -> list[tuple[str, list]]:
+            if split:  # each one-run sweep wrote its folder's sweep_table.md with itself alone: the folder's runs instead
+                for column in columns:
+                    write_sweep_tables(out / column, every=True)
+            failures = [(column, sorted(wanted - cell_state(out / column)[0])) for column in columns]
+            return [(column, missing) for column, missing in failures if missing]
+
+        return sweeps(), missing
+
+    return plan
 
 
 def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str], list[str]], list[str]],
@@ -537,9 +562,10 @@ def run_sweeps(args, columns: list[str], command: Callable[[Path, str, list[str]
     out = Path(args.out)  # as given: a relative folder stays relative in the runs' records
     print_banner(banner, args.set)
     t_all = time.perf_counter()
-    failures = launch(columns, lambda column, methods, seeds: command(out, column, methods, seeds),
-                      args.methods, seed_list(args.seeds), out, args.dry_run, getattr(args, "resume", False),
-                      getattr(args, "jobs", 1), getattr(args, "stop_after", None), getattr(args, "population", False))
+    plan = by_column(columns, lambda column, methods, seeds: command(out, column, methods, seeds), args.methods,
+                     seed_list(args.seeds), getattr(args, "population", False))
+    failures = launch(plan, out, args.dry_run, getattr(args, "resume", False), getattr(args, "jobs", 1),
+                      getattr(args, "stop_after", None))
     if args.dry_run:
         return 0
     print(f"\ngrid finished in {time.perf_counter() - t_all:.0f} s\n", flush=True)

@@ -514,88 +514,79 @@ def sweep_command(key: tuple, networks: list[str], seeds: list[str], out: Path, 
             f"hydra.sweep.dir={out / key[0] / key[4]}", f"hydra.sweep.subdir={sweep_subdir(key)}"]
 
 
-def launch(keys: list[tuple], seeds: list[str], out: Path, substitutes: dict[str, str], scale: str | None,
-           extra: list[str], dry_run: bool, resume: bool = False, population: bool = False, jobs: int = 1,
-           stop_after: float | None = None) -> list[tuple[tuple, str, str]]:
-    """Run every (key, seed) not finished in ``out`` as ``fedrun -m`` sweeps (:func:`sweeps`),
-    ``jobs`` at once (more than one: a run a sweep, unless ``population``), stopped after
-    ``stop_after`` minutes (:func:`grid.run_at_once`); with ``resume``, checkpoints come from
-    ``OUT/resume.tar.gz`` where a run has none, and unfinished runs are packed into it afterwards
-    (:func:`grid.pack_resume`).  Returns the ``(key, seed, state)`` that are not finished afterwards."""
-    jobs_ = [(k, s) for k in keys for s in seeds]
-    if not dry_run:  # a dry run prints the commands and writes nothing
-        (out / "logs").mkdir(parents=True, exist_ok=True)
-        if resume:
-            grid.say_unpacked(out, grid.unpack_resume(out))
-    states = {(k, s): run_state(run_dir(out, k, s)) for k, s in jobs_}
-    todo = [(k, s, states[k, s] == "started") for k, s in jobs_
-            if states[k, s] == "todo" or (states[k, s] == "started" and resume)]
-    plan_ = sweeps(todo)
-    if jobs > 1 and not population:  # a run a sweep, seed 0 of every run first, so that `jobs` run side by side
-        plan_ = grid.seed_major([((key[0], n, *key[2:]), [n], [s], resuming) for key, networks, ss, resuming in plan_
-                                 for n in networks for s in ss], seeds, lambda sweep: sweep[2][0])
-    counts = Counter(states.values())
-    print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs_)} fedrun run(s): "
-          f"{counts['done']} done, {counts['started']} started but unfinished, "
-          + (f"{counts['diverged']} diverged, " if counts["diverged"] else "") + f"{counts['todo']} to run; "
-          f"{len(plan_)} fedrun -m sweep(s)", flush=True)
-    progress = grid.Progress(len(todo), out, jobs=jobs if not population else 1)
-    progress.announce(len(plan_))
-    unfinished = []
-    for key, seed in jobs_:
-        where, state = run_dir(out, key, seed).relative_to(out), states[key, seed]
-        if state == "done":
-            print(f"{where}: done", flush=True)
-        elif state == "started" and not resume:
-            print(f"{where}: started but unfinished: skipped (--resume continues it; delete the folder to redo it)",
-                  flush=True)
-            unfinished.append((key, seed, state))
-        elif state == "diverged":
-            print(f"{where}: diverged ({results.stop_note(run_dir(out, key, seed))}): not run again", flush=True)
-            unfinished.append((key, seed, state))
+def grid_plan(keys: list[tuple], seeds: list[str], substitutes: dict[str, str], scale: str | None,
+              extra: list[str], population: bool = False) -> grid.Plan:
+    """The plan (:data:`grid.Plan`, launched by :func:`grid.launch`) of every (key, seed) not
+    finished in OUT, as ``fedrun -m`` sweeps (:func:`sweeps`): more than one job at once, a run a
+    sweep, unless ``population``; with ``resume``, the runs that started are resumed too.  Its
+    ``missing()`` gives the ``(key, seed, state)`` that are not finished afterwards."""
+    def launched(out: Path, resume: bool, jobs: int, dry_run: bool) -> tuple:
+        jobs_ = [(k, s) for k in keys for s in seeds]
+        states = {(k, s): run_state(run_dir(out, k, s)) for k, s in jobs_}
+        todo = [(k, s, states[k, s] == "started") for k, s in jobs_
+                if states[k, s] == "todo" or (states[k, s] == "started" and resume)]
+        to_run = sweeps(todo)
+        if jobs > 1 and not population:  # a run a sweep, seed 0 of every run first, so that `jobs` run side by side
+            to_run = grid.seed_major([((key[0], n, *key[2:]), [n], [s], resuming) for key, networks, ss, resuming
+                                      in to_run for n in networks for s in ss], seeds, lambda sweep: sweep[2][0])
+        counts = Counter(states.values())
+        print(f"plan: {len(keys)} distinct run(s) x {len(seeds)} seed(s) = {len(jobs_)} fedrun run(s): "
+              f"{counts['done']} done, {counts['started']} started but unfinished, "
+              + (f"{counts['diverged']} diverged, " if counts["diverged"] else "") + f"{counts['todo']} to run; "
+              f"{len(to_run)} fedrun -m sweep(s)", flush=True)
+        progress = grid.Progress(len(todo), out, jobs=jobs if not population else 1)
+        progress.announce(len(to_run))
+        unfinished = []
+        for key, seed in jobs_:
+            where, state = run_dir(out, key, seed).relative_to(out), states[key, seed]
+            if state == "done":
+                print(f"{where}: done", flush=True)
+            elif state == "started" and not resume:
+                print(f"{where}: started but unfinished: skipped (--resume continues it; delete the folder to redo it)",
+                      flush=True)
+                unfinished.append((key, seed, state))
+            elif state == "diverged":
+                print(f"{where}: diverged ({results.stop_note(run_dir(out, key, seed))}): not run again", flush=True)
+                unfinished.append((key, seed, state))
 
-    def to_launch():
-        for i, (key, networks, sweep_seeds, resuming) in enumerate(plan_, 1):
-            cmd = sweep_command(key, networks, sweep_seeds, out, substitutes, scale, extra, resuming, population)
-            runs = [((*key[:1], n, *key[2:]), s) for n in networks for s in sweep_seeds]
-            paths = [run_dir(out, k, s) for k, s in runs]
-            line = (f"[{i}/{len(plan_)}] {key[0]}/{key[4]}, {len(paths)} run(s) ({' '.join(p.name for p in paths)}): "
-                    f"{shlex.join(cmd)}")
-            if dry_run:
-                print(line, flush=True)
-                continue
-            log_path = out / "logs" / (f"{key[0]}_{key[4]}_{_middle(key)}"
-                                       + (f"_{networks[0]}_seed{sweep_seeds[0]}" if jobs > 1 and not population
-                                          else "") + ".log")
-            seen: set = set()
+        def to_launch():
+            for i, (key, networks, sweep_seeds, resuming) in enumerate(to_run, 1):
+                cmd = sweep_command(key, networks, sweep_seeds, out, substitutes, scale, extra, resuming, population)
+                runs = [((*key[:1], n, *key[2:]), s) for n in networks for s in sweep_seeds]
+                paths = [run_dir(out, k, s) for k, s in runs]
+                line = (f"[{i}/{len(to_run)}] {key[0]}/{key[4]}, {len(paths)} run(s) "
+                        f"({' '.join(p.name for p in paths)}): {shlex.join(cmd)}")
+                log_path = out / "logs" / (f"{key[0]}_{key[4]}_{_middle(key)}"
+                                           + (f"_{networks[0]}_seed{sweep_seeds[0]}" if jobs > 1 and not population
+                                              else "") + ".log")
+                seen: set = set()
 
-            def report(paths=paths, seen=seen):
-                for path in paths:
-                    if path not in seen and run_state(path) == "done":
-                        seen.add(path)
-                        progress.done(str(path.relative_to(out)), grid.run_seconds(path))
+                def report(paths=paths, seen=seen):
+                    for path in paths:
+                        if path not in seen and run_state(path) == "done":
+                            seen.add(path)
+                            progress.done(str(path.relative_to(out)), grid.run_seconds(path))
 
-            def finish(rc, seconds, paths=paths, log_path=log_path):
-                after = [run_state(p) for p in paths]
-                print(f"    exit {rc}, {after.count('done')} of {len(paths)} run(s) done in {seconds:.0f} s "
-                      f"(log: {log_path})", flush=True)
-                if after.count("done") < len(paths):
-                    grid.print_errors(log_path, 3)
+                def finish(rc, seconds, paths=paths, log_path=log_path):
+                    after = [run_state(p) for p in paths]
+                    print(f"    exit {rc}, {after.count('done')} of {len(paths)} run(s) done in {seconds:.0f} s "
+                          f"(log: {log_path})", flush=True)
+                    if after.count("done") < len(paths):
+                        grid.print_errors(log_path, 3)
 
-            yield grid.Sweep(line, cmd, log_path, report, finish)
+                yield grid.Sweep(line, cmd, log_path, report, finish)
 
-    if dry_run:
-        for _ in to_launch():
-            pass
-        return unfinished
-    grid.run_at_once(to_launch(), jobs, stop_after)
-    for key, networks, sweep_seeds, _ in plan_:
-        for k, s in [((*key[:1], n, *key[2:]), s) for n in networks for s in sweep_seeds]:
-            state = run_state(run_dir(out, k, s))
-            if state != "done":
-                unfinished.append((k, s, state))
-    grid.say_packed(out, grid.pack_resume(out))
-    return unfinished
+        def missing() -> list[tuple[tuple, str, str]]:
+            for key, networks, sweep_seeds, _ in to_run:
+                for k, s in [((*key[:1], n, *key[2:]), s) for n in networks for s in sweep_seeds]:
+                    state = run_state(run_dir(out, k, s))
+                    if state != "done":
+                        unfinished.append((k, s, state))
+            return unfinished
+
+        return to_launch(), missing
+
+    return launched
 
 
 def _list(text: str | None, allowed, prefix: str = "", option: str = "") -> list[str] | None:
@@ -639,8 +630,8 @@ def run_grid(args) -> int:
     print(f"{len(rows)} table cell(s) of {', '.join(sorted({r.table for r in rows}, key=TABLES.index))} "
           f"-> {len(keys)} distinct run(s) (shared baselines, wd=0.00005 and vanilla -WB = -A run once)", flush=True)
     t0 = time.perf_counter()
-    unfinished = launch(keys, seeds, out, substitutes, scale, args.set, args.dry_run, args.resume, args.population,
-                        args.jobs, args.stop_after)
+    unfinished = grid.launch(grid_plan(keys, seeds, substitutes, scale, args.set, args.population), out,
+                             args.dry_run, args.resume, args.jobs, args.stop_after)
     if args.dry_run:
         return 0
     print(f"\nfinished in {time.perf_counter() - t0:.0f} s\n", flush=True)
