@@ -112,7 +112,8 @@ class FederatedRun:
 
     1. :meth:`sample` the round's clients, drop-outs and stragglers, all from ``(seed, round)``;
     2. train them: ``engine.train(*run.training(r))`` (or a population's one call for all runs),
-       then :meth:`train_reference`, the PD-VL reference learner on its rounds;
+       then :meth:`train_reference`, the PD-VL reference learner on its rounds, and :meth:`keep_own`,
+       what a personalized method's clients keep (Ditto's personal step);
     3. :meth:`aggregate`: N, E, the clients' angles and the learners' divergence from one pass
        over the updates, then the aggregator;
     4. :meth:`evaluate` the model the aggregator names (both, when FedNNNN's two differ), on the
@@ -342,7 +343,7 @@ class FederatedRun:
             r.vanilla_loss = float(r.vanilla.loss[0])
 
     def keep_own(self, r: RoundRecord) -> None:
-        """Step 2, end, for a personalized method (:mod:`fedrun.server.personal`): the clients keep
+        """Step 2, after the reference learner, for a personalized method (:mod:`fedrun.server.personal`): the clients keep
         what is their own.  FedBN and FedPer: their local layers after training, taken out of what
         the server aggregates.  Ditto: each client's personal step, ``personal_epochs`` epochs from
         its kept ``v_k`` on ``F_k(v) + lambda/2 ||v - w_t||^2`` (its batches from (seed, round,
@@ -363,7 +364,6 @@ class FederatedRun:
 
     def aggregate(self, r: RoundRecord) -> None:
         """Step 3: the new global model."""
-        self.keep_own(r)
         # The round's diagnostics stream over the updates, O(m d) (fedrun.diagnostics.nwda.RoundSums):
         # N and E, the clients' angles and the learners' norms in one pass, PD-Ls in one more.
         reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}

@@ -163,7 +163,8 @@ def _sample(runs: list[FederatedRun], live: list[int]) -> dict[int, RoundRecord]
 
 def _train_round(runs: list[FederatedRun], live: list[int], records: dict, device) -> list[int]:
     """Step 2: the clients of every run that has some, one run on its engine or several in one
-    lock-step call; then each run's PD-VL reference learner on its rounds.  The runs that trained."""
+    lock-step call; then each run's PD-VL reference learner on its rounds and a personalized
+    method's own step (:meth:`FederatedRun.keep_own`).  The runs that trained."""
     t_train = time.perf_counter()
     training = [i for i in live if records[i].clients]
     for i, result in zip(training, _train([runs[i] for i in training], [records[i] for i in training])):
@@ -172,6 +173,7 @@ def _train_round(runs: list[FederatedRun], live: list[int], records: dict, devic
     for i in training:
         t_reference = time.perf_counter()
         runs[i].train_reference(records[i])
+        runs[i].keep_own(records[i])  # a personalized method's kept layers; Ditto's personal step is training
         records[i].seconds["train_s"] = trained + sync(device) - t_reference
     return training
 

@@ -1,5 +1,8 @@
 """What per-client accuracy costs: a natural-clients run with ``client_eval_every=0`` (off) and with
 ``client_eval_every=1`` (each sampled client's own test data scored every round), side by side.
+``--personal`` adds every client scored every round (``client_eval_clients=all``): with FedAvg's
+global model, and with each client's personal model too (FedPer: its own last layer; Ditto: its
+own model, trained by a second local step), the cost of a personalized method's scores.
 
 The data is LEAF's FEMNIST layout written by this script (``--writers`` writers, each with
 ``--train`` training and ``--test`` test images of 28x28 random pixels: speed does not depend on
@@ -12,6 +15,7 @@ Usage (from the repository root)::
 
     python scripts/bench/bench_client_eval.py                       # 100 writers, 10 a round, MNIST CNN
     python scripts/bench/bench_client_eval.py --engine batched --rounds 5
+    python scripts/bench/bench_client_eval.py --personal           # + all clients, FedPer, Ditto
 """
 from __future__ import annotations
 
@@ -53,8 +57,12 @@ def measure(work: Path, args: argparse.Namespace) -> dict[str, list[tuple[float,
     leaf = write_leaf(work / "leaf", args.writers, args.train, args.test)
     common = ["dataset=femnist", f"dataset.load.root={leaf}", "partition=natural", f"model={args.model}",
               f"hyperparams.num_clients={args.writers}", f"hyperparams.client_fraction={args.fraction}",
-              f"hyperparams.rounds={args.rounds}", "aggregator=fedavg", f"engine={args.engine}", "progress=false"]
-    settings = {"off": ["client_eval_every=0"], "on": ["client_eval_every=1"]}
+              f"hyperparams.rounds={args.rounds}", f"engine={args.engine}", "progress=false"]
+    settings = {"off": ["aggregator=fedavg", "client_eval_every=0"], "on": ["aggregator=fedavg", "client_eval_every=1"]}
+    if args.personal:
+        every = ["client_eval_every=1", "client_eval_clients=all"]
+        settings.update({"all": ["aggregator=fedavg", *every], "fedper_all": ["aggregator=fedper", *every],
+                         "ditto_all": ["aggregator=ditto", *every]})
     rows = {name: [] for name in settings}
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3", job_name="bench"):
         for r in range(args.repeat):
@@ -62,7 +70,7 @@ def measure(work: Path, args: argparse.Namespace) -> dict[str, list[tuple[float,
                 folder = work / f"{name}{r}"
                 run(compose("config", overrides=common + settings[name]), folder, {}, [])
                 df = pd.read_csv(folder / "rounds.csv").iloc[1:]
-                rows[name].append((df["eval_s"].median(), df["wall_s"].median()))
+                rows[name].append((df["eval_s"].median(), df["wall_s"].median(), df["train_s"].median()))
     return rows
 
 
@@ -76,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--model", default="mnist_cnn")
     p.add_argument("--engine", default="sequential")
+    p.add_argument("--personal", action="store_true", help="also every client scored, with FedAvg's model and "
+                                                           "with FedPer's and Ditto's personal models")
     args = p.parse_args(argv)
     for name in ("writers", "train", "test", "rounds", "repeat"):
         if getattr(args, name) < 1 or (name == "rounds" and args.rounds < 2):
@@ -91,11 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.writers} writers ({args.train} train, {args.test} test images each), {m} a round, "
           f"{args.model}, engine={args.engine}, rounds 2-{args.rounds}, {args.repeat} runs a setting")
     print(f"test set {args.writers * args.test:,} images; per-client pass {m * args.test:,} images a round")
-    med = {name: (statistics.median(e for e, _ in v), statistics.median(w for _, w in v)) for name, v in rows.items()}
-    for name, (e, w) in med.items():
-        print(f"  client_eval_every={'0' if name == 'off' else '1'}: eval_s {e:.4f} s a round, wall_s {w:.4f} s a round")
+    med = {name: tuple(statistics.median(row[i] for row in v) for i in range(3)) for name, v in rows.items()}
+    labels = {"off": "fedavg, client_eval_every=0", "on": "fedavg, client_eval_every=1 (the sampled clients)",
+              "all": "fedavg, every client scored", "fedper_all": "fedper, every client scored (+ personal models)",
+              "ditto_all": "ditto, every client scored (+ personal models)"}
+    for name, (e, w, t) in med.items():
+        print(f"  {labels[name]}: eval_s {e:.4f}, train_s {t:.4f}, wall_s {w:.4f} s a round")
     print(f"  per-client accuracy adds {med['on'][0] - med['off'][0]:+.4f} s of evaluation a round "
           f"({med['on'][0] / med['off'][0]:.2f}x the evaluation, {med['on'][1] / med['off'][1]:.3f}x the round)")
+    if args.personal:
+        print(f"  every client scored: {med['all'][0] / med['off'][0]:.2f}x the evaluation; with FedPer's personal "
+              f"models {med['fedper_all'][0] / med['all'][0]:.2f}x that, Ditto's {med['ditto_all'][0] / med['all'][0]:.2f}x; "
+              f"Ditto's training with its personal step {med['ditto_all'][2] / med['all'][2]:.2f}x FedAvg's")
     return 0
 
 
