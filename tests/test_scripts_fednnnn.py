@@ -434,6 +434,29 @@ def test_plot_writes_nonempty_pngs(tmp_path, capsys, n_def):
         assert b"/CIDFontType2" in pdf or b"/TrueType" in pdf  # matplotlib's Type 42: TrueType outlines
 
 
+def test_norm_figures_draw_seed_bands_and_each_methods_marker(tmp_path, monkeypatch):
+    """As the accuracy figure: each curve the mean over seeds, the seeds' range shaded (FedAvg's two
+    seeds here, E's and N's), each method with a marker of its own, the legend saying so."""
+    from scripts.common import plots
+
+    figures = {}
+    save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path, *a, **k: (figures.__setitem__(Path(path).stem, fig),
+                                                                           save(fig, path, *a, **k))[1])
+    top = tmp_path / "runs"
+    for m in fednnnn_table2.METHODS:
+        make_run(top / m, m, "cifar10", "noniid-b", 0.7)
+    make_run(top / "seed1", "fedavg", "cifar10", "noniid-b", 0.6, seed=1)
+    assert plot_fednnnn.main([str(top), "--out", str(tmp_path / "figs")]) == 0
+    for name in ("norms_all", "n_over_e", "server_step_sum"):
+        ax = figures[f"cifar10_noniid-b_{name}"].axes[0]
+        bands = len(ax.collections)
+        assert bands == (2 if name == "norms_all" else 1), name  # FedAvg's seeds: E and N, or the one curve
+        lines = [line for line in ax.get_lines() if line.get_label()[0] != "_"]
+        assert len({line.get_marker() for line in lines}) == len(fednnnn_table2.METHODS), name
+        assert plots.BAND_NOTE in ax.get_legend().get_title().get_text(), name
+
+
 def test_every_title_fits_inside_its_figure(tmp_path, monkeypatch):
     """The longest titles (substituted data, a legend beside the panel, two panels side by side)
     lie inside their figure and over no other panel, as saved: none is cut at the figure's edge."""

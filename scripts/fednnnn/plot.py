@@ -42,7 +42,7 @@ from scripts.fednnnn.table2 import (CONDITION_LABELS, CONDITIONS, DATASET_LABELS
                                     cell, deviations, load_runs)
 
 from fedrun.paths import writable_folder
-from fedrun.plot import ROUNDS, integer_rounds, markers, mean_label, parser as plot_parser, pyplot
+from fedrun.plot import ROUNDS, integer_rounds, mean_label, parser as plot_parser, pyplot
 from fedrun.results import Run, folders
 
 plt = pyplot()
@@ -74,6 +74,11 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
     ``left_out``: the cell's runs that diverged, named below each figure."""
     out.mkdir(parents=True, exist_ok=True)
     data = {m: _columns(mean_by_round([r.rounds() for r in groups[m]])) for m in METHODS if groups.get(m)}
+    # Each seed's rounds.csv with the drawn columns: every figure the mean over seeds, the seeds' range shaded.
+    frames = {m: [_columns(r.rounds()) for r in groups[m]] for m in data}
+    # A method's marker (and, where E and N do not take the line style, its line style), as in the accuracy figure.
+    full = {m: plots.method_style(i) for i, m in enumerate(data)}
+    style = {m: {k: v for k, v in full[m].items() if k != "linestyle"} for m in data}
     notes = sorted({d for rs in groups.values() for r in rs for d in deviations(r)})
     runs = [r for rs in groups.values() for r in rs]
     where = f"{dataset_title(runs, dataset, DATASET_LABELS)}, {CONDITION_LABELS.get(condition, condition)}"
@@ -91,6 +96,7 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
                          **plots.method_style(i))
     ax.set_ylabel("Test accuracy (%)")
     several = any(len(groups[m]) > 1 for m in data)
+    band = f"\n{plots.BAND_NOTE}" if several else ""
     ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(_finish(fig, ax, f"Accuracy curves, {where} (Fig. 7 style)", notes, png("accuracy"), left_out))
 
@@ -98,43 +104,43 @@ def plot_cell(groups: dict[str, list[Run]], dataset: str, condition: str, out: P
     n_label = STEP_LABEL if n_def == "step" else EQ4_LABEL
     for part, suffix, fig_ref, what in (("fc", "_fc", "Fig. 8", "fully connected layers"),
                                         ("conv", "_conv", "Fig. 9", "convolutional layers"),
-                                        ("all", "", "Fig. 3", "all layers")):
+                                        ("all", "", "Fig. 3", "whole model")):
         e_col, n_col = f"E{suffix}", f"server_step{suffix}" if n_def == "step" else f"N{suffix}"
         present = {m: df for m, df in data.items() if e_col in df and n_col in df and df[e_col].notna().any()}
         if not present:
             continue
         fig, ax = plt.subplots(figsize=(9, 4.6))
-        for m, df in present.items():
+        for m in present:
             for col, ls, name in ((e_col, "-", "E"), (n_col, "--", "N")):
-                ax.plot(df["round"], df[col], color=COLORS.get(m), ls=ls, label=f"{label[m]} {name}",
-                        **markers(len(df)))
+                plots.seed_curve(ax, frames[m], col, color=COLORS.get(m), linestyle=ls, label=f"{label[m]} {name}",
+                                 **style[m])
         ax.set_ylabel(r"$L_2$ norm")
-        ax.legend(fontsize=7, handlelength=3.5, title=f"solid: E (eq. 5)\ndashed: {n_label}",
+        ax.legend(fontsize=7, handlelength=3.5, title=f"solid: E (eq. 5)\ndashed: {n_label}{band}",
                   title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         written.append(_finish(fig, ax, f"N and E of the {what}, {where} ({fig_ref} style)", notes,
                                png(f"norms_{part}"), left_out))
 
     # N/E: eq. 4 (Proposition 1: <= 1) and server step / E.
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
-    for m, df in data.items():
-        axes[0].plot(df["round"], df["N_over_E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
-        axes[1].plot(df["round"], df["step_over_E"], color=COLORS.get(m), label=label[m], **markers(len(df)))
+    for m in data:
+        plots.seed_curve(axes[0], frames[m], "N_over_E", color=COLORS.get(m), label=label[m], **full[m])
+        plots.seed_curve(axes[1], frames[m], "step_over_E", color=COLORS.get(m), label=label[m], **full[m])
     axes[0].set_ylabel("N / E  (N of eq. 4)")
     axes[1].set_ylabel(r"$\|w_{t+1}-w_t\|$ / E  (server step, eq. 24)")
     axes[1].set_xlabel(ROUNDS)
     axes[1].grid(alpha=0.3)
     axes[1].set_title("server step over E", fontsize=10)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(_finish(fig, axes[0], f"N/E ratio, {where}", notes, png("n_over_e"), left_out))
 
     # Fig. 4: the integrated server norm.
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for m, df in data.items():
-        y = df["server_step_sum"] if n_def == "step" else df["N"].cumsum()
-        ax.plot(df["round"], y, color=COLORS.get(m), label=label[m], **markers(len(df)))
+    for m in data:
+        summed = [f.assign(n_sum=f["server_step_sum"] if n_def == "step" else f["N"].cumsum()) for f in frames[m]]
+        plots.seed_curve(ax, summed, "n_sum", color=COLORS.get(m), label=label[m], **full[m])
     ax.set_ylabel(r"$\mathcal{N} = \sum_\tau \|w_{\tau+1}-w_\tau\|$" if n_def == "step"
                   else r"$\sum_\tau N_\tau$ (N of eq. 4)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title=plots.BAND_NOTE if several else None, title_fontsize=6)
     written.append(_finish(fig, ax, f"Integrated server norm, {where} (Fig. 4 style)", notes,
                            png("server_step_sum"), left_out))
     return written
