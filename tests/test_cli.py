@@ -279,3 +279,38 @@ def test_a_failed_sweep_job_does_not_stop_the_sweep(tmp_path):
     assert proc.returncode == 3
     assert sorted(d.name for d in sweep.iterdir() if d.is_dir() and not d.name.startswith(".")) == ["0", "1"]
     assert proc.stderr.count("NaN or Inf") >= 2 and "2 job(s) of the sweep failed" in proc.stderr
+
+
+def test_threads_are_shared_among_side_by_side_jobs_and_a_busy_machine_is_told(monkeypatch, caplog):
+    """joblib's n_jobs and submitit_local's array_parallelism share the cores among the jobs that run
+    at once; at PyTorch's default, a machine with more runnable work than cores gets one line of
+    advice (threads=1), never a changed thread count (it would change how sums round)."""
+    import logging
+    import os
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from fedrun.command import cli
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr("fedrun.client.parallel.available_cores", lambda: 4)
+    before = torch.get_num_threads()
+    try:
+        for launcher, settings, expected in (("joblib", {"n_jobs": 2}, 2), ("joblib", {"n_jobs": -1}, 1),
+                                             ("submitit_local", {"array_parallelism": 256}, 1),
+                                             ("submitit_local", {"array_parallelism": 2}, 2)):
+            hydra_cfg = OmegaConf.create({"runtime": {"choices": {"hydra/launcher": launcher}}, "launcher": settings})
+            cli._thread_budget(OmegaConf.create({"threads": None}), hydra_cfg)
+            assert torch.get_num_threads() == expected, (launcher, settings)
+        torch.set_num_threads(before)
+        plain = OmegaConf.create({"runtime": {"choices": {"hydra/launcher": "basic"}}})
+        for load, said in ((3.9, False), (4.5, True)):
+            monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="fedrun"):
+                cli._thread_budget(OmegaConf.create({"threads": None}), plain)
+            assert ("threads=1 runs a job several times faster" in caplog.text) == said, load
+            assert torch.get_num_threads() == before  # PyTorch's default, busy or not
+    finally:
+        torch.set_num_threads(before)

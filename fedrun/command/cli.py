@@ -74,15 +74,31 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         raise
 
 
+# The load average (runnable processes, over the last minute) above which a job left at PyTorch's
+# default threads is told that threads=1 would run faster: more work than cores.  Measured on a
+# 2-core CPU (docs/performance.md, "CPU threads"): idle, 2 threads ran 1.45x faster than 1; at a load
+# of 4-5 (two other runs), 1 thread ran 3.3x-5.2x faster than 2, whose threads wait on each other.
+BUSY_LOAD_PER_CORE = 1.0
+
+
 def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
-    """PyTorch's CPU threads for this job: ``threads`` when set; under the joblib launcher, the
-    machine's cores shared among its ``n_jobs`` parallel jobs (2 jobs on 2 cores: 1 thread each,
-    not 2 x 2 threads fighting over 2 cores)."""
+    """PyTorch's CPU threads for this job: ``threads`` when set; under a launcher that runs jobs
+    side by side, the machine's cores shared among them (joblib's ``n_jobs``, submitit_local's
+    ``array_parallelism``: 2 jobs on 2 cores get 1 thread each, not 2 x 2 threads fighting over 2
+    cores).  Otherwise PyTorch's default, a thread a core: the fastest on an idle machine, and the
+    same for every run of a machine (the thread count changes how sums round, so it is never
+    chosen from the machine's load); on a busy machine the log says that ``threads=1`` is faster."""
     threads = cfg.threads
-    if threads is None and hydra_cfg.runtime.choices.get("hydra/launcher") == "joblib":
+    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
+    cores = os.cpu_count() or 1
+    if threads is None and launcher == "joblib":
         n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=-1) or 1
-        cores = os.cpu_count() or 1
         threads = max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+    elif threads is None and launcher == "submitit_local":
+        side_by_side = OmegaConf.select(hydra_cfg, "launcher.array_parallelism", default=256) or 1
+        threads = max(1, cores // min(side_by_side, cores))
+    if threads is None:
+        _say_if_busy(cores)
     if threads is not None:
         import torch
 
@@ -95,6 +111,20 @@ def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
             threads = cores
         torch.set_num_threads(threads)
         log.info("%d CPU thread(s) for this job", threads)
+
+
+def _say_if_busy(cores: int) -> None:
+    """A job at PyTorch's default threads on a machine with more runnable work than cores: one
+    line saying that ``threads=1`` would run it several times faster there."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average (Windows)
+        return
+    if cores > 1 and load > BUSY_LOAD_PER_CORE * cores:
+        # A line of advice, not a warning: the results are right whatever the threads.
+        log.info("the machine is busy (load average %.1f on %d cores): threads=1 runs a job several times faster "
+                    "on a busy machine than PyTorch's default of a thread a core (3-5x measured on 2 cores, "
+                    "docs/performance.md#cpu-threads)", load, cores)
 
 
 def _guarded(run_dir: Path, job):
