@@ -195,6 +195,47 @@ def test_checkpoint_every_resumes_from_its_last_checkpoint(tmp_path, small_data,
                                           other.drop(columns=list(TIMING_COLUMNS), errors="ignore"))
 
 
+def test_ctrl_c_inside_torch_save_is_an_interrupt(tmp_path, small_data, monkeypatch):
+    """Ctrl-C while torch.save writes round 3's checkpoint: torch's zip writer turns it into its own
+    RuntimeError ("unexpected pos"), which still stops the run as an interrupt (Interrupted: exit
+    130, a resume hint), never as a crash; the resume ends with an uninterrupted run's CSVs."""
+    import io
+
+    data = prepare(small_data, None, None)
+    make = functools.partial(MLP, in_channels=1, image_size=16, num_classes=4, hidden=[4])
+    run_sim(tmp_path / "whole", data, make, rounds=4)
+
+    class CutOff(io.RawIOBase):  # a file whose third write is where Ctrl-C lands
+        writes = 0
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            CutOff.writes += 1
+            if CutOff.writes == 3:
+                raise KeyboardInterrupt
+            return len(b)
+
+    checkpoint = Recorder.checkpoint
+
+    def cut_in_round_3(self, t, *a):
+        if t == 3:
+            torch.save({"w": torch.zeros(100_000)}, CutOff())  # as torch.save does it mid-file
+        return checkpoint(self, t, *a)
+
+    monkeypatch.setattr(Recorder, "checkpoint", cut_in_round_3)
+    with pytest.raises(Interrupted) as info:
+        run_sim(tmp_path / "cut", data, make, rounds=4)
+    assert str(info.value) == "interrupted after round 2; resume with resume=true"  # round 3 not complete
+    monkeypatch.setattr(Recorder, "checkpoint", checkpoint)
+    run_sim(tmp_path / "cut", data, make, rounds=4, resume=True)
+    for name in ("rounds", "layers", "clients"):
+        whole, other = (pd.read_csv(tmp_path / d / f"{name}.csv") for d in ("whole", "cut"))
+        pd.testing.assert_frame_equal(whole.drop(columns=list(TIMING_COLUMNS), errors="ignore"),
+                                      other.drop(columns=list(TIMING_COLUMNS), errors="ignore"))
+
+
 def test_simulate_skipped_round_keeps_model(tmp_path, small_data):
     """Norm-Norm with eps = 2: N <= E < 2 E always (Proposition 1), so every round is skipped,
     recorded as such, and w_t never moves (sec. 4.2: "return w_t as is")."""

@@ -291,6 +291,9 @@ class FederatedRun:
                 self.recorder.stopped("diverged", str(e), self.done)
             raise
         except Exception as e:
+            stop = _interrupt_behind(e)
+            if stop is not None:  # Ctrl-C inside torch.save comes out as its RuntimeError ("unexpected pos")
+                raise Interrupted(self.saved_round(), self.done, terminated=isinstance(stop, Terminated)) from None
             if disk_full(e):  # an OSError, or torch's error raised while handling one
                 when = f"after round {self.done}" if self.done else "before the first round"
                 saved = self.saved_round()
@@ -465,6 +468,20 @@ class FederatedRun:
                  out.get("rounds", 0), _duration(out.get("round_seconds")), _percent(out.get("final_test_acc")),
                  _percent(out.get("best_test_acc")), out.get("best_round", "-"), objective, self.run_dir.resolve())
         return out
+
+
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM, :class:`fedrun.errors.Terminated`) an error was raised while handling,
+    if any: a library that catches the interrupt and raises its own error (``torch.save``'s zip
+    writer, stopped mid-file, raises ``RuntimeError: unexpected pos``) must still stop the run as
+    an interrupt, exit 130, not as a crash."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _percent(value) -> str:
