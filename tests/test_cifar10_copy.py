@@ -207,7 +207,7 @@ def test_the_exact_subsets_label_says_which_pixels_it_trained_on():
 def test_a_run_on_the_copy_is_labelled_in_its_files_its_tags_and_its_tables(copy_files, tmp_path):
     from scripts.common.papers import dataset_title, setting_deviations
 
-    from fedrun.harness.dashboards import run_hparams, run_tags
+    from fedrun.harness.dashboard_values import run_hparams, run_tags
     from fedrun.plot import setting
     from fedrun.results import Run
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import TINY, fedrun_ok, run_fedrun
 
-from fedrun.harness import dashboards
+from fedrun.harness import dashboard_values, dashboards
 from fedrun.harness.provenance import git_state
 from fedrun.errors import ConfigError
 
@@ -38,18 +38,18 @@ def test_a_run_is_named_by_its_method_and_what_its_sweep_varies(tmp_path):
     job = config_of(["dataset=synthetic", "progress=False", "aggregator.beta=0.5", "seed=1"])
     write_sweep(tmp_path / "sweep", ["dataset=synthetic", "progress=false", "aggregator.beta=0.5,0.9", "seed=range(2)"])
     job["aggregator"]["beta"], job["seed"] = 0.5, 1
-    assert dashboards.swept_keys(tmp_path / "sweep" / "3") == ["aggregator.beta", "seed"]
-    assert dashboards.run_name(job, tmp_path / "sweep" / "3") == "fednnnn beta=0.5 seed=1"
+    assert dashboard_values.swept_keys(tmp_path / "sweep" / "3") == ["aggregator.beta", "seed"]
+    assert dashboard_values.run_name(job, tmp_path / "sweep" / "3") == "fednnnn beta=0.5 seed=1"
     # A swept aggregator is the name's first word, not a key=value; Optuna's params are swept too.
     write_sweep(tmp_path / "opt", ["aggregator=fedavg,fednnnn"], {"hyperparams.lr": "interval(0.01, 0.1)"})
-    assert dashboards.run_name(config_of(["aggregator=fednnnn", "hyperparams.lr=0.05"]), tmp_path / "opt" / "0") == \
+    assert dashboard_values.run_name(config_of(["aggregator=fednnnn", "hyperparams.lr=0.05"]), tmp_path / "opt" / "0") == \
         "fednnnn lr=0.05"
     # No sweep: what the command line set, but not how the run was launched.
     alone = config_of(["dataset=synthetic", "hyperparams.rounds=2", "progress=false", "device=cpu",
                        "logger=mlflow", "+tags.note=x"])
-    assert dashboards.swept_keys(tmp_path / "alone") is None
-    assert dashboards.run_name(alone, tmp_path / "alone") == "fednnnn dataset=synthetic rounds=2"
-    assert dashboards.run_name(None, tmp_path / "alone") == "alone"
+    assert dashboard_values.swept_keys(tmp_path / "alone") is None
+    assert dashboard_values.run_name(alone, tmp_path / "alone") == "fednnnn dataset=synthetic rounds=2"
+    assert dashboard_values.run_name(None, tmp_path / "alone") == "alone"
 
 
 def test_hparams_params_and_tags_leave_out_hydra_and_mirror_keys():
@@ -57,14 +57,14 @@ def test_hparams_params_and_tags_leave_out_hydra_and_mirror_keys():
                        local={"_target_": "x", "_convert_": "all", "lr": 0.05},
                        federation={"_target_": "y", "rounds": 2}, participation={"_target_": "z", "dropouts": 0.0},
                        partition={"_target_": "p", "_partial_": True, "alpha": 0.1}, tags={"paper": "fednnnn"})
-    hparams = dashboards.run_hparams(config, "r")
+    hparams = dashboard_values.run_hparams(config, "r")
     assert hparams == {"aggregator": "fednnnn", "dataset": "synthetic", "seed": 0, "hyperparams.rounds": 2,
                        "hyperparams.lr": 0.05, "aggregator.beta": 0.7, "partition.alpha": 0.1}
-    params = dashboards.run_params(config)
+    params = dashboard_values.run_params(config)
     assert not [k for k in params if k.endswith(INTERNAL) or k.startswith(("federation.", "local.", "participation."))]
     assert params["partition.alpha"] == "0.1" and params["choices.scale"] == "null"
     assert params["overrides"] == "hyperparams.lr=0.05 aggregator.beta=0.7"
-    tags = dashboards.run_tags(config, "r")
+    tags = dashboard_values.run_tags(config, "r")
     assert {k: tags[k] for k in ("aggregator", "dataset", "seed", "paper")} == \
         {"aggregator": "fednnnn", "dataset": "synthetic", "seed": "0", "paper": "fednnnn"}
     assert "scale" not in tags and tags["fedrun_version"] and tags["run_dir"].endswith("r")
@@ -81,17 +81,17 @@ def test_mlflow_params_leave_out_how_a_run_was_carried_out_and_tags_name_its_com
                        data_root="/data/here", progress=False, checkpoint_every=1, threads=1,
                        dataset={"name": "synthetic", "max_train": 200,
                                 "load": {"root": "/data/here", "download": True, "search": [], "num_train": 400}})
-    params = dashboards.run_params(config)
+    params = dashboard_values.run_params(config)
     carried = [k for k in params if k.split(".")[0] in ("logger", "resume", "data_root", "progress", "checkpoint_every")
                or k in ("choices.logger", "dataset.load.root", "dataset.load.download", "dataset.load.search")]
     assert carried == []
     assert params["threads"] == "1" and params["dataset.max_train"] == "200" and params["dataset.load.num_train"] == "400"
     assert params["choices.aggregator"] == "fednnnn" and params["overrides"] == "logger=mlflow resume=true threads=1"
     monkeypatch.setattr(provenance, "git_state", lambda: ("0123abc", True))
-    tags = dashboards.run_tags(config, "r")
+    tags = dashboard_values.run_tags(config, "r")
     assert tags["mlflow.source.git.commit"] == "0123abc" and tags["git_dirty"] == "true"
     monkeypatch.setattr(provenance, "git_state", lambda: (None, None))  # an installed wheel: no commit to name
-    assert not {"mlflow.source.git.commit", "git_dirty"} & set(dashboards.run_tags(config, "r"))
+    assert not {"mlflow.source.git.commit", "git_dirty"} & set(dashboard_values.run_tags(config, "r"))
 
 
 @needs_tensorboard
@@ -181,7 +181,7 @@ def test_mlflow_sweep_runs_are_named_tagged_and_hold_rounds_summary_and_files(tm
         assert not [k for k in params if k.endswith(INTERNAL) or k.startswith(("federation.", "local.",
                                                                               "participation."))]
         config = yaml.safe_load((run / "config.yaml").read_text())
-        assert len(params) == len(dashboards.run_params(config)) < 90  # was 109 with Hydra's keys and the mirrors
+        assert len(params) == len(dashboard_values.run_params(config)) < 90  # was 109 with Hydra's keys and the mirrors
         assert not [k for k in params if k.split(".")[0] in ("logger", "resume", "data_root", "progress")]
         assert tags.get("mlflow.source.git.commit") == git_state()[0]  # None where fedrun runs from no clone
         history = sorted(client.get_metric_history(marker["run_id"], "round.test_acc"), key=lambda m: m.step)
@@ -213,8 +213,8 @@ def test_mlflow_logs_the_params_in_batches(tmp_path, monkeypatch):
     config = config_of([], extra={f"k{i}": i for i in range(150)})
     dash = dashboards.MLflow(tracking_uri=str(tmp_path / "m.db"))
     dash.start(tmp_path, config, 1)
-    assert calls == [100, len(dashboards.run_params(config)) - 100]  # MLflow takes 100 params a batch
-    assert len(dash.client.get_run(dash.run_id).data.params) == len(dashboards.run_params(config))
+    assert calls == [100, len(dashboard_values.run_params(config)) - 100]  # MLflow takes 100 params a batch
+    assert len(dash.client.get_run(dash.run_id).data.params) == len(dashboard_values.run_params(config))
 
 
 def test_a_missing_tracking_store_is_one_line(tmp_path):
@@ -267,7 +267,7 @@ def test_sweep_overrides_read_as_hydra_reads_them(line):
         expected = OverridesParser.create().parse_overrides([line])[0].is_sweep_override()
     except Exception:  # noqa: BLE001 - a line Hydra refuses is no sweep for dashboards either
         expected = False
-    assert dashboards._sweeps(line.partition("=")[2]) == expected
+    assert dashboard_values._sweeps(line.partition("=")[2]) == expected
 
 
 @needs_mlflow

@@ -15,7 +15,7 @@ import yaml
 from conftest import TINY, fedrun_ok
 
 from fedrun.errors import ConfigError
-from fedrun.harness import dashboards
+from fedrun.harness import dashboard_values, dashboards
 from fedrun.harness.provenance import git_state
 
 needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="pip install 'fedrun[wandb]'")
@@ -101,7 +101,7 @@ def test_a_run_is_a_wandb_run_with_its_settings_tags_rounds_summary_and_files(tm
     got = logged(folder)
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert got["run"].run_id == marker["run_id"] and got["run"].project == marker["project"] == "fedrun"
-    assert got["run"].display_name == dashboards.run_name(config, run)
+    assert got["run"].display_name == dashboard_values.run_name(config, run)
     # The config: the settings MLflow gets as parameters, nested, numbers kept numbers.
     from fedrun.harness.wandb_logger import wandb_config
 
@@ -110,8 +110,8 @@ def test_a_run_is_a_wandb_run_with_its_settings_tags_rounds_summary_and_files(tm
     assert got["config"]["choices"]["aggregator"] == "fednnnn"
     assert not {"logger", "resume", "data_root", "progress", "federation", "local"} & set(got["config"])
     assert "_target_" not in got["config"]["aggregator"]
-    flat = dashboards._flat(got["config"])
-    assert set(flat) == set(dashboards.run_params(config))  # MLflow's parameters, key for key
+    flat = dashboard_values._flat(got["config"])
+    assert set(flat) == set(dashboard_values.run_params(config))  # MLflow's parameters, key for key
     tags = set(got["run"].tags)
     assert {"aggregator=fednnnn", "dataset=synthetic", "model=mlp", "partition=shards", "seed=0"} <= tags
     assert any(t.startswith("fedrun_version=") for t in tags) and all(len(t) <= 64 for t in tags)

@@ -5,7 +5,7 @@ W&B is where many Flower users already look at their runs, through the ``wandb``
 (:mod:`fedrun.harness.dashboards` chooses it, beside TensorBoard and MLflow):
 
 * its **config**: the run's settings, the ones MLflow gets as parameters
-  (:func:`~fedrun.harness.dashboards.run_settings`: no Hydra keys, no mirrors of ``hyperparams``,
+  (:func:`~fedrun.harness.dashboard_values.run_settings`: no Hydra keys, no mirrors of ``hyperparams``,
   nothing of how the run was carried out), nested as ``config.yaml`` nests them and with their
   values as they are, so W&B filters ``hyperparams.lr`` as a number;
 * its **tags**: MLflow's tags as ``key=value`` labels (``aggregator=fedavg``, ``dataset=cifar10``,
@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 
 from fedrun.errors import ConfigError, disk_full, first_line
-from fedrun.harness.dashboards import _points, _summary_values, run_name, run_settings, run_tags
+from fedrun.harness.dashboard_values import _points, _summary_values, run_name, run_settings, run_tags
 from fedrun.paths import writable_folder
 
 MODES = ("online", "offline", "disabled")
@@ -84,7 +84,7 @@ def wandb_notes(config: dict | None, run_dir) -> str:
 
 class WandB:
     """A W&B run in ``project`` (of ``entity``, null: the login's default), named ``run_name``
-    (null: :func:`~fedrun.harness.dashboards.run_name`'s method and swept settings), in
+    (null: :func:`~fedrun.harness.dashboard_values.run_name`'s method and swept settings), in
     ``wandb_mode`` (null: ``WANDB_MODE``, else online), its local files in ``wandb_dir`` (null:
     ``WANDB_DIR``, else W&B's own ``./wandb``)."""
 
