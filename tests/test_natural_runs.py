@@ -88,6 +88,14 @@ def test_the_cost_benchmark_runs_both_settings_side_by_side(capsys, tmp_path, mo
                                    "--repeat", "1", "--model", "mlp", "--fraction", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "3 a round" in out and "per-client pass 9 images a round" in out
-    assert "client_eval_every=0: eval_s" in out and "client_eval_every=1: eval_s" in out
-    assert "per-client accuracy adds" in out
+    assert "fedavg, client_eval_every=0: eval_s" in out and "fedavg, client_eval_every=1 (the sampled clients): eval_s" in out
+    assert "per-client accuracy adds" in out and "FedPer" not in out
     assert list(tmp_path.iterdir()) == []  # its data and runs removed
+    # --personal: every client scored, with FedAvg's model and with FedPer's and Ditto's personal models too
+    assert bench_client_eval.main(["--writers", "6", "--train", "8", "--test", "3", "--rounds", "2",
+                                   "--repeat", "1", "--model", "mlp", "--fraction", "0.5", "--personal"]) == 0
+    out = capsys.readouterr().out
+    for line in ("fedavg, every client scored: eval_s", "fedper, every client scored (+ personal models): eval_s",
+                 "ditto, every client scored (+ personal models): eval_s", "with FedPer's personal models"):
+        assert line in out, line
+    assert list(tmp_path.iterdir()) == []
