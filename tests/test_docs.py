@@ -40,7 +40,8 @@ from fedrun.command.cli import precheck, precheck_sweep
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 ENVIRONMENT = ("pip", "apt-get", "sudo", "python3", ".", "source", "export", "optuna-dashboard")
-TABLE_SCRIPTS = ("fednnnn/table2.py", "fedlayerwise/table1.py", "pd/tables.py", "niidbench/table3.py")  # below scripts/
+TABLE_SCRIPTS = ("fednnnn/table2.py", "fedlayerwise/table1.py", "pd/tables.py", "niidbench/table3.py",  # below scripts/
+                 "datasets/cifar10_jpeg_cost.py")  # every script whose ``run`` trains: run with --dry-run
 
 
 def commands() -> list[tuple[str, str, str]]:
@@ -193,7 +194,8 @@ def check_script(args: list[str], folder: Path) -> None:
     if script == "claims.py":  # on the committed runs, but --write rewrites a copy of the doc, not the checkout's
         root = folder / "root"
         (root / "docs").mkdir(parents=True)
-        shutil.copy(REPO_ROOT / "docs" / "reproductions.md", root / "docs")
+        for doc in (REPO_ROOT / "docs").glob("*.md"):  # reproductions.md, and configuration.md's result tables
+            shutil.copy(doc, root / "docs")
         (root / "outputs").symlink_to(REPO_ROOT / "outputs")
         (root / "scripts").symlink_to(REPO_ROOT / "scripts")
         proc = python_run([str(REPO_ROOT / args[0]), *args[1:], "--root", str(root)], folder, timeout=300)
