@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -286,7 +287,9 @@ def flwr_partition(labels, num_clients: int, num_classes: int, seed: int, partit
     if "num_partitions" not in params:  # sized by its own settings (InnerDirichletPartitioner's partition_sizes)
         _check_count(made, base.__name__, given, num_clients)
     try:
-        parts = _flwr_parts(made, num_clients)
+        with warnings.catch_warnings():  # pyarrow's deprecation notes about how datasets sorts: not the user's
+            warnings.filterwarnings("ignore", category=FutureWarning, module="pyarrow")
+            parts = _flwr_parts(made, num_clients)
     except ValueError as e:  # the partitioner's own checks (min_partition_size not reached ...)
         raise ConfigError("partition.partitioner", base.__name__,
                           f"cannot split these labels: {first_line(e)}") from None
