@@ -305,7 +305,7 @@ def test_threads_are_shared_among_side_by_side_jobs_and_a_busy_machine_is_told(m
             assert torch.get_num_threads() == expected, (launcher, settings)
         torch.set_num_threads(before)
         plain = OmegaConf.create({"runtime": {"choices": {"hydra/launcher": "basic"}}})
-        for load, said in ((3.9, False), (4.5, True)):
+        for load, said in ((5.9, False), (6.5, True)):  # 4 cores: told from a load of 6
             monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="fedrun"):

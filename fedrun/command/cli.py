@@ -74,11 +74,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         raise
 
 
-# The load average (runnable processes, over the last minute) above which a job left at PyTorch's
-# default threads is told that threads=1 would run faster: more work than cores.  Measured on a
+# The load average (runnable processes, over the last minute) per core above which a job left at
+# PyTorch's default threads is told that threads=1 would run faster: half as much work again as the
+# cores can take (a load just over the cores is often the job before this one still counted).  Measured on a
 # 2-core CPU (docs/performance.md, "CPU threads"): idle, 2 threads ran 1.45x faster than 1; at a load
 # of 4-5 (two other runs), 1 thread ran 3.3x-5.2x faster than 2, whose threads wait on each other.
-BUSY_LOAD_PER_CORE = 1.0
+BUSY_LOAD_PER_CORE = 1.5
 
 
 def _thread_budget(cfg: DictConfig, hydra_cfg) -> None:
