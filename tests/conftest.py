@@ -290,6 +290,28 @@ def csv_without_wall(path: Path) -> str:
     return df.drop(columns=[c for c in TIMING_COLUMNS if c in df]).to_csv(index=False)
 
 
+def interrupted_while_recording(monkeypatch, round_: int, go) -> None:
+    """Ctrl-C while round ``round_``'s rows are written (rounds before it recorded and, by default,
+    checkpointed): ``go()`` must stop with :class:`fedrun.errors.Interrupted`; then the writer is
+    put back, so that a resume runs as usual."""
+    from fedrun.errors import Interrupted
+    from fedrun.harness.recorder import Recorder
+
+    write = Recorder.write
+
+    def interrupt(self, r):
+        if r.round == round_:
+            raise KeyboardInterrupt
+        write(self, r)
+
+    monkeypatch.setattr(Recorder, "write", interrupt)
+    try:
+        with pytest.raises(Interrupted):
+            go()
+    finally:
+        monkeypatch.setattr(Recorder, "write", write)
+
+
 def same_run(a: Path, b: Path) -> None:
     """Two run directories hold the same results (all but the wall-clock column)."""
     assert csv_without_wall(a / "rounds.csv") == csv_without_wall(b / "rounds.csv")

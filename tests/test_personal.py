@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY, run_fedrun, same_run
+from conftest import TINY, interrupted_while_recording, run_fedrun, same_run
 from torch import nn
 
 from fedrun import aggregators as A
@@ -26,9 +26,8 @@ from fedrun.data import partition as P
 from fedrun.data.client_tests import hold_out
 from fedrun.data.datasets import synthetic
 from fedrun.data.preparation import prepare
-from fedrun.errors import ConfigError, Interrupted
+from fedrun.errors import ConfigError
 from fedrun.harness.federated_run import Federation
-from fedrun.harness.recorder import Recorder
 from fedrun.harness.simulation import simulate
 from fedrun.models.nets import MLP
 from fedrun.server.personal import Personalization
@@ -230,17 +229,7 @@ def test_both_engines_agree(tmp_path, data, aggregator):
 def test_resume_after_ctrl_c_is_byte_exact(tmp_path, data, monkeypatch, aggregator):
     go = functools.partial(run, data=data, aggregator=aggregator)
     go(tmp_path / "whole")
-    write = Recorder.write
-
-    def interrupt(self, r):
-        if r.round == 3:
-            raise KeyboardInterrupt
-        write(self, r)
-
-    monkeypatch.setattr(Recorder, "write", interrupt)
-    with pytest.raises(Interrupted):
-        go(tmp_path / "cut")
-    monkeypatch.setattr(Recorder, "write", write)
+    interrupted_while_recording(monkeypatch, 3, lambda: go(tmp_path / "cut"))
     go(tmp_path / "cut", resume=True)
     same_run(tmp_path / "whole", tmp_path / "cut")
     end = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["aggregator"]["personal"]

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import CONF_DIR, TINY, compose, csv_without_wall, fedrun_ok, run_fedrun, same_run
+from conftest import (CONF_DIR, TINY, compose, csv_without_wall, fedrun_ok, interrupted_while_recording, run_fedrun,
+                      same_run)
 from equivalence import assert_whole_runs_agree
 
 from fedrun import aggregators as A
@@ -23,9 +24,8 @@ from fedrun.command.build import build
 from fedrun.data import partition as P
 from fedrun.data.datasets import synthetic
 from fedrun.data.preparation import prepare
-from fedrun.errors import ConfigError, Interrupted
+from fedrun.errors import ConfigError
 from fedrun.harness.federated_run import Federation
-from fedrun.harness.recorder import Recorder
 from fedrun.harness.simulation import simulate
 from fedrun.models.layers import Layer
 from fedrun.models.nets import MLP
@@ -189,19 +189,9 @@ def test_a_resumed_private_run_equals_an_uninterrupted_one(tmp_path, data, monke
     """Ctrl-C while round 3 is recorded: the checkpoint of round 2 holds the adapted clip; the resume
     draws round 3's noise from (seed, round) again and ends with the uninterrupted run's files."""
     private_run(tmp_path / "whole", data, ADAPTIVE)
-    write = Recorder.write
-
-    def interrupt(self, r):
-        if r.round == 3:
-            raise KeyboardInterrupt
-        write(self, r)
-
-    monkeypatch.setattr(Recorder, "write", interrupt)
-    with pytest.raises(Interrupted):
-        private_run(tmp_path / "cut", data, ADAPTIVE)
+    interrupted_while_recording(monkeypatch, 3, lambda: private_run(tmp_path / "cut", data, ADAPTIVE))
     ckpt = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
     assert ckpt["round"] == 2 and ckpt["aggregator"]["privacy"]["clip"] != ADAPTIVE["clip"]
-    monkeypatch.setattr(Recorder, "write", write)
     private_run(tmp_path / "cut", data, ADAPTIVE, resume=True)
     same_run(tmp_path / "whole", tmp_path / "cut")
     rounds = pd.read_csv(tmp_path / "whole" / "rounds.csv")

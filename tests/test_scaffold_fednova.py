@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import RESUMABLE, TINY, aggregate, csv_without_wall, fedrun_ok, on_partition, run_fedrun, same_run
+from conftest import (RESUMABLE, TINY, aggregate, csv_without_wall, fedrun_ok, interrupted_while_recording, on_partition,
+                      run_fedrun, same_run)
 from equivalence import F32_RTOL, F64_RTOL, default_dtype, relative_difference
 
 from fedrun import aggregators as A
@@ -33,13 +34,13 @@ from fedrun.data import partition as P
 from fedrun.client.batched import BatchedEngine
 from fedrun.data.preparation import prepare
 from fedrun.data.datasets import synthetic
-from fedrun.errors import ConfigError, Interrupted
+from fedrun.errors import ConfigError
 from fedrun.harness.federated_run import Federation
 from fedrun.models.layers import Layer
 from fedrun.client.local_training import LocalTraining
 from fedrun.models.nets import MLP
 from fedrun.params import split_state
-from fedrun.harness.recorder import TIMING_COLUMNS, Recorder
+from fedrun.harness.recorder import TIMING_COLUMNS
 from fedrun.client.regularizers import ControlVariate
 from fedrun.client.sequential import SequentialEngine
 from fedrun.harness.simulation import simulate
@@ -409,23 +410,13 @@ def test_scaffold_resume_after_ctrl_c_is_byte_exact(tmp_path, data, monkeypatch)
                            local=local, federation=Federation(rounds=5, num_clients=8, client_fraction=0.25),
                            progress=False)
     go(tmp_path / "whole")
-    write = Recorder.write
-
-    def interrupt(self, r):
-        if r.round == 3:
-            raise KeyboardInterrupt
-        write(self, r)
-
-    monkeypatch.setattr(Recorder, "write", interrupt)
-    with pytest.raises(Interrupted):
-        go(tmp_path / "cut")
+    interrupted_while_recording(monkeypatch, 3, lambda: go(tmp_path / "cut"))
     ckpt = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
     assert ckpt["round"] == 2
     c_k = ckpt["aggregator"]["correction"]["c_k"]
     assert all(v.shape[0] == 8 for v in c_k.values())
     moved = (torch.stack([sum(v[k].abs().sum() for v in c_k.values()) for k in range(8)]) > 0).sum()
     assert 0 < moved <= 4  # the 2 x 2 clients sampled so far have a control variate, the others still 0
-    monkeypatch.setattr(Recorder, "write", write)
     go(tmp_path / "cut", resume=True)
     same_run(tmp_path / "whole", tmp_path / "cut")
     end = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["aggregator"]["correction"] for d in
