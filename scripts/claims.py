@@ -55,8 +55,8 @@ from pathlib import Path
 if not __package__:  # python scripts/claims.py: the checkout's root on the path, for scripts.*
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from scripts.common.claims_core import DOC, Data, ROOT
-from scripts.common.claims_registry import in_doc, render_section, sections, write_marked
+from scripts.common.claims_core import Data, ROOT
+from scripts.common.claims_registry import docs, in_doc, render_section, sections, write_marked
 # Every paper's claims, each module registering its sections' as it is imported: in the doc's order,
 # the order they are printed in (named after their sections).
 from scripts.niidbench import claims as niidbench, claims_stragglers as fednova_stragglers  # noqa: F401
@@ -68,6 +68,8 @@ from scripts.niidbench import claims_gpu as niidbench_gpu, claims_tuned as niidb
 from scripts.niidbench import claims_whole as niidbench_whole  # noqa: F401
 from scripts.fednnnn import claims_whole as fednnnn_whole  # noqa: F401
 from scripts.datasets import claims_cifar10_jpeg as cifar10_jpeg, claims_femnist_leaf as femnist_leaf  # noqa: F401
+# fedrun's own features measured (docs/configuration.md's result tables).
+from scripts.features import claims_personalized as personalized, claims_privacy as privacy  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- command line
@@ -91,13 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data = Data(args.root)
     if args.write:
-        path = Path(args.root) / DOC
-        text, changed = write_marked(path.read_text(), data)
-        if changed:
-            path.write_text(text)
-        print(f"{DOC}: " + (f"rewrote {', '.join(changed)}" if changed else "every marked claim as the runs say"))
+        for name in docs():
+            path = Path(args.root) / name
+            if not path.is_file():  # a root with the runs and docs/reproductions.md alone
+                continue
+            text, changed = write_marked(path.read_text(), data, args.section)
+            if changed:
+                path.write_text(text)
+            print(f"{name}: " + (f"rewrote {', '.join(changed)}" if changed else "every marked claim as the runs say"))
         args.check = True
-    doc = (Path(args.root) / DOC).read_text() if args.check else ""
+    texts = {name: (Path(args.root) / name).read_text() if (Path(args.root) / name).is_file() else ""
+             for name in docs()} if args.check else {}
     ok = True
     for section in args.section or sections():
         print(f"[{section}]")
@@ -106,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{c.id}: CANNOT BE COMPUTED: {error}")
                 ok = False
                 continue
-            missing = args.check and not in_doc(text, doc)
-            print(f"{c.id}: {text}" + ("    <-- NOT IN docs/reproductions.md" if missing else ""))
+            missing = args.check and not in_doc(text, texts[c.doc])
+            print(f"{c.id}: {text}" + (f"    <-- NOT IN {c.doc}" if missing else ""))
             ok = ok and not missing
     return 0 if ok else 1
 

@@ -36,12 +36,18 @@ def doc():
     return registry.normalized(DOC.read_text())
 
 
+@pytest.fixture(scope="module")
+def docs():
+    """Every doc that states claims, normalized, by its path from the repository root."""
+    return {name: registry.normalized((REPO_ROOT / name).read_text()) for name in registry.docs()}
+
+
 @pytest.mark.parametrize("claim_id", list(registry.CLAIMS))
-def test_claim_is_quoted_in_the_doc(claim_id, data, doc):
+def test_claim_is_quoted_in_the_doc(claim_id, data, docs):
     c = registry.CLAIMS[claim_id]
     text = c.render(data)
-    assert registry.normalized(text) in doc, (f"{claim_id} ({c.checks}) renders\n  {text}\nwhich docs/reproductions.md "
-                                            "does not say: correct the doc's sentence to what the data says")
+    assert registry.normalized(text) in docs[c.doc], (f"{claim_id} ({c.checks}) renders\n  {text}\nwhich {c.doc} "
+                                                    "does not say: correct the doc's sentence to what the data says")
 
 
 def test_every_claim_says_what_it_checks():
@@ -51,7 +57,8 @@ def test_every_claim_says_what_it_checks():
                                       "fedlap_readings", "fedlap_mnist_train10k", "fedlayerwise", "fedlap_tuned", "fednnnn_gpu",
                                       "niidbench_gpu", "niidbench_tuned", "fedlap_mnist",
                                       "fedlap_mnist_tuned", "niidbench_whole", "fednnnn_whole", "cifar10_jpeg",
-                                      "femnist_leaf"}
+                                      "femnist_leaf", "personalized", "privacy"}
+    assert registry.docs() == ["docs/reproductions.md", "docs/configuration.md"]
 
 
 def test_doc_phrase_may_span_lines():
@@ -245,8 +252,9 @@ def test_write_rewrites_only_the_marked_claims(tmp_path):
     assert registry.write_marked(text, data) == (text, [])  # as the runs say: nothing to rewrite
     with pytest.raises(ValueError, match="unknown claim 'nosuch.claim'"):
         registry.write_marked("<!-- claim nosuch.claim -->x<!-- end claim -->", data)
-    # the committed doc is as its runs say
-    assert registry.write_marked(DOC.read_text(), data)[1] == []
+    # the committed docs are as their runs say
+    for name in registry.docs():
+        assert registry.write_marked((REPO_ROOT / name).read_text(), data)[1] == [], name
 
 
 def test_print_section(capsys):

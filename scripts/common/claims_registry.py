@@ -1,5 +1,5 @@
-"""The claims themselves: :func:`claim` registers a phrase of docs/reproductions.md with the function that
-computes its fields; rendering a section, checking a text against the doc, rewriting the doc's marked
+"""The claims themselves: :func:`claim` registers a phrase of docs/reproductions.md (or of another doc
+that states measured numbers: docs/configuration.md's result tables) with the function that computes its fields; rendering a section, checking a text against the doc, rewriting the doc's marked
 claims (``--write``), and which sections a table script prints for the folders it reads."""
 from __future__ import annotations
 
@@ -9,20 +9,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from scripts.common.claims_core import Data, HEADING, ROOT, RUNS
+from scripts.common.claims_core import DOC, Data, HEADING, ROOT, RUNS
 
 
 # ----------------------------------------------------------------------------- the registry
 
 @dataclass(frozen=True)
 class Claim:
-    """A phrase of docs/reproductions.md (``template``, with format fields) and the function that
-    computes its fields from the runs (its docstring says what it checks)."""
+    """A phrase of ``doc`` (``template``, with format fields) and the function that computes its
+    fields from the runs (its docstring says what it checks)."""
 
     id: str
     section: str
     template: str
     compute: Callable[[Data], dict]
+    doc: str = str(DOC)  # the doc that states it, from the repository root
 
     def render(self, data: Data) -> str:
         return self.template.format(**self.compute(data))
@@ -35,18 +36,23 @@ class Claim:
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(id: str, section: str, template: str):
-    """Register the decorated function as the claim ``id`` of ``section``."""
+def claim(id: str, section: str, template: str, doc: str = str(DOC)):
+    """Register the decorated function as the claim ``id`` of ``section``, stated in ``doc``."""
     def register(compute: Callable[[Data], dict]) -> Callable[[Data], dict]:
         if id in CLAIMS:
             raise ValueError(f"claim {id} registered twice")
-        CLAIMS[id] = Claim(id, section, template, compute)
+        CLAIMS[id] = Claim(id, section, template, compute, doc)
         return compute
     return register
 
 
 def sections() -> list[str]:
     return list(dict.fromkeys(c.section for c in CLAIMS.values()))
+
+
+def docs() -> list[str]:
+    """The docs that state claims, docs/reproductions.md first."""
+    return list(dict.fromkeys([str(DOC), *(c.doc for c in CLAIMS.values())]))
 
 
 def render_section(section: str, data: Data) -> list[tuple[Claim, str | None, str | None]]:
@@ -126,16 +132,20 @@ def in_doc(text: str, doc: str) -> bool:
 MARKED = re.compile(r"<!-- claim (?P<id>[\w.]+) -->(?P<body>.*?)<!-- end claim -->", re.S)
 
 
-def write_marked(doc: str, data: Data) -> tuple[str, list[str]]:
+def write_marked(doc: str, data: Data, only: Iterable[str] | None = None) -> tuple[str, list[str]]:
     """``doc`` with every marked claim's text rendered afresh from ``data`` (the white space around
-    the old text kept, so a table stays a block of its own), and the ids whose text changed.  An
-    unknown id, or a claim that cannot be computed, raises: the doc is then left as it was."""
+    the old text kept, so a table stays a block of its own), and the ids whose text changed;
+    ``only``: the claims of these sections alone, the others left as they stand.  An unknown id,
+    or a claim that cannot be computed, raises: the doc is then left as it was."""
     changed = []
+    only = None if only is None else set(only)
 
     def fresh(match: re.Match) -> str:
         id_, body = match["id"], match["body"]
         if id_ not in CLAIMS:
-            raise ValueError(f"docs/reproductions.md marks an unknown claim {id_!r}")
+            raise ValueError(f"the doc marks an unknown claim {id_!r}")
+        if only is not None and CLAIMS[id_].section not in only:
+            return match[0]
         text = CLAIMS[id_].render(data)
         lead, trail = body[: len(body) - len(body.lstrip())], body[len(body.rstrip()):]
         if body.strip() != text:
