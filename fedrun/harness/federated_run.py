@@ -411,9 +411,10 @@ class FederatedRun:
         with its kept layers; Ditto: its whole ``v_k``) on its own test data.  A client never sampled
         yet keeps ``w_0``'s values."""
         state, kept = r.models[self.aggregator.evaluate], self.state["personal"]
-        return {k: client_scores(self.model, Personalization.model(kept, k, state, self.buffers), self.client_test_x,
-                                 self.client_test_y, [self.client_tests[k]], eval_batch(self.device))[0]
-                for k in clients}
+        models = Personalization.models(kept, clients, state, self.buffers)
+        return {k: client_scores(self.model, own, self.client_test_x, self.client_test_y, [self.client_tests[k]],
+                                 eval_batch(self.device))[0]
+                for k, own in zip(clients, models)}
 
     @property
     def personalized(self) -> bool:

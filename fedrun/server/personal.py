@@ -164,11 +164,14 @@ class Personalization:
         return replace(results, deltas=deltas, buffers=kept)
 
     @staticmethod
-    def model(state: dict, client: int, params: Params, buffers: Params) -> Params:
-        """Client ``client``'s personal model: the global ``params`` and ``buffers`` with its kept
-        values in place (Ditto: its whole model); ``w_0``'s for a client that has not trained."""
-        own = Personalization.own(state, [client])
-        return {**params, **buffers, **{k: v[0] for k, v in own.items()}}
+    def models(state: dict, clients: list[int], params: Params, buffers: Params):
+        """Each of ``clients``' personal model in turn: the global ``params`` and ``buffers`` with its
+        kept values in place (Ditto: its whole model; ``w_0``'s for a client that has not trained).
+        The clients' rows are looked up once, and one model is built at a time (a generator: Ditto's
+        K whole models are never stacked to be scored)."""
+        for row in Personalization.rows(state, clients):
+            yield {**params, **buffers,
+                   **{k: own[row] if row >= 0 else state["initial"][k] for k, own in state["own"].items()}}
 
     @staticmethod
     def client_bytes(state: dict) -> int:
