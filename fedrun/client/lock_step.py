@@ -45,7 +45,7 @@ from fedrun.client.regularizers import Regularizer
 from fedrun.client.round_plan import Group, LockStep
 from fedrun.client.vmap_batchnorm import FusedClientBatchNorm
 from fedrun.params import Params
-from fedrun.seeding import derive_seed, torch_generator
+from fedrun.seeding import seed_global, torch_generator
 
 
 class _Cohort:
@@ -201,7 +201,7 @@ class ChunkTraining:
         self.lead.model.train()
         # Dropout masks: one stream per chunk (fedrun.client.batched's docstring), reproducible from the seed.
         share = self.shares[0]
-        torch.manual_seed(derive_seed(self.lead.seed, "forward-batched", share.round_, share.clients[0]))
+        seed_global(self.lead.seed, "forward-batched", share.round_, share.clients[0])
         for lock_step in self.plan.lock_steps:
             self.start_epochs(lock_step)
             for group in lock_step.groups:

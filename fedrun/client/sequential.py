@@ -26,7 +26,7 @@ from fedrun.params import Params
 from fedrun.client.protocol import InProcessEngine, check_lr
 from fedrun.client.precision import autocast, check_engine_options, compile_errors, precision_scope
 from fedrun.client.regularizers import Regularizer
-from fedrun.seeding import derive_seed, torch_generator
+from fedrun.seeding import seed_global, torch_generator
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class SequentialEngine(InProcessEngine):
         if start_state is not None:
             opt_state = load_state(start_state, opt_state, names)
         # Dropout (and any other randomness in the forward pass) is seeded per (round, client).
-        torch.manual_seed(derive_seed(self.seed, "forward", round_, client))
+        seed_global(self.seed, "forward", round_, client)
         shuffle = torch_generator(self.seed, "shuffle", round_, client)
         augment = local.augment
         augment_draws = torch_generator(self.seed, "augment", round_, client) if augment else None
