@@ -12,7 +12,7 @@ import torch
 from conftest import fedrun_ok, run_fedrun
 
 from fedrun.data.datasets import RawData
-from fedrun.data.natural import femnist, table
+from fedrun.data.natural import femnist, synthetic_writers, table, writer_sizes
 from fedrun.data.partition import client_ids, client_test_rows, natural
 from fedrun.diagnostics.evaluation import client_scores, client_summary
 from fedrun.data.preparation import prepare
@@ -259,3 +259,46 @@ def test_a_tables_features_are_standardized_each_on_its_own_as_standard_scaler(t
     assert channel[:, 1].std() < 1e-3
     with pytest.raises(ConfigError, match=r"^dataset.mean=\[0.5\]: must be null with dataset.normalize=per_feature"):
         prepare(raw, [0.5], [0.2], normalize="per_feature")
+
+
+# ----------------------------------------------------------------------------- FEMNIST-shaped synthetic writers
+
+def test_writer_sizes_have_leafs_mean_and_spread():
+    # 20,000 draws of LEAF's log-normal: the mean 226.83 and the std 88.94 within a few standard errors
+    # (std of the mean: 88.94 / sqrt(20,000) = 0.63); every writer at least 2 examples; seeded.
+    sizes = writer_sizes(20_000, 226.83, 88.94, seed=0)
+    assert abs(sizes.mean() - 226.83) < 3 and abs(sizes.std() - 88.94) < 3 and sizes.min() >= 2
+    assert np.array_equal(sizes, writer_sizes(20_000, 226.83, 88.94, seed=0))
+    assert not np.array_equal(sizes, writer_sizes(20_000, 226.83, 88.94, seed=1))
+    assert writer_sizes(5, 10.0, 0.0, seed=3).tolist() == [10] * 5  # no spread: every writer the mean
+    assert writer_sizes(1000, 2.0, 50.0, seed=0).min() == 2  # small draws raised to one train and one test example
+
+
+def test_synthetic_writers_split_each_writer_as_leaf():
+    # 4 writers of exactly 20 examples each: LEAF's --tf 0.9 holds 2 of each out (floor(0.1 * 20)).
+    raw = synthetic_writers(writers=4, size_mean=20, size_std=0, num_classes=5, image_size=4, seed=0)
+    assert torch.bincount(raw.train_groups).tolist() == [18] * 4 and torch.bincount(raw.test_groups).tolist() == [2] * 4
+    assert raw.train_x.shape == (72, 1, 4, 4) and raw.num_classes == 5 and int(raw.train_y.max()) < 5
+    again = synthetic_writers(writers=4, size_mean=20, size_std=0, num_classes=5, image_size=4, seed=0)
+    assert torch.equal(raw.train_x, again.train_x) and torch.equal(raw.test_y, again.test_y)
+    # Each writer's style: two writers' images of one class differ on average by their styles' difference.
+    no_noise = synthetic_writers(writers=2, size_mean=400, size_std=0, num_classes=2, image_size=4, noise=0.0, seed=1)
+    x, y, g = no_noise.train_x, no_noise.train_y, no_noise.train_groups
+    a, b = x[(g == 0) & (y == 0)], x[(g == 1) & (y == 0)]
+    assert torch.allclose(a - a[0], torch.zeros_like(a)) and not torch.allclose(a[0], b[0])  # one image a (writer, class)
+    with pytest.raises(ConfigError, match="dataset.load.test_fraction"):
+        synthetic_writers(writers=2, test_fraction=1.0)
+
+
+def test_a_run_on_synthetic_writers_keeps_the_largest(tmp_path):
+    run = tmp_path / "run"
+    fedrun_ok(["dataset=synthetic_writers", "dataset.load.writers=30", "dataset.load.size_mean=12",
+               "dataset.load.size_std=6", "dataset.image_size=8", "dataset.num_classes=4", "partition=natural",
+               "model=mlp", "model.hidden=[8]", "hyperparams.num_clients=10", "hyperparams.client_fraction=0.5",
+               "hyperparams.rounds=2", "hyperparams.batch_size=4", "aggregator=fedavg", "progress=false",
+               f"hydra.run.dir={run}"], tmp_path)
+    raw = synthetic_writers(writers=30, size_mean=12, size_std=6, image_size=8, num_classes=4)
+    largest = sorted(torch.bincount(raw.train_groups).tolist(), reverse=True)[:10]
+    assert sorted(pd.read_csv(run / "partition.csv")["examples"].tolist(), reverse=True) == largest
+    rounds = pd.read_csv(run / "rounds.csv")
+    assert len(rounds) == 2 and rounds["client_acc_mean"].notna().all()  # the writers' own test splits are scored

@@ -3,7 +3,9 @@
 * :func:`femnist`: LEAF's FEMNIST (Caldas et al., *LEAF: A Benchmark for Federated Settings*,
   2018), one writer a client, in LEAF's JSON layout;
 * :func:`table`: any CSV table with a label column, a client column (a user, a device, a
-  hospital) and feature columns.
+  hospital) and feature columns;
+* :func:`synthetic_writers`: synthetic clients of FEMNIST's shape (LEAF's number of writers and
+  spread of their sizes), for cross-device scale where the real writers are not at hand.
 
 ``partition=natural`` (:func:`fedrun.data.partition.natural`) keeps these clients instead of
 splitting the data itself.  Client ids are numbered 0 .. n-1 in the order of the sorted original
@@ -27,6 +29,8 @@ from fedrun.seeding import torch_generator
 LEAF_IMAGE = 28  # FEMNIST's images: 28 x 28 grey, 784 values a row
 LEAF_CLASSES = 62  # 10 digits, 26 upper-case and 26 lower-case letters
 LEAF_PIXELS = LEAF_IMAGE * LEAF_IMAGE
+# FEMNIST in LEAF's Table 1 (Caldas et al. 2018): 3,550 writers, 805,263 images, 226.83 +- 88.94 a writer.
+LEAF_WRITERS, LEAF_MEAN_SIZE, LEAF_STD_SIZE = 3550, 226.83, 88.94
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # a table's features are read as float32
 
 
@@ -359,3 +363,57 @@ def table(path: str | None = None, label_column: str = "label", client_column: s
     train_rows, test_rows = torch.from_numpy(np.nonzero(~test)[0]), torch.from_numpy(np.nonzero(test)[0])
     return RawData(images[train_rows], y_t[train_rows], images[test_rows], y_t[test_rows], classes,
                    g_t[train_rows], g_t[test_rows])
+
+
+def writer_sizes(writers: int, mean: float, std: float, seed: int) -> np.ndarray:
+    """``writers`` client sizes (examples a client, both splits), drawn i.i.d. from the log-normal
+    with this mean and standard deviation, rounded, at least 2 (one to train on, one to test):
+    ``n_k = max(2, round(exp(mu + s z_k)))`` with ``s^2 = ln(1 + std^2 / mean^2)`` and
+    ``mu = ln(mean) - s^2 / 2``, ``z_k ~ N(0, 1)`` from ``(seed, "writer-sizes")``.  LEAF reports a
+    mean and a standard deviation only; a log-normal is positive and right-skewed, as writers'
+    sizes are."""
+    check(isinstance(writers, int) and writers >= 1, "dataset.load.writers", writers, "must be an integer >= 1")
+    check(mean >= 2, "dataset.load.size_mean", mean, "must be >= 2 (each client trains on one example and tests on one)")
+    check(std >= 0, "dataset.load.size_std", std, "must be >= 0")
+    s2 = math.log1p((std / mean) ** 2)
+    z = torch.randn(writers, generator=torch_generator(seed, "writer-sizes"), dtype=torch.float64).numpy()
+    return np.maximum(np.rint(np.exp(math.log(mean) - s2 / 2 + math.sqrt(s2) * z)), 2).astype(np.int64)
+
+
+def synthetic_writers(writers: int = LEAF_WRITERS, size_mean: float = LEAF_MEAN_SIZE, size_std: float = LEAF_STD_SIZE,
+                      test_fraction: float = 0.1, channels: int = 1, image_size: int = LEAF_IMAGE,
+                      num_classes: int = LEAF_CLASSES, noise: float = 1.0, style: float = 0.5, seed: int = 0) -> RawData:
+    """Synthetic natural clients of FEMNIST's shape: ``writers`` clients with sizes drawn as LEAF's
+    (:func:`writer_sizes`: 3,550 writers of 226.83 +- 88.94 images by default, about 805,000 in all),
+    each split into its own training and test examples as LEAF's ``--tf 0.9`` (``test_fraction`` of
+    a writer's examples, rounded down, held out; at least one each).
+
+    An image of class y by writer k is ``template[y] + style * s_k + noise * N(0, 1)``: the class
+    templates of ``dataset=synthetic``, plus the writer's own fixed random image ``s_k`` (a
+    handwriting of sorts: feature skew, as FEMNIST's writers differ), labels uniform over the
+    classes.  Everything is drawn from ``seed``; the cost of a round depends on the sizes only,
+    which is what this set is for (cross-device benchmarks, ``partition=natural``); accuracy on it
+    says nothing about FEMNIST's.
+    """
+    s = "dataset.load."
+    check(0 <= test_fraction < 1, s + "test_fraction", test_fraction, "must be in [0, 1)")
+    check(num_classes >= 2, "dataset.num_classes", num_classes, "must be >= 2")
+    sizes = writer_sizes(writers, size_mean, size_std, seed)
+    tests = np.clip(np.floor(test_fraction * sizes), 1 if test_fraction > 0 else 0, sizes - 1).astype(np.int64)
+    g = torch_generator(seed, "synthetic-writers")
+    shape = (channels, image_size, image_size)
+    templates = torch.rand(num_classes, *shape, generator=g)
+    styles = torch.randn(writers, *shape, generator=g)
+    out = []
+    for split, counts in (("train", sizes - tests), ("test", tests)):
+        gs = torch_generator(seed, "synthetic-writers", split)
+        groups = torch.from_numpy(np.repeat(np.arange(writers, dtype=np.int64), counts))
+        y = torch.randint(num_classes, (len(groups),), generator=gs)
+        x = torch.empty(len(groups), *shape)
+        for start in range(0, len(groups), 65536):  # in blocks: the peak stays near the images' own size
+            end = min(start + 65536, len(groups))
+            x[start:end] = templates[y[start:end]] + style * styles[groups[start:end]] \
+                + noise * torch.randn(end - start, *shape, generator=gs)
+        out.append((x, y, groups))
+    (train_x, train_y, train_groups), (test_x, test_y, test_groups) = out
+    return RawData(train_x, train_y, test_x, test_y, num_classes, train_groups, test_groups)

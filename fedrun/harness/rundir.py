@@ -94,7 +94,7 @@ MODEL_TARGETS = ("fedrun.models.nets.MnistCNN", "fedrun.models.nets.TFTutorialCN
                  "fedrun.models.pd_nets.PDNet", "fedrun.models.pd_nets.CifarResNet")
 DATA_LOADERS = ("fedrun.data.datasets.mnist", "fedrun.data.datasets.fashion_mnist", "fedrun.data.datasets.cifar10", "fedrun.data.datasets.svhn",
                 "fedrun.data.datasets.idx", "fedrun.data.datasets.synthetic", "fedrun.data.natural.femnist",
-                "fedrun.data.natural.table", "fedrun.data.huggingface.hf_dataset",
+                "fedrun.data.natural.table", "fedrun.data.natural.synthetic_writers", "fedrun.data.huggingface.hf_dataset",
                 "fedrun.data.cifar10_copy.cifar10_jpeg", "fedrun.data.cifar10_copy.cifar10_exact_subset")
 # Hydra's instantiate keys: a node that holds one is not built from a run directory.
 _HYDRA_KEYS = ("_args_", "_partial_", "_convert_", "_recursive_")
