@@ -170,3 +170,34 @@ def test_precision_check_runs_each_mode_and_reuses_finished_runs(tmp_path):
 def test_precision_check_rejects_an_unknown_mode(tmp_path):
     done = script("precision_check.py", "--out", str(tmp_path), "--modes", "fp16")
     assert done.returncode == 2 and "unknown mode 'fp16'; allowed: fp32, tf32, bf16, compile" in done.stderr
+
+
+def test_bench_round_sums_times_block_sizes_against_the_gram_path():
+    """``bench_round_sums.py``: every block size and the Gram path on the same updates, each total the
+    sum of its two phases, the default block's ratio 1."""
+    done = script("bench_round_sums.py", "--clients", "6,40", "--chunks", "64,4096", "--repeat", "1",
+                  "--gram-up-to", "6", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"^\s*([\d,]+)\s+(streamed, [\d.e-]+ MiB blocks|Gram matrices)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+                      done.stdout, re.M)
+    assert [(m, name.startswith("Gram")) for m, name, *_ in rows] == [
+        ("6", False), ("6", False), ("6", False), ("6", True), ("40", False), ("40", False), ("40", False)]
+    for _m, name, stats_ms, div_ms, total_ms, ratio in rows:
+        assert abs(float(stats_ms) + float(div_ms) - float(total_ms)) <= 0.11  # printed to 0.1 ms each
+        if name == "streamed, 4 MiB blocks":  # the CPU's default (fedrun.diagnostics.nwda.stream_chunk)
+            assert ratio == "1.00"
+
+
+def test_bench_cross_device_runs_a_natural_federation_through_the_command(tmp_path):
+    """``bench_cross_device.py``: a synthetic-writers run through ``fedrun``, the sizes of its writers
+    and the round's parts, with the run kept where ``--out`` says."""
+    done = script("bench_cross_device.py", "--writers", "30", "--per-round", "5", "--rounds", "2", "--model", "mlp",
+                  "--out", str(tmp_path / "run"), "--set", "model.hidden=[8]", "--set", "dataset.image_size=8")
+    assert done.returncode == 0, done.stderr
+    part = pd.read_csv(tmp_path / "run" / "partition.csv")
+    assert len(part) == 30 and f"30 writers ({part['examples'].sum():,} training images" in done.stdout
+    assert "5 a round" in done.stdout and re.search(r"bookkeeping [\d.]+ s \([\d.]+% of training\)", done.stdout)
+    assert len(pd.read_csv(tmp_path / "run" / "rounds.csv")) == 2
+    bad = script("bench_cross_device.py", "--writers", "30", "--per-round", "5", "--model", "nope",
+                 "--out", str(tmp_path / "bad"))
+    assert bad.returncode != 0 and "model" in bad.stdout and not (tmp_path / "bad").exists()

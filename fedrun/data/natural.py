@@ -384,7 +384,7 @@ def synthetic_writers(writers: int = LEAF_WRITERS, size_mean: float = LEAF_MEAN_
                       test_fraction: float = 0.1, channels: int = 1, image_size: int = LEAF_IMAGE,
                       num_classes: int = LEAF_CLASSES, noise: float = 1.0, style: float = 0.5, seed: int = 0) -> RawData:
     """Synthetic natural clients of FEMNIST's shape: ``writers`` clients with sizes drawn as LEAF's
-    (:func:`writer_sizes`: 3,550 writers of 226.83 +- 88.94 images by default, about 805,000 in all),
+    (:func:`writer_sizes`: 3,550 writers of 226.83 +- 88.94 images by default: 803,309 in all with seed 0, LEAF 805,263),
     each split into its own training and test examples as LEAF's ``--tf 0.9`` (``test_fraction`` of
     a writer's examples, rounded down, held out; at least one each).
 
