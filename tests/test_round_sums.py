@@ -17,6 +17,7 @@ from fedrun.data import partition as P
 from fedrun.data.datasets import synthetic
 from fedrun.data.preparation import prepare
 from fedrun.diagnostics import nwda as nwda_module
+from fedrun.errors import ConfigError
 from fedrun.diagnostics.divergence import divergence_from_grams, round_divergence
 from fedrun.diagnostics.nwda import RoundSums, layer_grams, nwda
 from fedrun.harness.federated_run import Federation
@@ -173,14 +174,41 @@ def _no_gram(*args, **kwargs):
     raise AssertionError("an m x m Gram matrix was built")
 
 
-def _run(tmp_path, aggregator, clients: int, vanilla_every: int = 0):
+def _run(tmp_path, aggregator, clients: int, vanilla_every: int = 0, rounds: int = 2, **federation):
     raw = synthetic(num_train=4 * clients, num_test=40, channels=1, image_size=8, num_classes=4, seed=0)
     data = prepare(raw, None, None, seed=0)
     make = functools.partial(MLP, in_channels=1, image_size=8, num_classes=4, hidden=[8])
     simulate(tmp_path, data, make, functools.partial(P.iid), aggregator, LocalTraining(batch_size=4, lr=0.05),
-             Federation(rounds=2, num_clients=clients, client_fraction=1.0, vanilla_every=vanilla_every),
+             Federation(rounds=rounds, num_clients=clients, client_fraction=1.0, vanilla_every=vanilla_every,
+                        **federation),
              seed=0, progress=False)
     return pd.read_csv(tmp_path / "rounds.csv")
+
+
+TIMING = ("wall_s", "train_s", "eval_s")
+
+
+def test_divergence_every_leaves_the_other_rounds_empty_and_every_other_value_as_it_was(tmp_path):
+    # 5 rounds, divergence_every=2: rounds 2, 4 and the last (5) have PD-Ls; PD-VL's rounds (vanilla_every=3:
+    # rounds 1 and 4) have both PD values whatever divergence_every says.  Everything else equals the
+    # run that computes them every round.
+    every = _run(tmp_path / "every", A.fedavg(), clients=6, vanilla_every=3, rounds=5)
+    some = _run(tmp_path / "some", A.fedavg(), clients=6, vanilla_every=3, rounds=5, divergence_every=2)
+    only_vl = _run(tmp_path / "vl", A.fedavg(), clients=6, vanilla_every=3, rounds=5, divergence_every=0)
+    assert some["pd_ls"].notna().tolist() == [True, True, False, True, True]
+    assert only_vl["pd_ls"].notna().tolist() == [True, False, False, True, False]
+    assert only_vl["pd_vl"].notna().tolist() == every["pd_vl"].notna().tolist() == [True, False, False, True, False]
+    kept = some["pd_ls"].notna()
+    assert some.loc[kept, "pd_ls"].tolist() == every.loc[kept, "pd_ls"].tolist()
+    rest = [c for c in every.columns if c not in ("pd_ls", "pd_vl", *TIMING)]
+    pd.testing.assert_frame_equal(some[rest], every[rest])
+    layers = pd.read_csv(tmp_path / "some" / "layers.csv")
+    assert layers.groupby("round")["pd_ls"].apply(lambda s: s.notna().all()).tolist() == [True, True, False, True, True]
+
+
+def test_divergence_every_refuses_a_negative_count():
+    with pytest.raises(ConfigError, match=r"divergence_every=-1: must be an integer >= 0"):
+        Federation(divergence_every=-1)
 
 
 def test_a_fedavg_round_builds_no_gram_matrix(tmp_path, monkeypatch):

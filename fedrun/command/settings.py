@@ -44,6 +44,7 @@ SCHEMA: dict[str, Any] = {
     "objective": str,
     "threads": Union[int, None],
     "vanilla_every": int,
+    "divergence_every": int,
     "snapshots": list[int],
     "client_eval_every": Union[int, None],
     "client_test_fraction": float,

@@ -60,6 +60,9 @@ class Federation:
     eval_every: int = 1
 
     vanilla_every: int = 0  # PD-VL's vanilla reference learner every n rounds (0: never)
+    # PD-Ls/PD-VL every n rounds and the last (and on PD-VL's rounds); 0: on PD-VL's rounds only.  The
+    # one diagnostic that reads the updates a second time (fedrun.diagnostics.nwda.RoundSums.mean_direction).
+    divergence_every: int = 1
     snapshots: tuple[int, ...] = ()  # rounds whose evaluated global model is saved to models/
     checkpoint_every: int = 1  # checkpoint.pt after rounds n, 2n, ... and the last
     # Each sampled client's accuracy on its own test data every n rounds (and the last): None is
@@ -77,6 +80,9 @@ class Federation:
         object.__setattr__(self, "snapshots", tuple(self.snapshots))  # a list from the config
         check(self.rounds >= 1, "hyperparams.rounds", self.rounds, "must be >= 1")
         check(self.vanilla_every >= 0, "vanilla_every", self.vanilla_every, "must be >= 0 (0: off)")
+        check(isinstance(self.divergence_every, int) and self.divergence_every >= 0, "divergence_every",
+              self.divergence_every, "must be an integer >= 0 (rounds between parameter-divergence values; 0: "
+              "only PD-VL's rounds)")
         check(all(1 <= r <= self.rounds for r in self.snapshots), "snapshots", list(self.snapshots),
               f"rounds between 1 and hyperparams.rounds ({self.rounds})")
         check(self.num_clients >= 1, "hyperparams.num_clients", self.num_clients, "must be >= 1")
@@ -100,6 +106,12 @@ class Federation:
     def checkpoint_round(self, t: int) -> bool:
         """Whether checkpoint.pt is written after round t (a resume continues from the last one)."""
         return t % self.checkpoint_every == 0 or t == self.rounds
+
+    def divergence_round(self, t: int) -> bool:
+        """Whether round t computes PD-Ls/PD-VL: every ``divergence_every`` rounds, the last, and each
+        of PD-VL's rounds (its reference learner is trained for them)."""
+        every = self.divergence_every
+        return (every > 0 and (t % every == 0 or t == self.rounds)) or self.vanilla_round(t)
 
     def vanilla_round(self, t: int) -> bool:
         """Rounds 1, 1 + n, 1 + 2n, ... get the PD-VL reference (round 1 shows the early divergence)."""
@@ -372,7 +384,8 @@ class FederatedRun:
         reference = None if r.vanilla is None else {k: v[0] for k, v in r.vanilla.deltas.items()}
         sums = RoundSums(r.results.deltas, self.layers, self.params, reference)
         r.outcome, self.state = self.aggregator.apply(self.state, self.params, r.results, sums, self.seed, r.round)
-        r.divergence, r.learners = round_divergence(sums), LearnerParams(self.params, r.results.deltas)
+        r.divergence = round_divergence(sums) if self.federation.divergence_round(r.round) else None
+        r.learners = LearnerParams(self.params, r.results.deltas)
         check_finite(r.outcome, r.results.loss, r.round, self.aggregator.name)
         self.opt.finish(r.clients, r.results.opt_states, r.outcome.stats_weights)
         self.params, self.buffers = r.outcome.sent, r.outcome.buffers

@@ -353,7 +353,9 @@ class Recorder:
             self.step_sum += outcome.server_step
             row.update(norm_columns(outcome, self.types))
             row.update(train_loss=float(outcome.stats_weights.cpu() @ results.loss.cpu()), server_step_sum=self.step_sum,
-                       skipped=int(outcome.skipped), pd_ls=r.divergence.ls, pd_vl=r.divergence.vl, **outcome.privacy)
+                       skipped=int(outcome.skipped), **outcome.privacy)
+            if r.divergence is not None:  # divergence_every: empty cells on the rounds without it
+                row.update(pd_ls=r.divergence.ls, pd_vl=r.divergence.vl)
         self.logs["rounds"].append([row])
         self.last = row
         self.progress = {"acc": f"{row.get('test_acc', float(self.progress['acc'])):.4f}",
@@ -532,8 +534,8 @@ def norm_columns(outcome, types: np.ndarray) -> dict:
 def layer_rows(t: int, outcome, layers: list[Layer], sizes: list[int], divergence) -> list[dict]:
     s = outcome.stats
     n, e, step = s.layer_N.tolist(), s.layer_E.tolist(), outcome.step_layer_norms.tolist()
-    ls = divergence.layer_ls.tolist()
-    vl = [None] * len(layers) if divergence.layer_vl is None else divergence.layer_vl.tolist()
+    ls = [None] * len(layers) if divergence is None else divergence.layer_ls.tolist()
+    vl = [None] * len(layers) if divergence is None or divergence.layer_vl is None else divergence.layer_vl.tolist()
     return [{"round": t, "layer": layer.name, "type": layer.type, "params": sizes[i], "N": n[i], "E": e[i],
              "N_over_E": _ratio(n[i], e[i]), "server_step": step[i], "pd_ls": ls[i], "pd_vl": vl[i]}
             for i, layer in enumerate(layers)]

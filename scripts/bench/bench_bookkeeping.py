@@ -17,6 +17,7 @@ round's diagnostics streamed over the updates in O(m d) (:class:`fedrun.diagnost
 what a run does), and ``before``, the per-layer m x m Gram matrices of every round
 (:func:`fedrun.diagnostics.nwda.layer_grams`, what every round computed before), side by side;
 ``--before-up-to`` skips ``before`` above that many clients a round (m^2 d multiply-adds a round).
+``no_divergence`` is ``after`` with ``divergence_every=0``: no parameter divergence, so no second pass.
 
 Usage::
 
@@ -145,7 +146,8 @@ def measure(aggregator: str, clients: int, args, device, path: str = "after") ->
             simulation.simulate(run, data, MODELS[args.model], iid, AGGREGATORS[aggregator](),
                                 LocalTraining(batch_size=10), federated_run.Federation(
                                     rounds=args.rounds, num_clients=k, client_fraction=clients / k,
-                                    vanilla_every=1 if args.vanilla else 0),
+                                    vanilla_every=1 if args.vanilla else 0,
+                                    divergence_every=0 if path == "no_divergence" else 1),
                                 make_engine=engine, device=device, progress=False)
             counter.active = False
         rounds = pd.read_csv(run / "rounds.csv").iloc[1:]
@@ -180,9 +182,12 @@ def main(argv=None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--paths", default="after", help="after (streamed sums, a run's), before (m x m Gram matrices), "
-                   "or both comma-separated")
+                   "no_divergence (streamed sums without PD-Ls/PD-VL: divergence_every=0), comma-separated")
     p.add_argument("--before-up-to", type=int, default=None, help="measure before only up to this many clients a round")
     args = p.parse_args(argv)
+    unknown = [path for path in args.paths.split(",") if path not in ("after", "before", "no_divergence")]
+    if unknown:
+        p.error(f"--paths: {unknown[0]!r} is not after, before or no_divergence")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
