@@ -62,6 +62,14 @@ def approx(t: torch.Tensor, expected) -> bool:
 
 # ----------------------------------------------------------------------------- SCAFFOLD, the server's side
 
+def dense(corr: dict, num_clients: int) -> torch.Tensor:
+    """Every client's c_k as one [K, ...] tensor: the kept rows, 0 for a client that has not trained."""
+    kept = corr["c_k"]["w"]
+    out = kept.new_zeros((num_clients, *kept.shape[1:]))
+    out[corr["clients"]] = kept
+    return out
+
+
 def test_scaffold_two_rounds_by_hand():
     """N = 3 clients; round 1: clients 0 and 2, round 2: clients 1 and 2 (client 0 keeps its c_0).
 
@@ -79,13 +87,15 @@ def test_scaffold_two_rounds_by_hand():
     r1 = aggregate(agg, w(0.0, 0.0), STD, (1, 3), W_LAYERS, clients=[0, 2], steps=(2, 4), lr=0.5, num_clients=3)
     assert approx(r1.sent["w"], [0.25, 0.75]) and torch.equal(r1.sent["w"], r1.average["w"])
     corr = r1.state["correction"]
-    assert approx(corr["c_k"]["w"], [[-1.0, 0.0], [0.0, 0.0], [0.0, -0.5]])
+    assert approx(dense(corr, 3), [[-1.0, 0.0], [0.0, 0.0], [0.0, -0.5]])
+    assert corr["clients"].tolist() == [0, 2]  # the clients that have trained keep a row, in that order
     assert approx(corr["c"]["w"], [-1 / 3, -1 / 6])
     assert approx(agg.client_inputs(r1.state, [1, 2])["w"], [[-1 / 3, -1 / 6], [-1 / 3, 1 / 3]])
     r2 = aggregate(agg, r1.sent, w_rows([2.0, 0.0], [0.0, 0.5]), (1, 1), W_LAYERS, r1.state, clients=[1, 2],
                    steps=(1, 1), lr=0.5)
     corr = r2.state["correction"]
-    assert approx(corr["c_k"]["w"], [[-1.0, 0.0], [-11 / 3, 1 / 6], [1 / 3, -4 / 3]])
+    assert approx(dense(corr, 3), [[-1.0, 0.0], [-11 / 3, 1 / 6], [1 / 3, -4 / 3]])
+    assert corr["clients"].tolist() == [0, 2, 1]
     assert approx(corr["c"]["w"], [-13 / 9, -7 / 18])
     assert approx(r2.sent["w"], [0.25 + 1.0, 0.75 + 0.25])  # equal sizes: the plain mean of the updates
     # The global step size eta_g scales the server's step only (lines 16-17).
@@ -155,8 +165,9 @@ def test_scaffold_round_on_a_linear_model_by_hand(make, correction):
     local = LocalTraining(epochs=1, batch_size=1, lr=0.5)
     params, buffers = split_state(model)
     state = agg.init({"1.weight": params["1.weight"]}, 2, [Layer("fc", "fc", ("1.weight",))])
-    state["correction"]["c_k"]["1.weight"][0] = -0.2
-    state["correction"]["c_k"]["1.weight"][1] = 0.4
+    w0 = params["1.weight"]  # clients 0 and 1 have trained before: their kept c_k
+    state["correction"] = {**state["correction"], "clients": torch.tensor([0, 1]),
+                           "c_k": {"1.weight": torch.stack([torch.full_like(w0, -0.2), torch.full_like(w0, 0.4)])}}
     inputs = agg.client_inputs(state, [0, 1])
     with default_dtype(torch.float64):
         engine = on_partition(make, model, x, y, idx, local, agg.regularizer, 0)
@@ -402,8 +413,9 @@ def test_whole_runs_match_in_both_engines(tmp_path, data, aggregator):
 
 
 def test_scaffold_resume_after_ctrl_c_is_byte_exact(tmp_path, data, monkeypatch):
-    """Ctrl-C while round 3 is recorded: the checkpoint of round 2 holds every client's control
-    variate (sampled or not); the resume ends with an uninterrupted run's CSVs."""
+    """Ctrl-C while round 3 is recorded: the checkpoint of round 2 holds the control variates of
+    the clients sampled so far (the others' are still 0); the resume ends with an uninterrupted
+    run's CSVs."""
     local = LocalTraining(epochs=1, batch_size=10, lr=0.05, momentum=0.5)
     go = functools.partial(simulate, data=data, make_model=lambda: MLP(image_size=8, hidden=[16]),
                            partition=functools.partial(P.classes, classes_per_client=2), aggregator=A.scaffold(),
@@ -413,15 +425,16 @@ def test_scaffold_resume_after_ctrl_c_is_byte_exact(tmp_path, data, monkeypatch)
     interrupted_while_recording(monkeypatch, 3, lambda: go(tmp_path / "cut"))
     ckpt = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
     assert ckpt["round"] == 2
-    c_k = ckpt["aggregator"]["correction"]["c_k"]
-    assert all(v.shape[0] == 8 for v in c_k.values())
-    moved = (torch.stack([sum(v[k].abs().sum() for v in c_k.values()) for k in range(8)]) > 0).sum()
-    assert 0 < moved <= 4  # the 2 x 2 clients sampled so far have a control variate, the others still 0
+    corr = ckpt["aggregator"]["correction"]
+    kept = corr["clients"].tolist()
+    assert 0 < len(kept) <= 4 and len(set(kept)) == len(kept)  # the 2 x 2 clients sampled so far, each once
+    assert all(v.shape[0] == len(kept) for v in corr["c_k"].values()) and int(corr["num_clients"]) == 8
     go(tmp_path / "cut", resume=True)
     same_run(tmp_path / "whole", tmp_path / "cut")
     end = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["aggregator"]["correction"] for d in
            ("whole", "cut")]
     assert all(torch.equal(end[0][key][k], end[1][key][k]) for key in ("c", "c_k") for k in end[0]["c"])
+    assert torch.equal(end[0]["clients"], end[1]["clients"])
 
 
 def test_scaffold_resume_after_sigkill_from_the_cli(tmp_path):
@@ -443,10 +456,28 @@ def test_large_state_is_logged_at_the_start(tmp_path, data, monkeypatch, caplog)
     monkeypatch.setattr(federated_run, "STATE_NOTE_BYTES", 0)
     with caplog.at_level(logging.INFO, logger="fedrun"):
         run(tmp_path / "s", data, A.scaffold(), rounds=1)
-    assert "a control variate for each of the K clients" in caplog.text
     params = sum(p.numel() for p in MLP(image_size=8, hidden=[16]).parameters())
+    assert (f"scaffold: each client keeps a control variate c_k once it has trained, {4 * params / 1024:.1f} KiB "
+            "a client") in caplog.text
     state = A.scaffold().init({"w": torch.zeros(params)}, 6, [Layer("w", "fc", ("w",))])
-    assert federated_run.tensor_bytes(state) == 4 * params * (6 + 1)  # c_k for K = 6 clients, and c
+    # c, and no client's c_k before it trains: the state grows with the clients that have trained, not K.
+    assert federated_run.tensor_bytes(state) == 4 * params + 8
+
+
+def test_scaffold_reads_a_checkpoint_that_kept_every_clients_row():
+    """A state written when c_k was kept for all K clients (K x d, no "clients") goes on as it was:
+    the same inputs and the same next state as the kept-rows store holding the same values."""
+    agg = A.scaffold()
+    r1 = aggregate(agg, w(0.0, 0.0), STD, (1, 3), W_LAYERS, clients=[0, 2], steps=(2, 4), lr=0.5, num_clients=3)
+    corr = r1.state["correction"]
+    old = {**r1.state, "correction": {"c": corr["c"], "c_k": {"w": dense(corr, 3)}}}
+    assert torch.equal(agg.client_inputs(old, [1, 2])["w"], agg.client_inputs(r1.state, [1, 2])["w"])
+    a = aggregate(agg, r1.sent, w_rows([2.0, 0.0], [0.0, 0.5]), (1, 1), W_LAYERS, r1.state, clients=[1, 2],
+                  steps=(1, 1), lr=0.5)
+    b = aggregate(agg, r1.sent, w_rows([2.0, 0.0], [0.0, 0.5]), (1, 1), W_LAYERS, old, clients=[1, 2],
+                  steps=(1, 1), lr=0.5)
+    assert torch.equal(a.sent["w"], b.sent["w"]) and torch.equal(a.state["correction"]["c"]["w"], b.state["correction"]["c"]["w"])
+    assert torch.equal(dense(a.state["correction"], 3), b.state["correction"]["c_k"]["w"])
 
 
 # ----------------------------------------------------------------------------- settings

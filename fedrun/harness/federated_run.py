@@ -272,11 +272,18 @@ class FederatedRun:
                      "a whole model" if self.aggregator.personal.whole_model else "the layers " + ", ".join(owners),
                      len(kept["names"]), each / 2**10, self.device, each * len(kept["clients"]) / 2**20,
                      each * self.federation.num_clients / 2**20, self.federation.num_clients)
+        if "correction" in self.state and "clients" in self.state["correction"]:  # SCAFFOLD's c_k, kept per client
+            corr = self.state["correction"]
+            each = sum(v.shape[1:].numel() * v.element_size() for v in corr["c_k"].values())
+            log.info("%s: each client keeps a control variate c_k once it has trained, %.1f KiB a client, on %s and "
+                     "in every checkpoint.pt: %.1f MiB now, %.1f MiB once all K=%d clients have", self.aggregator.name,
+                     each / 2**10, self.device, each * len(corr["clients"]) / 2**20,
+                     each * self.federation.num_clients / 2**20, self.federation.num_clients)
         held = tensor_bytes(self.state)
-        if held > STATE_NOTE_BYTES:  # SCAFFOLD's control variates: K x the model's parameters
+        if held > STATE_NOTE_BYTES:  # server state that does not grow with the clients (or a dense c_k store)
             log.info("%s keeps %.1f GiB of server state%s, on %s and in every checkpoint.pt", self.aggregator.name,
                      held / 2**30, " (a control variate for each of the K clients)"
-                     if "correction" in self.state else "", self.device)
+                     if "correction" in self.state and "clients" not in self.state["correction"] else "", self.device)
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -53,12 +53,59 @@ def _steps(results: ClientResults, counted: bool = False) -> torch.Tensor:
     return results.lr.to(torch.float64) * steps.to(torch.float64)
 
 
+def _num_clients(state: dict) -> int:
+    """N, the federation's clients: stored, or (a checkpoint of a dense store) the rows of c_k."""
+    if "num_clients" in state:
+        return int(state["num_clients"])
+    return next(iter(state["c_k"].values())).shape[0]
+
+
+def _client_rows(state: dict, clients: list[int]) -> Params:
+    """``c_k`` of each of ``clients``, stacked ``[m, ...]`` in their order: a kept row, or 0 for a
+    client that has not trained yet.  A state without ``"clients"`` (a checkpoint written when
+    every client's row was kept, K x d) is read by client id."""
+    c_k = state["c_k"]
+    device = next(iter(state["c"].values())).device
+    if "clients" not in state:
+        idx = torch.as_tensor(clients, dtype=torch.long, device=device)
+        return {k: v[idx] for k, v in c_k.items()}
+    where = {int(k): i for i, k in enumerate(state["clients"].tolist())}
+    pos = torch.as_tensor([where.get(k, -1) for k in clients], dtype=torch.long, device=device)
+    kept = pos >= 0
+    out = {}
+    for k, v in c_k.items():
+        rows = v.new_zeros((len(clients), *v.shape[1:]))
+        rows[kept] = v[pos[kept]]
+        out[k] = rows
+    return out
+
+
+def _store_rows(state: dict, clients: list[int], rows: Params, device) -> dict:
+    """The state's ``c_k`` (and ``clients``) with ``rows`` as the new ``c_k`` of ``clients``: kept
+    rows replaced, first-time clients appended; new tensors (the state is data, never mutated)."""
+    c_k = state["c_k"]
+    if "clients" not in state:  # a dense K x d store, as an earlier checkpoint holds it
+        idx = torch.as_tensor(clients, dtype=torch.long, device=device)
+        return {"c_k": {k: v.index_copy(0, idx, rows[k]) for k, v in c_k.items()}}
+    where = {int(k): i for i, k in enumerate(state["clients"].tolist())}
+    pos = [where.get(k, -1) for k in clients]
+    old = [j for j, p in enumerate(pos) if p >= 0]
+    new = [j for j, p in enumerate(pos) if p < 0]
+    at = torch.as_tensor([pos[j] for j in old], dtype=torch.long, device=device)
+    take_old = torch.as_tensor(old, dtype=torch.long, device=device)
+    take_new = torch.as_tensor(new, dtype=torch.long, device=device)
+    out = {k: torch.cat([v.index_copy(0, at, rows[k][take_old]), rows[k][take_new]]) for k, v in c_k.items()}
+    ids = torch.as_tensor([clients[j] for j in new], dtype=torch.long, device=state["clients"].device)
+    return {"c_k": out, "clients": torch.cat([state["clients"], ids])}
+
+
 def control_variates(counted: bool = False) -> ClientCorrection:
     """SCAFFOLD's control variates (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020,
     Algorithm 1), with option II for the clients' update:
 
-    * state: the server's ``c`` and every client's ``c_k``, zero before round 1 (K x the model's
-      parameters: they live across rounds for every client, sampled or not);
+    * state: the server's ``c`` and every client's ``c_k``, zero before round 1; they live across
+      rounds for every client, sampled or not, and are kept for the clients that have trained (the
+      others' are still 0), so the state grows with the clients sampled so far, not with K;
     * inputs (line 5, line 10): ``c - c_k`` for each of the round's clients, the correction its
       local steps add to the gradient, ``y <- y - eta_l (g_k(y) - c_k + c)``;
     * update, line 12, option II: ``c_k+ = c_k - c + (x - y_k) / (K_k eta_l)``, with
@@ -78,28 +125,34 @@ def control_variates(counted: bool = False) -> ClientCorrection:
     """
 
     def init(params: Params, num_clients: int) -> dict:
+        # c_k is kept for the clients that have trained, in the order they first did ("clients": their
+        # ids): every other client's c_k is still 0.  Memory and checkpoint grow with the clients
+        # sampled so far, not with K (at K = 100,000 a dense K x d store of the MNIST CNN is 172 GB).
+        first = next(iter(params.values()))
         return {"c": {k: torch.zeros_like(v) for k, v in params.items()},
-                "c_k": {k: v.new_zeros((num_clients, *v.shape)) for k, v in params.items()}}
+                "c_k": {k: v.new_zeros((0, *v.shape)) for k, v in params.items()},
+                "clients": torch.zeros(0, dtype=torch.long, device=first.device),
+                "num_clients": torch.tensor(num_clients, dtype=torch.long)}
 
     def inputs(state: dict, clients: list[int]) -> Params:
-        c, c_k = state["c"], state["c_k"]
-        idx = torch.as_tensor(clients, dtype=torch.long, device=next(iter(c.values())).device)
-        return {k: c[k].unsqueeze(0) - c_k[k][idx] for k in c}
+        c = state["c"]
+        rows = _client_rows(state, clients)
+        return {k: c[k].unsqueeze(0) - rows[k] for k in c}
 
     def update(state: dict, results: ClientResults) -> dict:
-        c, c_k = state["c"], state["c_k"]
+        c = state["c"]
         first = next(iter(c.values()))
-        idx = torch.as_tensor(results.clients, dtype=torch.long, device=first.device)
-        total = next(iter(c_k.values())).shape[0]  # N
+        total = _num_clients(state)  # N
         denominator = _steps(results, counted)
-        new_c, new_c_k = {}, {}
+        old_rows = _client_rows(state, results.clients)
+        new_c, fresh_rows = {}, {}
         for k, old in c.items():
             delta = results.deltas[k]  # y_k - x, [m, *shape]
             scale = denominator.to(device=delta.device, dtype=delta.dtype).view(-1, *([1] * (delta.ndim - 1)))
-            rows = c_k[k][idx]
+            rows = old_rows[k]
             fresh = rows - old.unsqueeze(0) - delta / scale  # option II: c_k - c + (x - y_k) / (K eta_l)
-            new_c_k[k] = c_k[k].index_copy(0, idx, fresh)  # a new tensor: the state is data, never mutated
+            fresh_rows[k] = fresh
             new_c[k] = old + (fresh - rows).sum(0) / total
-        return {"c": new_c, "c_k": new_c_k}
+        return {**state, "c": new_c, **_store_rows(state, results.clients, fresh_rows, first.device)}
 
     return ClientCorrection(init, inputs, update)
