@@ -189,3 +189,29 @@ def test_a_checkpoint_records_its_version_and_what_vouches_for_it(made):
     assert set(ckpt["digests"]) == set(ckpt["offsets"])
     sessions = json.loads((made["same"] / "run.json").read_text())
     assert {s["run"] for s in sessions} == {ckpt["run"]}
+
+
+def test_a_run_committed_by_an_earlier_version_resumes_with_its_overrides():
+    """The whole-MNIST Table 2 runs in outputs/reproductions/fednnnn_whole were written by an earlier
+    fedrun (before ``dataset.label`` and ``divergence_every``): composed now with the overrides they
+    ran with, their settings compare equal, so ``table2.py run --resume`` goes on from their
+    checkpoints (a setting added since must be in ``rundir.ADDED_SETTINGS`` at its neutral value)."""
+    import yaml
+    from conftest import compose
+
+    from fedrun.command.build import build, resolved
+    from fedrun.harness.rundir import _settings
+
+    run = Path(__file__).resolve().parents[1] / "outputs/reproductions/fednnnn_whole/mnist_iid_b/fedavg_seed0"
+    stored = yaml.safe_load((run / "config.yaml").read_text())
+    assert "label" not in stored["dataset"] and "divergence_every" not in stored  # an earlier version's config
+    overrides = ["experiment=fednnnn/mnist_iid_b", "aggregator=fedavg", "seed=0", "progress=false",
+                 "dataset.load.search=[../shared/data/mnist]", "dataset.load.download=false", "threads=1"]
+    cfg = compose(overrides)
+    build(cfg)  # completes the dataset node with DatasetConfig's defaults, as a run does
+    now = resolved(cfg)  # the config a run writes (fedrun.command.build.federated_run)
+    chosen = compose(overrides, hydra=True).hydra.runtime.choices
+    now["choices"] = {k: v for k, v in chosen.items() if not k.startswith("hydra")}
+    now["overrides"] = overrides
+    old, new = _settings(stored), _settings(now)
+    assert sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)) == []

@@ -68,7 +68,7 @@ ADDED_SETTINGS = {"hyperparams.sampling": "uniform", "hyperparams.availability":
                   "client_test_fraction": 0.0, "federation.client_test_fraction": 0.0,
                   "client_eval_clients": "sampled", "federation.client_eval_clients": "sampled",
                   "personalize_epochs": 0, "federation.personalize_epochs": 0, "model.batch_norm": False,
-                  "divergence_every": 1, "federation.divergence_every": 1}
+                  "divergence_every": 1, "federation.divergence_every": 1, "dataset.label": None}
 # The privacy node at its defaults (clip null: not private), as conf/config.yaml writes it.
 ADDED_SETTINGS["privacy"] = {"_target_": "fedrun.server.privacy.Privacy", "clip": None, "noise_multiplier": 1.0,
                              "adaptive_quantile": None, "clip_lr": 0.2, "count_noise": None, "delta": 1e-05,
