@@ -31,6 +31,7 @@ import torch
 
 from fedrun.client.local_training import ClientResults
 from fedrun.params import Params
+from fedrun.server import client_rows
 
 
 class ClientCorrection(NamedTuple):
@@ -60,43 +61,29 @@ def _num_clients(state: dict) -> int:
     return next(iter(state["c_k"].values())).shape[0]
 
 
-def _client_rows(state: dict, clients: list[int]) -> Params:
-    """``c_k`` of each of ``clients``, stacked ``[m, ...]`` in their order: a kept row, or 0 for a
-    client that has not trained yet.  A state without ``"clients"`` (a checkpoint written when
-    every client's row was kept, K x d) is read by client id."""
+def _client_rows(state: dict, clients: list[int], pos: list[int] | None) -> Params:
+    """``c_k`` of each of ``clients``, stacked ``[m, ...]`` in their order: a kept row (at ``pos``,
+    :func:`fedrun.server.client_rows.positions`), or 0 for a client that has not trained yet.  A
+    state without ``"clients"`` (a checkpoint written when every client's row was kept, K x d;
+    ``pos`` None) is read by client id."""
     c_k = state["c_k"]
     device = next(iter(state["c"].values())).device
-    if "clients" not in state:
+    if pos is None:
         idx = torch.as_tensor(clients, dtype=torch.long, device=device)
         return {k: v[idx] for k, v in c_k.items()}
-    where = {int(k): i for i, k in enumerate(state["clients"].tolist())}
-    pos = torch.as_tensor([where.get(k, -1) for k in clients], dtype=torch.long, device=device)
-    kept = pos >= 0
+    at = torch.as_tensor(pos, dtype=torch.long, device=device)
+    kept = at >= 0
     out = {}
     for k, v in c_k.items():
         rows = v.new_zeros((len(clients), *v.shape[1:]))
-        rows[kept] = v[pos[kept]]
+        rows[kept] = v[at[kept]]
         out[k] = rows
     return out
 
 
-def _store_rows(state: dict, clients: list[int], rows: Params, device) -> dict:
-    """The state's ``c_k`` (and ``clients``) with ``rows`` as the new ``c_k`` of ``clients``: kept
-    rows replaced, first-time clients appended; new tensors (the state is data, never mutated)."""
-    c_k = state["c_k"]
-    if "clients" not in state:  # a dense K x d store, as an earlier checkpoint holds it
-        idx = torch.as_tensor(clients, dtype=torch.long, device=device)
-        return {"c_k": {k: v.index_copy(0, idx, rows[k]) for k, v in c_k.items()}}
-    where = {int(k): i for i, k in enumerate(state["clients"].tolist())}
-    pos = [where.get(k, -1) for k in clients]
-    old = [j for j, p in enumerate(pos) if p >= 0]
-    new = [j for j, p in enumerate(pos) if p < 0]
-    at = torch.as_tensor([pos[j] for j in old], dtype=torch.long, device=device)
-    take_old = torch.as_tensor(old, dtype=torch.long, device=device)
-    take_new = torch.as_tensor(new, dtype=torch.long, device=device)
-    out = {k: torch.cat([v.index_copy(0, at, rows[k][take_old]), rows[k][take_new]]) for k, v in c_k.items()}
-    ids = torch.as_tensor([clients[j] for j in new], dtype=torch.long, device=state["clients"].device)
-    return {"c_k": out, "clients": torch.cat([state["clients"], ids])}
+def _positions(state: dict, clients: list[int]) -> list[int] | None:
+    """The clients' kept rows, or None for a dense K x d store (an earlier checkpoint's)."""
+    return client_rows.positions(state["clients"], clients) if "clients" in state else None
 
 
 def control_variates(counted: bool = False) -> ClientCorrection:
@@ -136,15 +123,15 @@ def control_variates(counted: bool = False) -> ClientCorrection:
 
     def inputs(state: dict, clients: list[int]) -> Params:
         c = state["c"]
-        rows = _client_rows(state, clients)
+        rows = _client_rows(state, clients, _positions(state, clients))
         return {k: c[k].unsqueeze(0) - rows[k] for k in c}
 
     def update(state: dict, results: ClientResults) -> dict:
         c = state["c"]
-        first = next(iter(c.values()))
         total = _num_clients(state)  # N
         denominator = _steps(results, counted)
-        old_rows = _client_rows(state, results.clients)
+        pos = _positions(state, results.clients)
+        old_rows = _client_rows(state, results.clients, pos)
         new_c, fresh_rows = {}, {}
         for k, old in c.items():
             delta = results.deltas[k]  # y_k - x, [m, *shape]
@@ -153,6 +140,10 @@ def control_variates(counted: bool = False) -> ClientCorrection:
             fresh = rows - old.unsqueeze(0) - delta / scale  # option II: c_k - c + (x - y_k) / (K eta_l)
             fresh_rows[k] = fresh
             new_c[k] = old + (fresh - rows).sum(0) / total
-        return {**state, "c": new_c, **_store_rows(state, results.clients, fresh_rows, first.device)}
+        if pos is None:  # a dense K x d store, as an earlier checkpoint holds it
+            idx = torch.as_tensor(results.clients, dtype=torch.long, device=next(iter(c.values())).device)
+            return {**state, "c": new_c, "c_k": {k: v.index_copy(0, idx, fresh_rows[k]) for k, v in state["c_k"].items()}}
+        c_k, ids = client_rows.store(state["c_k"], state["clients"], results.clients, pos, fresh_rows)
+        return {**state, "c": new_c, "c_k": c_k, "clients": ids}
 
     return ClientCorrection(init, inputs, update)

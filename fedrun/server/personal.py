@@ -42,6 +42,7 @@ import torch
 from fedrun.client.local_training import ClientResults
 from fedrun.errors import check
 from fedrun.models.layers import Layer
+from fedrun.server import client_rows
 from fedrun.params import Params
 
 KINDS = ("fedbn", "fedper", "ditto")
@@ -115,8 +116,7 @@ class Personalization:
     @staticmethod
     def rows(state: dict, clients: list[int]) -> list[int]:
         """Each client's row in ``state["own"]``, -1 for a client that has not trained yet."""
-        where = {k: i for i, k in enumerate(state["clients"].tolist())}
-        return [where.get(k, -1) for k in clients]
+        return client_rows.positions(state["clients"], clients)
 
     @staticmethod
     def own(state: dict, clients: list[int]) -> Params:
@@ -133,18 +133,9 @@ class Personalization:
         state is data)."""
         if not state["names"]:
             return state
-        rows = Personalization.rows(state, clients)
-        old = [j for j, r in enumerate(rows) if r >= 0]
-        new = [j for j, r in enumerate(rows) if r < 0]
-        own = {}
-        for k, v in state["own"].items():
-            fresh = values[k].to(v.dtype)
-            if old:
-                at = torch.as_tensor([rows[j] for j in old], dtype=torch.long, device=v.device)
-                v = v.index_copy(0, at, fresh[old])
-            own[k] = torch.cat([v, fresh[new]]) if new else v
-        added = torch.as_tensor([clients[j] for j in new], dtype=torch.long, device=state["clients"].device)
-        return {**state, "clients": torch.cat([state["clients"], added]), "own": own}
+        own, ids = client_rows.store(state["own"], state["clients"], clients, Personalization.rows(state, clients),
+                                     values)
+        return {**state, "clients": ids, "own": own}
 
     @staticmethod
     def trained(state: dict, params: Params, results: ClientResults) -> Params:

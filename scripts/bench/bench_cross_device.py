@@ -33,11 +33,6 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fraction_for(per_round: int, writers: int) -> float:
-    """A ``client_fraction`` whose ``C K`` rounds half up to ``per_round`` (fedrun.seeding.clients_per_round)."""
-    return per_round / writers
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--writers", type=int, default=3550, help="clients (LEAF's FEMNIST: 3,550 writers)")
@@ -54,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.out or Path(tmp) / "run"
         overrides = ["dataset=synthetic_writers", f"dataset.load.writers={args.writers}", f"model={args.model}",
                      "partition=natural", "hyperparams=leaf_femnist", f"hyperparams.num_clients={args.writers}",
-                     f"hyperparams.client_fraction={fraction_for(args.per_round, args.writers)!r}",
+                     f"hyperparams.client_fraction={args.per_round / args.writers!r}",  # C K = m exactly
                      f"hyperparams.rounds={args.rounds}", f"aggregator={args.aggregator}", "progress=false",
                      "client_eval_every=0", f"hydra.run.dir={run_dir}", *args.set]
         if args.threads:
@@ -76,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         part = pd.read_csv(run_dir / "partition.csv")
         log = (run_dir / "fedrun.log").read_text()
         params = int(re.search(r"(\d+) parameters", log).group(1).replace(",", "")) if "parameters" in log else None
-        m = int(round(args.per_round))
+        m = args.per_round
         print(f"{args.writers:,} writers ({part['examples'].sum():,} training images, {part['examples'].min()}-"
               f"{part['examples'].max()} a writer, mean {part['examples'].mean():.1f}), {m} a round, "
               f"{args.model}{f' ({params:,} parameters)' if params else ''}, {args.aggregator}, {args.rounds} rounds")
